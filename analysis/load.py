@@ -1,0 +1,81 @@
+"""Load a campaign's runs from the tracking store into an Arrow table, one row per run.
+
+This reads through the MLflow API, which works for any tracking URI (a SQLite file, a
+tracking server)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from trainers.tracking_schema import (
+    METRIC_SAMPLES_TO_TARGET,
+    METRIC_TOKENS_TO_TARGET,
+    METRIC_TOKENS_TRAINED,
+    METRIC_WALL_S,
+    TAG_BATCH_SIZE,
+    TAG_ERROR,
+    TAG_RECIPE,
+    TAG_ROLE,
+    TAG_RUN_KEY,
+    TAG_SEED,
+    TAG_STATUS,
+)
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("run_key", pa.string()),
+        ("recipe", pa.string()),
+        ("batch_size", pa.int64()),
+        ("seed", pa.int64()),
+        ("status", pa.string()),
+        ("tokens_to_target", pa.float64()),
+        ("samples_to_target", pa.float64()),
+        ("tokens_trained", pa.float64()),
+        ("wall_s", pa.float64()),
+        ("error", pa.string()),
+        ("hparams", pa.map_(pa.string(), pa.string())),
+    ]
+)
+
+
+class NoSuchCampaign(LookupError):
+    pass
+
+
+def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(campaign)
+    if exp is None:
+        raise NoSuchCampaign(
+            f"no runs of campaign {campaign!r} in {tracking_uri}; run `rcpforge run` first"
+        )
+    rows: dict[str, list] = {name: [] for name in RUN_SCHEMA.names}
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp.experiment_id], filter_string=f"tags.`{TAG_ROLE}` = '{role}'", max_results=5000, page_token=token
+        )
+        for run in page:
+            tags, metrics = run.data.tags, run.data.metrics
+            if TAG_RUN_KEY not in tags:
+                continue
+            rows["run_id"].append(run.info.run_id)
+            rows["run_key"].append(tags[TAG_RUN_KEY])
+            rows["recipe"].append(tags.get(TAG_RECIPE))
+            rows["batch_size"].append(int(tags[TAG_BATCH_SIZE]))
+            rows["seed"].append(int(tags[TAG_SEED]))
+            rows["status"].append(tags.get(TAG_STATUS))
+            rows["tokens_to_target"].append(metrics.get(METRIC_TOKENS_TO_TARGET))
+            rows["samples_to_target"].append(metrics.get(METRIC_SAMPLES_TO_TARGET))
+            rows["tokens_trained"].append(metrics.get(METRIC_TOKENS_TRAINED))
+            rows["wall_s"].append(metrics.get(METRIC_WALL_S))
+            rows["error"].append(tags.get(TAG_ERROR))
+            rows["hparams"].append(sorted(run.data.params.items()))
+        token = page.token
+        if not token:
+            break
+    table = pa.table(rows, schema=RUN_SCHEMA)
+    return table.sort_by([("recipe", "ascending"), ("batch_size", "ascending"), ("seed", "ascending")])

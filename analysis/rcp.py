@@ -1,0 +1,71 @@
+"""RCP arithmetic exactly as the MLCommons reference checker does it
+(`mlperf_logging.rcp_checker`, RCP_RULES.md): olympic mean, population stdev over all
+runs, the minimum acceptable submission mean by bisection on a one-sided pooled t-test,
+and the max speedup."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+TOLERANCE = 1e-4
+
+
+def trimmed_count(benchmark: str) -> int:
+    """Runs dropped at each end by olympic scoring (UNet3D drops 4)."""
+    return 4 if benchmark == "unet3d" else 1
+
+
+def olympic_mean(values: Sequence[float], trim: int = 1) -> float:
+    ordered = sorted(values)
+    return float(np.mean(ordered[trim : len(ordered) - trim]))
+
+
+def _one_sided_p(mean1: float, stdev: float, n1: int, mean2: float, n2: int) -> float:
+    """p-value of 'mean1 < mean2' from a pooled two-sample t-test with equal stdevs."""
+    t_stat, p_two = stats.ttest_ind_from_stats(mean1, stdev, n1, mean2, stdev, n2, equal_var=True)
+    return p_two / 2 if t_stat < 0 else 1 - p_two / 2
+
+
+def min_acceptable_mean(mean: float, stdev: float, n_ref: int, submission_runs: int) -> float:
+    """The smallest submission olympic mean that a one-sided test at alpha 0.05 does not
+    call faster than the reference, found by bisection on [0, mean] to 1e-4."""
+    if stdev == 0:
+        return mean
+    n_subm = submission_runs - 2
+    lo, hi = 0.0, mean
+    mid = (lo + hi) / 2
+    while hi - lo > TOLERANCE:
+        # The checker passes the reference count as the submission's and vice versa;
+        # the pooled test is symmetric in them only up to rounding, so keep its order.
+        if _one_sided_p(mid, stdev, n_ref, mean, n_subm) > ALPHA:
+            hi = mid
+        else:
+            lo = mid
+        mid = (lo + hi) / 2
+    return mid
+
+
+@dataclass(frozen=True)
+class RcpStats:
+    batch_size: int
+    runs: int
+    mean: float
+    stdev: float
+    min_acceptable_mean: float
+    max_speedup: float
+
+
+def rcp_stats(values: Sequence[float], batch_size: int, benchmark: str, submission_runs: int) -> RcpStats:
+    trim = trimmed_count(benchmark)
+    if len(values) <= 2 * trim:
+        raise ValueError(f"an RCP needs more than {2 * trim} runs, got {len(values)}")
+    ordered = sorted(values)  # the checker sorts first; the sum's order shows in the last digit
+    mean = olympic_mean(ordered, trim)
+    stdev = float(np.std(ordered))
+    m_star = min_acceptable_mean(mean, stdev, len(values) - 2 * trim, submission_runs)
+    return RcpStats(batch_size, len(values), mean, stdev, m_star, mean / m_star)

@@ -1,0 +1,24 @@
+"""The unit of work a backend executes: one RunSpec, tracked in its MLflow run.
+
+Runs in a worker (a local process, a Ray task, a Slurm job). A trainer's exception is a
+result (`failed`, with the traceback), never an exception out of here."""
+
+from __future__ import annotations
+
+import traceback
+
+from orchestrator.tracking import RunLog
+from trainers.contract import RunResult, RunSpec, RunStatus
+from trainers.registry import get_trainer
+
+
+def execute_run(spec_json: str, tracking_uri: str, run_id: str, attempt: int) -> dict:
+    spec = RunSpec.model_validate_json(spec_json)
+    log = RunLog(tracking_uri, run_id, spec.target.metric)
+    log.start(attempt)
+    try:
+        result = get_trainer(spec.trainer_kind).train(spec, log)
+    except Exception:  # noqa: BLE001 - any trainer error is recorded as the run's failure
+        result = RunResult(status=RunStatus.failed, error=traceback.format_exc())
+    log.finish(result)
+    return result.model_dump(mode="json")

@@ -1,0 +1,219 @@
+"""The campaign file: YAML, validated by pydantic, with errors that name the field.
+
+    name: quickstart
+    trainer: {kind: tinylm, d_model: 64}
+    target: {metric: eval_excess_loss, mode: min, value: 0.4}
+    budget: {max_tokens: 2000000, eval_every_tokens: 16384}
+    recipes: [bf16, fp8_tensorwise]          # or {recipe_name: {option: value}}
+    batch_sizes: [32, 128]                   # min first, max last
+    seeds: 4                                 # or {default: 4, nvfp4: 8}
+    hparams: {32: {lr: 0.01, warmup_tokens: 100000}, 128: {...}}
+    backend: {kind: local, workers: 2}
+    tracking: {uri: sqlite:///...}           # default: rcpforge-mlflow.db beside this file
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainers.contract import Budget, Target
+from trainers.recipes import RecipeError, validate_recipe_options
+from trainers.registry import TrainerError, validate_hparams, validate_trainer_settings
+
+DEFAULT_DB = "rcpforge-mlflow.db"
+
+
+class CampaignError(ValueError):
+    """A campaign that cannot be used; the message names the file, the field and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RecipeChoice(_Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class LocalBackendSpec(_Strict):
+    kind: Literal["local"] = "local"
+    workers: int = Field(2, ge=1, le=512)
+    # A run that fails (crash, worker killed) is retried until it has this many attempts.
+    max_attempts: int = Field(2, ge=1, le=100)
+
+
+class TrackingSpec(_Strict):
+    uri: str | None = None
+
+
+class RcpSpec(_Strict):
+    """How runs become MLCommons RCPs: the benchmark name written into the RCP files and
+    the number of runs a submission of it has (N; RCPs need 2N runs)."""
+
+    benchmark: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$")
+    submission_runs: int | None = Field(None, ge=3)
+
+
+class Campaign(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    trainer: dict[str, Any]
+    target: Target
+    budget: Budget
+    recipes: list[RecipeChoice] = Field(min_length=1)
+    batch_sizes: list[int] = Field(min_length=2)
+    seeds: dict[str, int]
+    hparams: dict[int, dict[str, Any]]
+    backend: LocalBackendSpec = Field(default_factory=LocalBackendSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    rcp: RcpSpec = Field(default_factory=RcpSpec)
+    # Where the campaign file lives: relative paths and the default store resolve here.
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("recipes", mode="before")
+    @classmethod
+    def _recipe_forms(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        out = []
+        for item in value:
+            if isinstance(item, str):
+                out.append({"name": item})
+            elif isinstance(item, dict) and len(item) == 1:
+                (name, options), = item.items()
+                out.append({"name": name, "options": options or {}})
+            else:
+                raise ValueError(f"each recipe is a name or {{name: {{options}}}}, got {item!r}")
+        return out
+
+    @field_validator("recipes")
+    @classmethod
+    def _recipes_known(cls, value: list[RecipeChoice]) -> list[RecipeChoice]:
+        names = [r.name for r in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"recipe listed twice: {', '.join(dupes)}")
+        try:
+            return [RecipeChoice(name=r.name, options=validate_recipe_options(r.name, r.options)) for r in value]
+        except RecipeError as err:
+            raise ValueError(str(err)) from None
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _batch_sizes_ordered(cls, value: list[int]) -> list[int]:
+        if any(b <= 0 for b in value):
+            raise ValueError(f"batch sizes must be positive, got {value}")
+        if any(a >= b for a, b in zip(value, value[1:])):
+            raise ValueError(
+                f"must be strictly increasing, min first and max last; got {value}, "
+                f"write {sorted(set(value))}"
+            )
+        return value
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_forms(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"default": value}
+        if isinstance(value, dict) and "default" not in value:
+            raise ValueError("a per-recipe seeds mapping needs a 'default' entry, e.g. {default: 4, nvfp4: 8}")
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_positive(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = {k: v for k, v in value.items() if v < 1}
+        if bad:
+            raise ValueError(f"runs per cell must be at least 1, got {bad}")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Campaign:
+        recipes = {r.name for r in self.recipes}
+        unknown = sorted(set(self.seeds) - recipes - {"default"})
+        if unknown:
+            raise ValueError(f"seeds: {', '.join(unknown)} is not among the campaign's recipes {sorted(recipes)}")
+        try:
+            object.__setattr__(self, "trainer", validate_trainer_settings(self.trainer))
+            missing = [b for b in self.batch_sizes if b not in self.hparams]
+            if missing:
+                raise ValueError(
+                    f"hparams: no entry for batch size {', '.join(map(str, missing))}; "
+                    f"every batch size needs at least lr and warmup_tokens"
+                )
+            hparams = {
+                b: validate_hparams(self.trainer["kind"], hp or {}, f"hparams.{b}")
+                for b, hp in self.hparams.items()
+            }
+        except TrainerError as err:
+            raise ValueError(str(err)) from None
+        object.__setattr__(self, "hparams", hparams)
+        return self
+
+    # --- derived settings -------------------------------------------------------------
+
+    def seeds_for(self, recipe: str) -> int:
+        return self.seeds.get(recipe, self.seeds["default"])
+
+    @property
+    def tracking_uri(self) -> str:
+        if self.tracking.uri:
+            return self.tracking.uri
+        return f"sqlite:///{(self.base_dir / DEFAULT_DB).resolve()}"
+
+    @property
+    def artifact_dir(self) -> Path:
+        return self.base_dir / "mlartifacts"
+
+    @property
+    def benchmark(self) -> str:
+        return self.rcp.benchmark or re.sub(r"[^A-Za-z0-9_]", "_", self.name)
+
+    @property
+    def submission_runs(self) -> int:
+        """N for the RCP statistics: set, or half the smallest cell, at least 3."""
+        if self.rcp.submission_runs:
+            return self.rcp.submission_runs
+        return max(3, min(self.seeds_for(r.name) for r in self.recipes) // 2)
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "missing":
+            msg = "is required but missing; add it to the campaign file"
+        elif e["type"] == "extra_forbidden":
+            msg = "is not a known field; check its spelling"
+        lines.append(f"{loc}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_campaign(data: Any, base_dir: Path = Path("."), source: str = "campaign") -> Campaign:
+    if not isinstance(data, dict):
+        raise CampaignError(f"{source}: expected a mapping of campaign fields at the top level")
+    try:
+        return Campaign.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as err:
+        raise CampaignError(f"{source}: {_format_errors(err)}") from None
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise CampaignError(f"{path}: cannot read the campaign file ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise CampaignError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return parse_campaign(data, path.resolve().parent, str(path))

@@ -1,0 +1,90 @@
+"""Our RCP arithmetic against the reference checker (mlperf-logging is the oracle)."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+
+import mlperf_logging.rcp_checker.rcp_checker as checker_mod
+import numpy as np
+import pytest
+
+from analysis.rcp import min_acceptable_mean, olympic_mean, rcp_stats
+
+RULESETS = ("5.1.0", "6.0.0", "6.1.0")
+
+
+def _shipped_rcp_files():
+    base = os.path.dirname(checker_mod.__file__)
+    for ruleset in RULESETS:
+        for path in sorted(glob.glob(os.path.join(base, f"training_{ruleset}", "rcps_*.json"))):
+            benchmark = os.path.basename(path)[len("rcps_"):-len(".json")]
+            if benchmark in checker_mod.submission_runs["training"]:
+                yield ruleset, benchmark, path
+
+
+@pytest.mark.parametrize("ruleset,benchmark,path", list(_shipped_rcp_files()))
+def test_stats_equal_the_checker_on_every_shipped_rcp(ruleset, benchmark, path):
+    checker = checker_mod.RCP_Checker("training", ruleset, benchmark, verbose=False)
+    raw = json.load(open(path))
+    n = checker_mod.submission_runs["training"][benchmark]
+    for name, record in checker.rcp_data.items():
+        key = "samples to converge" if benchmark in ("llama2_70b_lora", "flux1") else "Epochs to converge"
+        ours = rcp_stats(raw[name][key], record["BS"], benchmark, n)
+        assert ours.mean == record["RCP Mean"]
+        assert ours.stdev == record["RCP Stdev"]
+        assert ours.min_acceptable_mean == record["Min Epochs"]
+        assert ours.max_speedup == record["Max Speedup"]
+
+
+def test_olympic_mean_drops_one_run_at_each_end():
+    assert olympic_mean([10, 1, 5, 6, 100]) == pytest.approx(np.mean([5, 6, 10]))
+    assert olympic_mean([3, 1, 2, 9, 4, 5, 6, 7, 8, 0], trim=4) == pytest.approx(4.5)
+
+
+def test_min_acceptable_mean_matches_the_closed_form():
+    from scipy import stats
+
+    mean, sd, n_ref, n = 1000.0, 50.0, 18, 10
+    m_star = min_acceptable_mean(mean, sd, n_ref, n)
+    closed = mean - stats.t.ppf(0.95, n_ref + n - 2 - 2) * sd * np.sqrt(1 / n_ref + 1 / (n - 2))
+    assert m_star == pytest.approx(closed, rel=6e-5)
+    assert min_acceptable_mean(mean, 0.0, n_ref, n) == mean
+
+
+def test_written_records_load_in_the_checker(tmp_path, monkeypatch):
+    from analysis.rcp_table import rcp_records, rcp_table
+    import pyarrow as pa
+
+    values = {16: [120, 100, 110, 130, 90, 105], 64: [40, 42, 39, 45, 41, 44]}
+    rows = [
+        {"recipe": "bf16", "batch_size": bs, "seed": i, "status": "converged", "samples_to_target": float(v)}
+        for bs, vs in values.items() for i, v in enumerate(vs)
+    ]
+    runs = pa.Table.from_pylist(rows)
+    monkeypatch.setitem(checker_mod.submission_runs["training"], "rcpforge_unit", 3)
+    records = rcp_records(runs, "bf16", "rcpforge_unit", {16: {"lr": 0.1}, 64: {"lr": 0.2}})
+    assert {r["Precision"] for r in records.values()} == {"bf16"}
+    checker = checker_mod.RCP_Checker("training", "6.0.0", "rcpforge_unit", False, io.StringIO(json.dumps(records)))
+    table = {r["batch_size"]: r for r in rcp_table(runs, "rcpforge_unit", 3).to_pylist()}
+    for record in checker.rcp_data.values():
+        row = table[record["BS"]]
+        assert row["olympic_mean"] == record["RCP Mean"]
+        assert row["stdev"] == record["RCP Stdev"]
+        assert row["min_acceptable_mean"] == record["Min Epochs"]
+        assert row["max_speedup"] == record["Max Speedup"]
+
+
+def test_incomplete_cell_gets_no_statistics_and_no_record():
+    from analysis.rcp_table import rcp_records, rcp_table
+    import pyarrow as pa
+
+    rows = [{"recipe": "bf16", "batch_size": 8, "seed": i, "status": s, "samples_to_target": v}
+            for i, (s, v) in enumerate([("converged", 10.0), ("converged", 12.0), ("not_converged", None), ("converged", 11.0)])]
+    runs = pa.Table.from_pylist(rows)
+    row = rcp_table(runs, "x", 3).to_pylist()[0]
+    assert (row["runs"], row["converged"], row["not_converged"]) == (4, 3, 1)
+    assert row["olympic_mean"] is None
+    assert rcp_records(runs, "bf16", "x", {}) == {}

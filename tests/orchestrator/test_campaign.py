@@ -1,0 +1,121 @@
+"""A real campaign end to end: the CLI, local worker processes, a real SQLite MLflow."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+
+import mlperf_logging.rcp_checker.rcp_checker as checker_mod
+import pytest
+from mlflow import MlflowClient
+
+from sweeps.expand import expand
+from sweeps.spec import load_campaign
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from trainers.tracking_schema import TAG_ATTEMPTS, TAG_ERROR, TAG_RUN_KEY, TAG_STATUS
+
+
+def _runs(campaign):
+    client = MlflowClient(tracking_uri=campaign.tracking_uri)
+    exp = client.get_experiment_by_name(campaign.name)
+    return client, client.search_runs([exp.experiment_id], max_results=10_000)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """The tiny campaign, run once by the CLI and then run again."""
+    from tests.conftest import run_cli
+
+    folder = tmp_path_factory.mktemp("campaign")
+    path = write_campaign(folder, tiny_campaign())
+    first = run_cli("run", str(path))
+    assert first.returncode == 0, first.stderr
+    second = run_cli("run", str(path))
+    return path, load_campaign(path), first, second
+
+
+def test_every_run_has_one_mlflow_run_with_the_tag_schema(finished):
+    _, campaign, first, _ = finished
+    specs = {s.run_key: s for s in expand(campaign)}
+    client, runs = _runs(campaign)
+    keys = Counter(r.data.tags[TAG_RUN_KEY] for r in runs)
+    assert set(keys) == set(specs) and set(keys.values()) == {1}
+    for run in runs:
+        spec = specs[run.data.tags[TAG_RUN_KEY]]
+        tags = run.data.tags
+        assert run.info.run_name == f"{spec.recipe}-bs{spec.batch_size}-s{spec.seed}"
+        assert tags["rcpforge.campaign"] == "tiny" and tags["rcpforge.recipe"] == spec.recipe
+        assert int(tags["rcpforge.batch_size"]) == spec.batch_size and int(tags["rcpforge.seed"]) == spec.seed
+        assert tags[TAG_STATUS] == "converged" and run.info.status == "FINISHED"
+        assert float(run.data.params["lr"]) == spec.hparams["lr"]
+        history = client.get_metric_history(run.info.run_id, "eval_excess_loss")
+        steps = [m.step for m in history]
+        assert steps == sorted(set(steps)), "eval points duplicated or out of order"
+        assert run.data.metrics["tokens_to_target"] == steps[-1]
+        assert history[-1].value <= campaign.target.value
+        assert run.data.metrics["samples_to_target"] == steps[-1] // campaign.trainer["context"]
+    assert "launched 12 runs" in first.stdout
+
+
+def test_second_run_launches_nothing(finished):
+    _, campaign, _, second = finished
+    assert second.returncode == 0
+    assert "12 have an outcome" in second.stdout and "0 to launch" in second.stdout
+    assert "nothing to launch" in second.stdout
+    _, runs = _runs(campaign)
+    assert len(runs) == 12
+
+
+def test_analyze_writes_rcps_that_the_checker_reads_as_we_do(finished, tmp_path, cli, monkeypatch):
+    path, campaign, _, _ = finished
+    proc = cli("analyze", str(path), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "rcpforge_tiny" in proc.stdout and "olympic mean" in proc.stdout
+    import csv
+
+    table = list(csv.DictReader(open(tmp_path / "rcp_table.csv")))
+    assert {(r["recipe"], r["batch_size"]) for r in table} == {(r, str(b)) for r in ("bf16", "fp8_tensorwise") for b in (16, 64)}
+    monkeypatch.setitem(checker_mod.submission_runs["training"], "rcpforge_tiny", 3)
+    for recipe in ("bf16", "fp8_tensorwise"):
+        text = (tmp_path / f"rcps_tiny_{recipe}.json").read_text()
+        records = json.loads(text)
+        assert {r["Precision"] for r in records.values()} == {recipe}
+        checker = checker_mod.RCP_Checker("training", "6.0.0", "rcpforge_tiny", False, io.StringIO(text))
+        assert len(checker.rcp_data) == 2
+        for record in checker.rcp_data.values():
+            row = next(r for r in table if r["recipe"] == recipe and int(r["batch_size"]) == record["BS"])
+            assert int(row["runs"]) == int(row["converged"]) == 3
+            assert float(row["olympic_mean"]) == pytest.approx(record["RCP Mean"], rel=1e-12)
+            assert float(row["stdev"]) == pytest.approx(record["RCP Stdev"], rel=1e-12)
+            assert float(row["min_acceptable_mean"]) == pytest.approx(record["Min Epochs"], rel=1e-12)
+
+
+def test_crashing_runs_are_recorded_failed_and_do_not_stop_the_others(tmp_path, cli):
+    data = tiny_campaign(recipes=["bf16"], seeds=4)
+    data["trainer"] = dict(data["trainer"], kind="tests.helpers.faulty:FaultyTrainer", raise_seeds=[1], exit_seeds=[2])
+    data["backend"] = {"kind": "local", "workers": 2, "max_attempts": 2}
+    path = write_campaign(tmp_path, data)
+    proc = cli("run", str(path))
+    assert proc.returncode == 0, proc.stderr
+    campaign = load_campaign(path)
+    _, runs = _runs(campaign)
+    by_seed = {(int(r.data.tags["rcpforge.seed"]), int(r.data.tags["rcpforge.batch_size"])): r for r in runs}
+    assert len(runs) == 8
+    for (seed, _bs), run in by_seed.items():
+        tags = run.data.tags
+        if seed == 1:
+            assert tags[TAG_STATUS] == "failed" and "injected failure for seed 1" in tags[TAG_ERROR]
+        elif seed == 2:
+            assert tags[TAG_STATUS] == "failed" and "worker process died (exit code 3)" in tags[TAG_ERROR]
+        else:
+            assert tags[TAG_STATUS] == "converged"
+        if seed in (1, 2):
+            assert tags[TAG_ATTEMPTS] == "2" and run.info.status == "FAILED"
+    assert "4 converged" in proc.stdout and "4 failed" in proc.stdout
+    again = cli("run", str(path))
+    assert "4 failed with no attempts left, 0 to launch" in again.stdout
+    retried = cli("run", str(path), "--retry-failed")
+    assert "4 to launch" in retried.stdout
+    _, runs = _runs(campaign)
+    assert len(runs) == 8  # retries reattach to the same MLflow runs

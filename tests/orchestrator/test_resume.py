@@ -1,0 +1,67 @@
+"""Kill the orchestrator mid-campaign, start it again: every run key ends with exactly one
+MLflow run and one outcome, and no eval point is written twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from mlflow import MlflowClient
+
+from sweeps.spec import load_campaign
+from tests.conftest import ROOT, run_cli
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from trainers.tracking_schema import TAG_RUN_KEY, TAG_STATUS
+
+
+def _statuses(campaign):
+    client = MlflowClient(tracking_uri=campaign.tracking_uri)
+    exp = client.get_experiment_by_name(campaign.name)
+    if exp is None:
+        return client, []
+    return client, client.search_runs([exp.experiment_id], max_results=10_000)
+
+
+def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
+    data = tiny_campaign(recipes=["bf16"], seeds=4)
+    path = write_campaign(tmp_path, data)
+    campaign = load_campaign(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", str(path)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    # wait until some runs are done and others are mid-flight, then kill without warning
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        _, runs = _statuses(campaign)
+        statuses = Counter(r.data.tags.get(TAG_STATUS) for r in runs)
+        if statuses["converged"] >= 2 and statuses["running"] >= 1:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        raise AssertionError(f"campaign never reached a mid-flight state: {statuses}")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    done_before = {r.data.tags[TAG_RUN_KEY]: r.info.run_id for r in runs if r.data.tags[TAG_STATUS] == "converged"}
+
+    resumed = run_cli("run", str(path))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done_before)} have an outcome" in resumed.stdout
+
+    client, runs = _statuses(campaign)
+    keys = Counter(r.data.tags[TAG_RUN_KEY] for r in runs)
+    assert len(keys) == 8 and set(keys.values()) == {1}
+    assert all(r.data.tags[TAG_STATUS] == "converged" for r in runs)
+    for run in runs:
+        key = run.data.tags[TAG_RUN_KEY]
+        if key in done_before:
+            assert run.info.run_id == done_before[key]
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval_excess_loss")]
+        assert len(steps) == len(set(steps)), f"duplicated eval points in {run.info.run_name}"
+        assert len(client.get_metric_history(run.info.run_id, "tokens_to_target")) == 1

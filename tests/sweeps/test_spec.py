@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sweeps.expand import expand
+from sweeps.spec import CampaignError, load_campaign, parse_campaign
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.conftest import ROOT
+
+
+def test_quickstart_is_valid_and_expands_to_every_cell():
+    campaign = load_campaign(ROOT / "sweeps/examples/quickstart.yaml")
+    specs = expand(campaign)
+    cells = {(s.recipe, s.batch_size) for s in specs}
+    assert cells == {(r, b) for r in ("bf16", "fp8_tensorwise") for b in (32, 128)}
+    assert len(specs) == 4 * len(cells)
+    assert len({s.run_key for s in specs}) == len(specs)
+    assert campaign.tracking_uri.endswith("sweeps/examples/rcpforge-mlflow.db")
+
+
+def _error(data) -> str:
+    with pytest.raises(CampaignError) as info:
+        parse_campaign(data, source="c.yaml")
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unknown_field_is_named():
+    data = tiny_campaign()
+    data["bugdet"] = data.pop("budget")
+    message = _error(data)
+    assert "bugdet" in message and "budget" in message
+
+
+def test_unknown_recipe_lists_valid_ones():
+    message = _error(tiny_campaign(recipes=["bf16", "fp9"]))
+    assert "fp9" in message and "fp8_tensorwise" in message and "recipes" in message
+
+
+def test_batch_sizes_min_above_max():
+    message = _error(tiny_campaign(batch_sizes=[64, 16]))
+    assert "batch_sizes" in message and "[16, 64]" in message
+
+
+def test_missing_target():
+    data = tiny_campaign()
+    del data["target"]
+    assert "target" in _error(data)
+
+
+def test_missing_hparams_for_a_batch_size():
+    data = tiny_campaign(batch_sizes=[16, 32, 64])
+    message = _error(data)
+    assert "hparams" in message and "32" in message
+
+
+def test_bad_hparam_names_the_field_and_valid_ones():
+    data = tiny_campaign()
+    data["hparams"][16] = {"lr": -1, "warmup_tokens": 0}
+    message = _error(data)
+    assert "hparams.16.lr" in message
+
+
+def test_unknown_hparam_is_rejected():
+    data = tiny_campaign()
+    data["hparams"][16]["momentum"] = 0.9
+    assert "momentum" in _error(data)
+
+
+def test_seeds_per_recipe_override():
+    campaign = parse_campaign(tiny_campaign(seeds={"default": 2, "fp8_tensorwise": 5}))
+    counts = {}
+    for spec in expand(campaign):
+        counts[spec.recipe] = counts.get(spec.recipe, 0) + 1
+    assert counts == {"bf16": 2 * 2, "fp8_tensorwise": 5 * 2}
+    assert "nvfp4" in _error(tiny_campaign(seeds={"default": 2, "nvfp4": 3}))
+
+
+def test_recipe_options_unknown_option():
+    message = _error(tiny_campaign(recipes=["bf16", {"fp8_tensorwise": {"bf16_last_blocks": 2}}]))
+    assert "bf16_last_blocks" in message
+
+
+def test_eval_cadence_larger_than_budget():
+    message = _error(tiny_campaign(budget={"max_tokens": 100, "eval_every_tokens": 1000}))
+    assert "eval_every_tokens" in message
+
+
+def test_bad_trainer_setting():
+    data = tiny_campaign()
+    data["trainer"]["n_heads"] = 3
+    assert "n_heads" in _error(data)
+
+
+def test_cli_reports_one_line_without_traceback(tmp_path, cli):
+    data = tiny_campaign(recipes=["bf16", "fp9"])
+    path = write_campaign(tmp_path, data)
+    proc = cli("run", str(path))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "fp9" in lines[0]
+
+
+def test_cli_reports_bad_yaml_with_position(tmp_path, cli):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\ntarget: [1, 2\n")
+    proc = cli("run", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "line" in proc.stderr and "broken.yaml" in proc.stderr
+
+
+def test_cli_validation_does_not_import_torch(tmp_path):
+    # campaign validation is on the path of every command: keep it light
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from sweeps.spec import load_campaign; "
+        f"load_campaign({str(ROOT / 'sweeps/examples/quickstart.yaml')!r}); "
+        "print('torch' in sys.modules, 'mlflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_yaml_roundtrip_keeps_integer_batch_keys(tmp_path):
+    path = write_campaign(tmp_path, tiny_campaign())
+    assert yaml.safe_load(path.read_text())["hparams"][16]["lr"] == 0.01
+    assert load_campaign(path).hparams[16]["lr"] == 0.01

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from sweeps.expand import expand
+from sweeps.spec import parse_campaign
+from tests.conftest import ROOT
+from tests.helpers.campaigns import tiny_campaign
+from trainers.contract import RunSpec, Target
+
+
+def _first_spec(**overrides) -> RunSpec:
+    return expand(parse_campaign(tiny_campaign(**overrides)))[0]
+
+
+def test_run_key_is_the_same_for_the_same_runs():
+    assert _first_spec().run_key == _first_spec().run_key
+
+
+def test_run_key_ignores_campaign_name_and_dict_order():
+    base = _first_spec()
+    renamed = _first_spec(name="another-name")
+    assert renamed.run_key == base.run_key
+    reordered = RunSpec.model_validate(dict(reversed(list(json.loads(base.model_dump_json()).items()))))
+    assert reordered.run_key == base.run_key
+
+
+def test_run_key_changes_with_every_decisive_field():
+    base = _first_spec()
+    data = tiny_campaign()
+    data["hparams"][16]["lr"] = 0.02
+    changed = [
+        base.model_copy(update={"seed": 1}),
+        base.model_copy(update={"recipe": "fp8_tensorwise"}),
+        base.model_copy(update={"batch_size": 64}),
+        base.model_copy(update={"target": Target(metric="eval_excess_loss", mode="min", value=0.2)}),
+        expand(parse_campaign(data))[0],
+        _first_spec(budget={"max_tokens": 500_000, "eval_every_tokens": 4096}),
+    ]
+    trainer = dict(base.trainer, d_model=64)
+    changed.append(base.model_copy(update={"trainer": trainer}))
+    keys = {spec.run_key for spec in changed}
+    assert base.run_key not in keys and len(keys) == len(changed)
+
+
+def test_run_key_is_stable_across_processes():
+    spec = _first_spec()
+    code = (
+        "import sys; from trainers.contract import RunSpec; "
+        "print(RunSpec.model_validate_json(sys.stdin.read()).run_key)"
+    )
+    for hashseed in ("1", "987"):
+        out = subprocess.run(
+            [sys.executable, "-c", code], input=spec.model_dump_json(), cwd=ROOT, text=True,
+            capture_output=True, check=True, env={**os.environ, "PYTHONHASHSEED": hashseed},
+        )
+        assert out.stdout.strip() == spec.run_key
+
+
+def test_target_reached_follows_the_mode():
+    low = Target(metric="m", mode="min", value=1.0)
+    high = Target(metric="m", mode="max", value=1.0)
+    assert low.reached(1.0) and low.reached(0.5) and not low.reached(1.01)
+    assert high.reached(1.0) and not high.reached(0.99)
+    assert not low.reached(float("nan")) and not high.reached(float("inf"))

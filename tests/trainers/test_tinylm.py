@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweeps.expand import expand
+from sweeps.spec import parse_campaign
+from tests.helpers.campaigns import tiny_campaign
+from trainers.contract import EvalPoint, RunStatus
+from trainers.tinylm.data import Batches, MarkovSource
+from trainers.tinylm.settings import MarkovData
+from trainers.tinylm.train import TinyLMTrainer
+
+
+class Recorder:
+    def __init__(self):
+        self.points: list[EvalPoint] = []
+
+    def eval_point(self, point: EvalPoint) -> None:
+        self.points.append(point)
+
+
+def _spec(**overrides):
+    recipe = overrides.pop("recipe", "bf16")
+    seed = overrides.pop("seed", 0)
+    specs = expand(parse_campaign(tiny_campaign(**overrides)))
+    return next(s for s in specs if s.recipe == recipe and s.seed == seed and s.batch_size == 16)
+
+
+def _train(spec):
+    rec = Recorder()
+    return TinyLMTrainer().train(spec, rec), rec.points
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_tensorwise"])
+def test_same_spec_gives_the_same_tokens_to_target(recipe):
+    spec = _spec(recipe=recipe)
+    first, curve1 = _train(spec)
+    second, curve2 = _train(spec)
+    assert first.status is RunStatus.converged
+    assert first.tokens_to_target == second.tokens_to_target
+    assert [p.metrics for p in curve1] == [p.metrics for p in curve2]
+    other, curve3 = _train(_spec(recipe=recipe, seed=1))
+    assert [p.metrics for p in curve3] != [p.metrics for p in curve1]
+
+
+def test_stops_at_the_first_eval_that_meets_the_target():
+    spec = _spec()
+    result, points = _train(spec)
+    assert result.status is RunStatus.converged
+    values = [p.metrics[spec.target.metric] for p in points]
+    assert values[-1] <= spec.target.value
+    assert all(v > spec.target.value for v in values[:-1])
+    assert result.tokens_to_target == points[-1].tokens
+    assert result.samples_to_target == points[-1].tokens // spec.trainer["context"]
+    # evals happen at the cadence, in tokens
+    every = spec.budget.eval_every_tokens
+    assert all(p.tokens % every < spec.batch_size * spec.trainer["context"] for p in points)
+
+
+def test_unreachable_target_spends_the_budget():
+    spec = _spec(target={"metric": "eval_excess_loss", "mode": "min", "value": -1.0},
+                 budget={"max_tokens": 20_000, "eval_every_tokens": 4096})
+    result, points = _train(spec)
+    assert result.status is RunStatus.not_converged
+    assert result.tokens_to_target is None
+    assert result.tokens_trained >= 20_000 and points[-1].tokens == result.tokens_trained
+
+
+def test_huge_learning_rate_is_recorded_as_diverged():
+    data = tiny_campaign(budget={"max_tokens": 100_000, "eval_every_tokens": 4096})
+    data["hparams"][16] = {"lr": 1e6, "warmup_tokens": 0}
+    data["trainer"]["diverge_loss"] = 3.0
+    spec = next(s for s in expand(parse_campaign(data)) if s.batch_size == 16)
+    result, _ = _train(spec)
+    assert result.status is RunStatus.diverged
+    assert result.error
+
+
+def test_markov_source_loss_is_its_entropy_on_its_own_samples():
+    import numpy as np
+
+    source = MarkovSource(MarkovData(vocab=8, branching=2, data_seed=3))
+    seqs = source.sample(np.random.default_rng(0), 4000, 9)
+    # no model can beat the source on average: a uniform guess is worse
+    assert source.loss_of(seqs) < math.log(8)
+    # empirical frequencies of successors match the source's probabilities
+    ctx = seqs[:, 0] * 8 + seqs[:, 1]
+    c = int(np.bincount(ctx).argmax())
+    follow = seqs[ctx == c, 2]
+    freq = np.bincount(follow, minlength=8) / len(follow)
+    assert np.abs(freq - source.probs[c]).max() < 0.05
+
+
+def test_eval_set_does_not_depend_on_the_run_seed():
+    data = MarkovData(vocab=8, branching=2, data_seed=3)
+    a, b = Batches(data, 8, 1024, seed=0), Batches(data, 8, 1024, seed=1)
+    assert (a.eval.tokens == b.eval.tokens).all()
+    assert not (a.next(4) == b.next(4)).all()

@@ -1,0 +1,128 @@
+"""The run contract shared by every part of rcpforge.
+
+A `RunSpec` is everything that decides the result of one training run; its `run_key`
+is a stable hash of exactly that, so a campaign does each run once and only once.
+A trainer turns a RunSpec into a `RunResult`, reporting `EvalPoint`s as they happen.
+
+This module must stay free of torch and mlflow: the CLI, the campaign validator and
+the analysis import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from enum import Enum
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Bump when the meaning of a RunSpec field changes, so old ledgers are not reused.
+RUN_KEY_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Target(_Frozen):
+    """The eval metric a run must reach. MLPerf semantics: the first eval that meets
+    it ends the run; there is no interpolation between evals."""
+
+    metric: str = Field(min_length=1)
+    mode: Literal["min", "max"]
+    value: float
+
+    def reached(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        return value <= self.value if self.mode == "min" else value >= self.value
+
+
+class Budget(_Frozen):
+    max_tokens: int = Field(gt=0)
+    eval_every_tokens: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _eval_within_budget(self) -> Budget:
+        if self.eval_every_tokens > self.max_tokens:
+            raise ValueError(
+                f"eval_every_tokens ({self.eval_every_tokens}) is larger than max_tokens "
+                f"({self.max_tokens}): no eval would ever run; lower eval_every_tokens"
+            )
+        return self
+
+
+class RunStatus(str, Enum):
+    pending = "pending"
+    running = "running"
+    converged = "converged"
+    not_converged = "not_converged"
+    diverged = "diverged"
+    failed = "failed"
+    preempted = "preempted"
+
+    @property
+    def is_outcome(self) -> bool:
+        """Only outcomes are counted in statistics and never re-run."""
+        return self in OUTCOMES
+
+
+OUTCOMES = frozenset({RunStatus.converged, RunStatus.not_converged, RunStatus.diverged})
+
+
+class RunSpec(_Frozen):
+    campaign: str
+    role: Literal["campaign", "tune"] = "campaign"
+    recipe: str
+    recipe_options: dict[str, Any] = Field(default_factory=dict)
+    batch_size: int = Field(gt=0)
+    seed: int = Field(ge=0)
+    hparams: dict[str, float | int | str | bool]
+    target: Target
+    budget: Budget
+    trainer: dict[str, Any]
+
+    @property
+    def trainer_kind(self) -> str:
+        return str(self.trainer["kind"])
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.recipe}-bs{self.batch_size}-s{self.seed}"
+
+    @property
+    def run_key(self) -> str:
+        """Hash of all that decides the result. The campaign name and the role are left
+        out: they say where a run is filed, not what it computes."""
+        decisive = self.model_dump(mode="json", exclude={"campaign", "role"})
+        decisive["_version"] = RUN_KEY_VERSION
+        blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+class EvalPoint(_Frozen):
+    tokens: int
+    samples: int
+    metrics: dict[str, float]
+
+
+class RunResult(_Frozen):
+    status: RunStatus
+    tokens_to_target: int | None = None
+    samples_to_target: int | None = None
+    tokens_trained: int = 0
+    final_metric: float | None = None
+    wall_s: float = 0.0
+    error: str | None = None
+
+
+class Reporter(Protocol):
+    """Receives eval points as they happen (the orchestrator logs them to MLflow)."""
+
+    def eval_point(self, point: EvalPoint) -> None: ...
+
+
+class Trainer(Protocol):
+    def train(self, spec: RunSpec, reporter: Reporter) -> RunResult: ...

@@ -1,0 +1,1 @@
+"""Numeric formats, quantizers and the quantized linear layer (torch)."""

@@ -1,0 +1,90 @@
+"""Trainer kinds: the settings model (torch-free, used to validate campaigns) and the
+trainer class (imported only inside a worker, where the training happens).
+
+A kind is a registered name (`tinylm`), or `module:Class` for a user's own Python
+trainer whose class may define a pydantic `Settings` model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trainers.contract import Trainer
+
+# kind -> (settings model, hyperparameters model, trainer class)
+_BUILTIN: dict[str, tuple[str, str, str]] = {
+    "tinylm": (
+        "trainers.tinylm.settings:TinyLMSettings",
+        "trainers.tinylm.settings:TinyLMHParams",
+        "trainers.tinylm.train:TinyLMTrainer",
+    ),
+}
+
+
+class TrainerError(ValueError):
+    pass
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise TrainerError(f"cannot import {path!r}: {err}") from None
+
+
+def _model(kind: str, which: int, attr: str) -> type[BaseModel] | None:
+    if kind in _BUILTIN:
+        return _load(_BUILTIN[kind][which])
+    if ":" in kind:
+        return getattr(_load(kind), attr, None)
+    raise TrainerError(
+        f"unknown trainer kind {kind!r}; valid kinds: {', '.join(sorted(_BUILTIN))}, "
+        "or 'package.module:Class' for your own trainer"
+    )
+
+
+def validate_trainer_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Validate `trainer:` of a campaign; returns it with defaults filled in, so that the
+    run key covers every setting that decides the result."""
+    kind = settings.get("kind")
+    if not isinstance(kind, str):
+        raise TrainerError("trainer.kind is missing; set it, for example `kind: tinylm`")
+    model = _model(kind, 0, "Settings")
+    rest = {k: v for k, v in settings.items() if k != "kind"}
+    if model is None:
+        return {"kind": kind, **rest}
+    try:
+        parsed = model.model_validate(rest)
+    except ValidationError as err:
+        raise TrainerError(_first_error(err, "trainer")) from None
+    return {"kind": kind, **parsed.model_dump(mode="json")}
+
+
+def _first_error(err: ValidationError, prefix: str) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{prefix}.{where}: {first['msg']}" if where else f"{prefix}: {first['msg']}"
+
+
+def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validate one batch size's hyperparameters against what the trainer reads."""
+    model = _model(kind, 1, "HParams")
+    if model is None:
+        return dict(hparams)
+    try:
+        return model.model_validate(hparams).model_dump(mode="json")
+    except ValidationError as err:
+        valid = ", ".join(model.model_fields)
+        raise TrainerError(f"{_first_error(err, where)} (hyperparameters of {kind}: {valid})") from None
+
+
+def get_trainer(kind: str) -> Trainer:
+    if kind in _BUILTIN:
+        return _load(_BUILTIN[kind][2])()
+    if ":" in kind:
+        return _load(kind)()
+    raise TrainerError(f"unknown trainer kind {kind!r}")

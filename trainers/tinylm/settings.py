@@ -1,0 +1,71 @@
+"""Settings of the built-in tiny language model (torch-free: campaigns validate them)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class MarkovData(BaseModel):
+    """A seeded sparse order-2 Markov source over `vocab` symbols: each context has
+    `branching` successors with Dirichlet(1) weights, mixed with `noise` uniform mass.
+    Its entropy rate is known exactly, so a target like 'eval loss within 0.4 nat of the
+    best possible loss' means the same thing for every recipe."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    source: Literal["markov"] = "markov"
+    vocab: int = Field(32, ge=4, le=4096)
+    branching: int = Field(4, ge=1)
+    noise: float = Field(0.01, ge=0.0, lt=1.0)
+    data_seed: int = Field(1234, ge=0)
+
+    @model_validator(mode="after")
+    def _branching_fits(self) -> MarkovData:
+        if self.branching > self.vocab:
+            raise ValueError(f"branching ({self.branching}) cannot exceed vocab ({self.vocab})")
+        return self
+
+
+class TextData(BaseModel):
+    """Bytes of a user-supplied text file; the last `eval_fraction` is held out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    source: Literal["text"]
+    path: str
+    eval_fraction: float = Field(0.1, gt=0.0, lt=0.5)
+
+
+class TinyLMSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    data: MarkovData | TextData = Field(default_factory=MarkovData, discriminator="source")
+    context: int = Field(16, ge=2, le=4096)
+    d_model: int = Field(64, ge=8)
+    n_layers: int = Field(2, ge=1)
+    n_heads: int = Field(4, ge=1)
+    mlp_ratio: int = Field(4, ge=1)
+    eval_tokens: int = Field(8192, ge=64)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    # Threads per run: results are deterministic for a fixed count; 1 suits one run
+    # per core.
+    threads: int = Field(1, ge=1)
+    # A run whose eval loss exceeds this many nats is stopped as diverged.
+    diverge_loss: float = Field(20.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyLMSettings:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        return self
+
+
+class TinyLMHParams(BaseModel):
+    """Hyperparameters tuned per batch size. The LR warms up linearly over
+    `warmup_tokens`, then stays constant."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    lr: float = Field(gt=0.0)
+    warmup_tokens: int = Field(ge=0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.95, ge=0.0, lt=1.0)

@@ -1,0 +1,113 @@
+"""The built-in trainer: trains the tiny LM until the first eval that meets the target,
+the token budget, or divergence. All randomness derives from the run's seed."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.precision.linear import linear_for
+from trainers.recipes import get_recipe
+from trainers.tinylm.data import Batches, EvalSet
+from trainers.tinylm.model import TinyLM
+from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
+
+EVAL_BATCH = 256
+
+
+def _autocast():
+    # Everything that is not a quantized GEMM input runs in the BF16 reference precision.
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def evaluate(model: TinyLM, eval_set: EvalSet) -> dict[str, float]:
+    model.eval()
+    seqs = torch.from_numpy(eval_set.tokens)
+    total, count = 0.0, 0
+    for i in range(0, len(seqs), EVAL_BATCH):
+        chunk = seqs[i : i + EVAL_BATCH]
+        with _autocast():
+            loss = model(chunk[:, :-1], chunk[:, 1:])
+        total += float(loss) * chunk.shape[0]
+        count += chunk.shape[0]
+    model.train()
+    metrics = {"eval_loss": total / count}
+    if eval_set.source_loss is not None:
+        metrics["eval_excess_loss"] = metrics["eval_loss"] - eval_set.source_loss
+    return metrics
+
+
+def lr_at(tokens: int, hp: TinyLMHParams) -> float:
+    if hp.warmup_tokens and tokens < hp.warmup_tokens:
+        return hp.lr * (tokens + 1) / hp.warmup_tokens
+    return hp.lr
+
+
+class TinyLMTrainer:
+    def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
+        start = time.monotonic()
+        cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
+        hp = TinyLMHParams.model_validate(spec.hparams)
+        torch.set_num_threads(cfg.threads)
+        torch.manual_seed(spec.seed)
+        data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed)
+        model = TinyLM(cfg, data.vocab, linear_for(get_recipe(spec.recipe)))
+        decay, no_decay = [], []
+        for name, p in model.named_parameters():
+            (decay if p.dim() >= 2 and "pos" not in name and "tok" not in name else no_decay).append(p)
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr,
+            betas=(hp.beta1, hp.beta2),
+        )
+        if spec.target.metric not in evaluate(model, data.eval):
+            raise ValueError(
+                f"target metric {spec.target.metric!r} is not reported by tinylm with "
+                f"{cfg.data.source} data; it reports {sorted(evaluate(model, data.eval))}"
+            )
+
+        tokens_per_step = spec.batch_size * cfg.context
+        tokens, next_eval = 0, spec.budget.eval_every_tokens
+
+        def result(status: RunStatus, metric: float | None, error: str | None = None) -> RunResult:
+            converged = status is RunStatus.converged
+            return RunResult(
+                status=status,
+                tokens_to_target=tokens if converged else None,
+                samples_to_target=tokens // cfg.context if converged else None,
+                tokens_trained=tokens,
+                final_metric=metric,
+                wall_s=time.monotonic() - start,
+                error=error,
+            )
+
+        metric: float | None = None
+        while tokens < spec.budget.max_tokens:
+            batch = torch.from_numpy(data.next(spec.batch_size))
+            for group in opt.param_groups:
+                group["lr"] = lr_at(tokens, hp)
+            with _autocast():
+                loss = model(batch[:, :-1], batch[:, 1:])
+            if not math.isfinite(loss.item()):
+                return result(RunStatus.diverged, metric, f"non-finite training loss at {tokens} tokens")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            tokens += tokens_per_step
+            if tokens < next_eval and tokens < spec.budget.max_tokens:
+                continue
+            next_eval = (tokens // spec.budget.eval_every_tokens + 1) * spec.budget.eval_every_tokens
+            metrics = evaluate(model, data.eval)
+            metric = metrics[spec.target.metric]
+            reporter.eval_point(EvalPoint(tokens=tokens, samples=tokens // cfg.context, metrics=metrics))
+            if spec.target.reached(metric):
+                return result(RunStatus.converged, metric)
+            if not np.isfinite(metrics["eval_loss"]) or metrics["eval_loss"] > cfg.diverge_loss:
+                return result(RunStatus.diverged, metric, f"eval loss {metrics['eval_loss']:.3g} at {tokens} tokens")
+        return result(RunStatus.not_converged, metric)

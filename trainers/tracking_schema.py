@@ -1,0 +1,25 @@
+"""How a run is filed in MLflow: the tag and metric names that the orchestrator writes
+and the analysis reads. Experiment = campaign; one MLflow run per run key; params are
+the hyperparameters (and `recipe.<option>`); the eval curve is logged as metrics with
+step = tokens (plus `samples` at the same step)."""
+
+from __future__ import annotations
+
+TAG_PREFIX = "rcpforge."
+TAG_CAMPAIGN = "rcpforge.campaign"
+TAG_ROLE = "rcpforge.role"
+TAG_RUN_KEY = "rcpforge.run_key"
+TAG_RECIPE = "rcpforge.recipe"
+TAG_BATCH_SIZE = "rcpforge.batch_size"
+TAG_SEED = "rcpforge.seed"
+TAG_STATUS = "rcpforge.status"
+TAG_ATTEMPTS = "rcpforge.attempts"
+TAG_TRAINER = "rcpforge.trainer"
+TAG_TARGET_METRIC = "rcpforge.target_metric"
+TAG_SPEC = "rcpforge.spec"
+TAG_ERROR = "rcpforge.error"
+
+METRIC_TOKENS_TO_TARGET = "tokens_to_target"
+METRIC_SAMPLES_TO_TARGET = "samples_to_target"
+METRIC_TOKENS_TRAINED = "tokens_trained"
+METRIC_WALL_S = "run_wall_s"
