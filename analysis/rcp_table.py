@@ -8,7 +8,6 @@ with its counts and no statistics, so a failed seed never silently shrinks an RC
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from datetime import datetime, timezone
@@ -113,7 +112,3 @@ def write_table_csv(path: Path, table: pa.Table) -> None:
     sink = pa.BufferOutputStream()
     pacsv.write_csv(table, sink)
     write_atomic(path, sink.getvalue().to_pybytes().decode())
-
-
-def is_missing(value: float | None) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))

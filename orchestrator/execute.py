@@ -6,15 +6,16 @@ result (`failed`, with the traceback), never an exception out of here."""
 from __future__ import annotations
 
 import traceback
+from pathlib import Path
 
 from orchestrator.tracking import RunLog
 from trainers.contract import RunResult, RunSpec, RunStatus
 from trainers.registry import get_trainer
 
 
-def execute_run(spec_json: str, tracking_uri: str, run_id: str, attempt: int) -> dict:
+def execute_run(spec_json: str, tracking_uri: str, run_id: str, attempt: int, output_dir: str) -> dict:
     spec = RunSpec.model_validate_json(spec_json)
-    log = RunLog(tracking_uri, run_id, spec.target.metric)
+    log = RunLog(tracking_uri, run_id, spec.target.metric, Path(output_dir))
     log.start(attempt)
     try:
         result = get_trainer(spec.trainer_kind).train(spec, log)

@@ -140,8 +140,10 @@ class RunLog:
     """A worker's handle on its own MLflow run: eval points go out in batches, and on a
     retry the points the run already logged are not written again."""
 
-    def __init__(self, uri: str, run_id: str, target_metric: str, flush_every_s: float = 2.0):
+    def __init__(self, uri: str, run_id: str, target_metric: str, output_dir: Path, flush_every_s: float = 2.0):
         self.client = _client(uri)
+        self.output_dir = output_dir
+        output_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
         self.flush_every_s = flush_every_s
         self._pending: list = []

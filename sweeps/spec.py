@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainers.contract import Budget, Target
+from trainers.contract import Budget, RunSpec, Target
 from trainers.recipes import RecipeError, validate_recipe_options
 from trainers.registry import TrainerError, validate_hparams, validate_trainer_settings
 
@@ -169,6 +169,10 @@ class Campaign(_Strict):
     @property
     def artifact_dir(self) -> Path:
         return self.base_dir / "mlartifacts"
+
+    def run_dir(self, spec: RunSpec) -> Path:
+        """A run's own folder (result files, checkpoints), the same on every attempt."""
+        return self.base_dir / "rcpforge-runs" / self.name / f"{spec.run_name}_{spec.run_key[:12]}"
 
     @property
     def benchmark(self) -> str:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 from enum import Enum
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -119,7 +120,14 @@ class RunResult(_Frozen):
 
 
 class Reporter(Protocol):
-    """Receives eval points as they happen (the orchestrator logs them to MLflow)."""
+    """What a trainer gets besides its RunSpec.
+
+    `eval_point` receives eval points as they happen (the orchestrator logs them to
+    MLflow; extra entries in `metrics`, such as numeric telemetry, are logged beside the
+    eval curve). `output_dir` is this run's own folder, the same on every attempt: result
+    files (MLLOG `result.txt`) and checkpoints go there."""
+
+    output_dir: Path
 
     def eval_point(self, point: EvalPoint) -> None: ...
 

@@ -14,7 +14,8 @@ from trainers.tinylm.train import TinyLMTrainer
 
 
 class Recorder:
-    def __init__(self):
+    def __init__(self, output_dir=None):
+        self.output_dir = output_dir
         self.points: list[EvalPoint] = []
 
     def eval_point(self, point: EvalPoint) -> None:

@@ -1,0 +1,61 @@
+"""`rcpforge run` and `rcpforge recipes`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
+
+
+@app.command()
+def run(
+    campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
+    workers: Optional[int] = typer.Option(None, min=1, help="worker processes (default: backend.workers)"),
+    retry_failed: bool = typer.Option(False, help="launch again the runs that failed on every attempt"),
+) -> None:
+    """Launch every run of the campaign that has no outcome yet."""
+    campaign = load_campaign_or_fail(campaign_file)
+    from orchestrator.campaign import CampaignBusy, run_campaign
+    from orchestrator.progress import RunProgress
+
+    progress = RunProgress(console)
+    try:
+        summary = run_campaign(
+            campaign, workers=workers, retry_failed=retry_failed, on_event=progress.on_event, on_plan=progress.on_plan
+        )
+    except CampaignBusy as err:
+        fail(str(err))
+    except KeyboardInterrupt:
+        progress.close()
+        err_console.print("interrupted: runs in flight were stopped; `rcpforge run` again resumes the campaign")
+        raise typer.Exit(130)
+    finally:
+        progress.close()
+    if summary.launched == 0:
+        console.print(f"campaign {campaign.name}: nothing to launch, every run has an outcome or no attempts left")
+    else:
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.statuses.items()))
+        console.print(f"campaign {campaign.name}: launched {summary.launched} runs; {counts}")
+    console.print(f"tracking store: {campaign.tracking_uri}")
+
+
+@app.command()
+def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """List the precision recipes with their formats and options."""
+    from trainers.recipes import RECIPES
+
+    rows = [r.summary() for r in RECIPES.values()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    view = Table(title="recipes")
+    for col in ("name", "x", "W", "dY", "options", "description"):
+        view.add_column(col)
+    for r in rows:
+        view.add_row(r["name"], r["x"], r["w"], r["dy"], ", ".join(r["options"]) or "-", r["description"])
+    console.print(view)
