@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from sweeps.spec import redact_uri
 from trainers.tracking_schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
@@ -50,7 +51,7 @@ def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Ta
     exp = client.get_experiment_by_name(campaign)
     if exp is None:
         raise NoSuchCampaign(
-            f"no runs of campaign {campaign!r} in {tracking_uri}; run `rcpforge run` first"
+            f"no runs of campaign {campaign!r} in {redact_uri(tracking_uri)}; run `rcpforge run` first"
         )
     rows: dict[str, list] = {name: [] for name in RUN_SCHEMA.names}
     token = None

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
+from sweeps.spec import redact_uri
 
 
 @app.command()
@@ -41,7 +42,7 @@ def run(
     else:
         counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.statuses.items()))
         console.print(f"campaign {campaign.name}: launched {summary.launched} runs; {counts}")
-    console.print(f"tracking store: {campaign.tracking_uri}")
+    console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
 
 
 @app.command()

@@ -1,15 +1,26 @@
-"""What `rcpforge run` shows while it works: a progress bar on a terminal, one plain
-line per event elsewhere (CI, Slurm logs)."""
+"""What `rcpforge run` shows while it works: on a terminal, a live bar per (recipe, batch
+size) with its outcome counts and tokens trained; elsewhere (CI, Slurm logs) one plain
+line per finished run."""
 
 from __future__ import annotations
 
-import time
+from collections import Counter, defaultdict
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from orchestrator.campaign import Plan
 from trainers.contract import RunResult, RunSpec, RunStatus
+
+Cell = tuple[str, int]
 
 
 def describe(result: RunResult) -> str:
@@ -21,15 +32,21 @@ def describe(result: RunResult) -> str:
     return f"{result.status.value} after {result.tokens_trained:,} tokens ({result.wall_s:.1f}s)"
 
 
+def _tokens(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
+
 class RunProgress:
     def __init__(self, console: Console):
         self.console = console
         self.live = console.is_terminal
         self.progress: Progress | None = None
-        self.task = None
+        self.tasks: dict[Cell, TaskID] = {}
+        self.counts: dict[Cell, Counter] = defaultdict(Counter)
+        self.tokens: Counter = Counter()
+        self.cell_total: Counter = Counter()
         self.finished = 0
         self.total = 0
-        self.start = time.monotonic()
 
     def on_plan(self, plan: Plan) -> None:
         self.total = len(plan.launch)
@@ -37,27 +54,50 @@ class RunProgress:
             f"{len(plan.specs)} runs in the campaign: {plan.done} have an outcome, "
             f"{len(plan.gave_up)} failed with no attempts left, {len(plan.launch)} to launch"
         )
-        if self.live and self.total:
-            self.progress = Progress(
-                TextColumn("[bold]runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("eta"), TimeRemainingColumn(), console=self.console,
-            )
-            self.task = self.progress.add_task("runs", total=self.total)
-            self.progress.start()
+        if not (self.live and self.total):
+            return
+        self.progress = Progress(
+            TextColumn("{task.description:<28}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            console=self.console,
+        )
+        per_cell = Counter((s.recipe, s.batch_size) for s in plan.launch)
+        self.cell_total.update(per_cell)
+        for cell, n in sorted(per_cell.items()):
+            self.tasks[cell] = self.progress.add_task(f"{cell[0]} bs{cell[1]}", total=n, counts="")
+        self.progress.start()
 
     def on_event(self, kind: str, spec: RunSpec, result: RunResult | None) -> None:
-        if kind == "start":
+        if kind == "start" or result is None:
             return  # queued, not yet running: only completions are worth a line
-        assert result is not None
-        if kind == "end":
-            self.finished += 1
-            self.console.print(f"[{self.finished}/{self.total}] {spec.run_name}: {describe(result)}")
-        else:  # a failed attempt is launched again: one more run to wait for
+        cell = (spec.recipe, spec.batch_size)
+        if kind == "retry":  # a failed attempt is launched again: one more run to wait for
             self.total += 1
+            self.cell_total[cell] += 1
+            self._update(cell)
             self.console.print(f"retry  {spec.run_name}")
-        if self.progress is not None:
-            self.progress.update(self.task, completed=self.finished, total=self.total)
+            return
+        self.finished += 1
+        self.counts[cell][result.status.value] += 1
+        self.tokens[cell] += result.tokens_trained
+        self._update(cell)
+        if not self.live:
+            self.console.print(f"[{self.finished}/{self.total}] {spec.run_name}: {describe(result)}")
+        elif result.status is not RunStatus.converged:
+            self.console.print(f"{spec.run_name}: {describe(result)}")
+
+    def _update(self, cell: Cell) -> None:
+        if self.progress is None or cell not in self.tasks:
+            return
+        task = self.tasks[cell]
+        c = self.counts[cell]
+        counts = (
+            f"conv {c['converged']}  not {c['not_converged']}  div {c['diverged']}  fail {c['failed']}"
+            f"  {_tokens(self.tokens[cell])} tokens"
+        )
+        self.progress.update(task, completed=sum(c.values()), total=self.cell_total[cell], counts=counts)
 
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None

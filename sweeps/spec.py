@@ -29,7 +29,11 @@ DEFAULT_DB = "rcpforge-mlflow.db"
 
 
 class CampaignError(ValueError):
-    """A campaign that cannot be used; the message names the file, the field and the fix."""
+    """A campaign that cannot be used; the message names the file, the field and the fix,
+    on one line: control characters from the file are shown escaped."""
+
+    def __init__(self, message: str):
+        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in message))
 
 
 class _Strict(BaseModel):
@@ -186,10 +190,20 @@ class Campaign(_Strict):
         return max(3, min(self.seeds_for(r.name) for r in self.recipes) // 2)
 
 
+# userinfo "user:password@" sits before the first "/" of the authority
+_URI_PASSWORD = re.compile(r"(?P<head>://[^/:@\s]*:)[^@\s/]*(?P<at>@)")
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any password replaced by ***, for everything a person or a log sees."""
+    return _URI_PASSWORD.sub(r"\g<head>***\g<at>", uri)
+
+
 def _format_errors(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        loc = ".".join(p if isinstance(p, str) and p.isidentifier() else repr(p) if isinstance(p, str) else str(p)
+                       for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "missing":
             msg = "is required but missing; add it to the campaign file"
