@@ -22,3 +22,18 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory):
+    """The tiny campaign (12 real runs), run once by the CLI and then run again; shared
+    by every test that needs a finished campaign."""
+    from sweeps.spec import load_campaign
+    from tests.helpers.campaigns import tiny_campaign, write_campaign
+
+    folder = tmp_path_factory.mktemp("campaign")
+    path = write_campaign(folder, tiny_campaign())
+    first = run_cli("run", str(path))
+    assert first.returncode == 0, first.stderr
+    second = run_cli("run", str(path))
+    return path, load_campaign(path), first, second

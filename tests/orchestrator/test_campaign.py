@@ -22,19 +22,6 @@ def _runs(campaign):
     return client, client.search_runs([exp.experiment_id], max_results=10_000)
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """The tiny campaign, run once by the CLI and then run again."""
-    from tests.conftest import run_cli
-
-    folder = tmp_path_factory.mktemp("campaign")
-    path = write_campaign(folder, tiny_campaign())
-    first = run_cli("run", str(path))
-    assert first.returncode == 0, first.stderr
-    second = run_cli("run", str(path))
-    return path, load_campaign(path), first, second
-
-
 def test_every_run_has_one_mlflow_run_with_the_tag_schema(finished):
     _, campaign, first, _ = finished
     specs = {s.run_key: s for s in expand(campaign)}

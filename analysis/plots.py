@@ -1,0 +1,118 @@
+"""The report's figures (matplotlib, rendered to PNG bytes)."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+
+def _tokens_axis(ax) -> None:
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v / 1e6:g}M" if abs(v) >= 1e6 else f"{v / 1e3:g}k" if v else "0"))
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _cells(runs: pa.Table) -> list[tuple[str, int]]:
+    return sorted({(r, b) for r, b in zip(runs["recipe"].to_pylist(), runs["batch_size"].to_pylist())})
+
+
+def eval_curves(runs: pa.Table, curves: pa.Table, metric: str, target: float) -> bytes:
+    """One panel per (recipe, batch size): every seed's eval curve and the target line."""
+    cells = _cells(runs)
+    recipes = sorted({c[0] for c in cells})
+    sizes = sorted({c[1] for c in cells})
+    fig, axes = plt.subplots(len(recipes), len(sizes), figsize=(4.2 * len(sizes), 3.0 * len(recipes)),
+                             squeeze=False, sharey=True, layout="constrained")
+    seed_of = dict(zip(runs["run_id"].to_pylist(), runs["seed"].to_pylist()))
+    cell_of = dict(zip(runs["run_id"].to_pylist(), zip(runs["recipe"].to_pylist(), runs["batch_size"].to_pylist())))
+    series: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for run_id, name, tokens, value in zip(*(curves[c].to_pylist() for c in ("run_id", "metric", "tokens", "value"))):
+        if name == metric:
+            series[run_id][0].append(tokens)
+            series[run_id][1].append(value)
+    for run_id, (xs, ys) in series.items():
+        recipe, bs = cell_of[run_id]
+        ax = axes[recipes.index(recipe)][sizes.index(bs)]
+        ax.plot(xs, ys, lw=1, label=f"seed {seed_of[run_id]}")
+    for i, recipe in enumerate(recipes):
+        for j, bs in enumerate(sizes):
+            ax = axes[i][j]
+            ax.axhline(target, color="black", ls="--", lw=1)
+            ax.set_title(f"{recipe}, batch {bs}", fontsize=10)
+            ax.set_xlabel("tokens")
+            _tokens_axis(ax)
+            if j == 0:
+                ax.set_ylabel(metric)
+    return _png(fig)
+
+
+def tokens_distribution(runs: pa.Table, batch_sizes: list[int]) -> bytes:
+    """Tokens-to-target of every converged run, per recipe, at the given batch sizes."""
+    recipes = sorted(set(runs["recipe"].to_pylist()))
+    fig, axes = plt.subplots(1, len(batch_sizes), figsize=(4.5 * len(batch_sizes), 3.2), squeeze=False,
+                             layout="constrained")
+    rows = runs.to_pylist()
+    for ax, bs in zip(axes[0], batch_sizes):
+        data = [[r["tokens_to_target"] for r in rows if r["recipe"] == rec and r["batch_size"] == bs
+                 and r["status"] == "converged"] for rec in recipes]
+        ax.boxplot([d or [float("nan")] for d in data], widths=0.5)
+        for k, values in enumerate(data, start=1):
+            ax.scatter([k] * len(values), values, s=14, alpha=0.7, zorder=3)
+        ax.set_xticks(range(1, len(recipes) + 1), recipes, rotation=20)
+        ax.set_title(f"batch {bs}", fontsize=10)
+        ax.set_ylabel("tokens to target")
+    return _png(fig)
+
+
+def rcp_curve(table: pa.Table, kept: dict[str, set[int]] | None = None) -> bytes:
+    """Olympic mean of samples to converge against batch size, per recipe; points that
+    pruning removes are drawn hollow."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    rows = [r for r in table.to_pylist() if r["olympic_mean"] is not None]
+    for recipe in sorted({r["recipe"] for r in rows}):
+        pts = sorted((r["batch_size"], r["olympic_mean"]) for r in rows if r["recipe"] == recipe)
+        line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=recipe)[0]
+        if kept is not None:
+            for bs, mean in pts:
+                if bs not in kept.get(recipe, set()):
+                    ax.scatter([bs], [mean], s=90, facecolors="white", edgecolors=line.get_color(), zorder=4)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("samples to converge (olympic mean)")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def telemetry(runs: pa.Table, curves: pa.Table, names: list[str]) -> bytes:
+    """Mean over seeds of each telemetry metric at the last eval, per recipe."""
+    recipe_of = dict(zip(runs["run_id"].to_pylist(), runs["recipe"].to_pylist()))
+    last: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for run_id, name, tokens, value in zip(*(curves[c].to_pylist() for c in ("run_id", "metric", "tokens", "value"))):
+        last[(run_id, name)][tokens] = value
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names)), 3.4))
+    recipes = sorted(set(recipe_of.values()))
+    width = 0.8 / max(1, len(recipes))
+    for k, recipe in enumerate(recipes):
+        means = []
+        for name in names:
+            finals = [pts[max(pts)] for (rid, n), pts in last.items() if n == name and recipe_of.get(rid) == recipe]
+            means.append(sum(finals) / len(finals) if finals else 0.0)
+        ax.bar([i + k * width for i in range(len(names))], means, width=width, label=recipe)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], [n.removeprefix("telemetry.") for n in names],
+                  rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("fraction (last eval)")
+    ax.legend(fontsize=8)
+    return _png(fig)
