@@ -7,6 +7,7 @@ The tag schema (`trainers/tracking_schema.py`) is a public contract: analysis re
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,10 +53,53 @@ class LedgerEntry:
     attempts: int
 
 
+_log = logging.getLogger("rcpforge.tracking")
+
+# Errors that retrying cannot fix: the request itself is wrong.
+_PERMANENT = {"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS", "BAD_REQUEST",
+              "INVALID_STATE", "PERMISSION_DENIED", "UNAUTHENTICATED"}
+
+
+def _transient(err: Exception) -> bool:
+    code = getattr(err, "error_code", None)
+    return code not in _PERMANENT
+
+
+class _RetryingClient:
+    """An MlflowClient whose calls are retried with exponential backoff when the store is
+    briefly unavailable (a SQLite file locked past its busy timeout, a server
+    restarting), so a run's result is not lost to a hiccup of the tracking store."""
+
+    def __init__(self, client: MlflowClient, attempts: int = 6, first_delay_s: float = 0.5):
+        self._client = client
+        self._attempts = attempts
+        self._first_delay_s = first_delay_s
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+        if not callable(method):
+            return method
+
+        def call(*args, **kwargs):
+            delay = self._first_delay_s
+            for attempt in range(1, self._attempts + 1):
+                try:
+                    return method(*args, **kwargs)
+                except Exception as err:  # noqa: BLE001 - classified just below
+                    if attempt == self._attempts or not _transient(err):
+                        raise
+                    _log.warning("tracking store unavailable (%s: %s); retrying %s in %.1f s",
+                                 type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "", name, delay)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+
+        return call
+
+
 def _client(uri: str) -> MlflowClient:
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    return _RetryingClient(MlflowClient(tracking_uri=uri))  # type: ignore[return-value]
 
 
 class Tracking:

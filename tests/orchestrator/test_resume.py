@@ -15,6 +15,7 @@ from mlflow import MlflowClient
 from sweeps.spec import load_campaign
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.helpers.store import run_statuses
 from trainers.tracking_schema import TAG_RUN_KEY, TAG_STATUS
 
 
@@ -37,9 +38,9 @@ def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
     )
     # wait until some runs are done and others are mid-flight, then kill without warning
     deadline = time.monotonic() + 300
+    db = tmp_path / "rcpforge-mlflow.db"
     while time.monotonic() < deadline:
-        _, runs = _statuses(campaign)
-        statuses = Counter(r.data.tags.get(TAG_STATUS) for r in runs)
+        statuses = run_statuses(db)
         if statuses["converged"] >= 2 and statuses["running"] >= 1:
             break
         time.sleep(0.2)
@@ -48,6 +49,7 @@ def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
         raise AssertionError(f"campaign never reached a mid-flight state: {statuses}")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    _, runs = _statuses(campaign)
     done_before = {r.data.tags[TAG_RUN_KEY]: r.info.run_id for r in runs if r.data.tags[TAG_STATUS] == "converged"}
 
     resumed = run_cli("run", str(path))
