@@ -28,11 +28,11 @@ _H32 = hadamard_matrix(torch.float32)
 
 
 def hadamard_last_dim(t: torch.Tensor) -> torch.Tensor:
-    """Apply H block-diagonally along the last dimension (zero-padded to a multiple of 16;
-    the padding is cut off again, so pair both operands of a GEMM on the same length)."""
+    """Apply H block-diagonally along the last dimension, zero-padded to a multiple of 16.
+    The result keeps the padded length: the transformed padding is needed for the two
+    operands' product to stay unchanged."""
     n = t.shape[-1]
     pad = -n % SIZE
     h = _H32 if t.dtype == torch.float32 else hadamard_matrix(t.dtype)
     v = F.pad(t, (0, pad)) if pad else t
-    out = (v.reshape(*v.shape[:-1], -1, SIZE) @ h).reshape(v.shape)
-    return out[..., :n] if pad else out
+    return (v.reshape(*v.shape[:-1], -1, SIZE) @ h).reshape(v.shape)

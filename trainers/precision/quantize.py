@@ -22,8 +22,8 @@ SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped")
 
 @dataclass
 class Counts:
-    """Values of one quantization: saturated (|scaled value| above the format's max, or
-    not finite) and flushed (nonzero before, zero after)."""
+    """Values of one quantization: saturated (clipped to the format's max, or not
+    finite) and flushed (nonzero before, zero after)."""
 
     saturated: torch.Tensor
     flushed: torch.Tensor
@@ -35,8 +35,10 @@ def _round(y, fmt, rounding, generator, want_counts) -> tuple[torch.Tensor, Coun
     if not want_counts:
         return q, None
     f = get_format(fmt)
+    # saturated: would have rounded above the max without the clamp (or not finite)
+    limit = f.max + 2.0 ** (f.emax - f.mbits - 1)
     counts = Counts(
-        saturated=(~(y.abs() <= f.max)).sum() - torch.isnan(y).sum(),
+        saturated=(~(y.abs() <= limit)).sum() - torch.isnan(y).sum(),
         flushed=((q == 0) & (y != 0)).sum(),
         total=y.numel(),
     )
