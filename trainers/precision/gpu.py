@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from trainers.precision.formats import FORMATS
-from trainers.precision.scaling import fp32_scale
+from trainers.precision.scaling import block_fp32_scale
 
 if TYPE_CHECKING:
     from trainers.precision.linear import QuantizedGemm
@@ -37,7 +37,7 @@ def _cast(t: torch.Tensor, fmt: str, rowwise: bool) -> tuple[torch.Tensor, torch
     """float8 data and the dequantizing scale (one, or one per row)."""
     f = FORMATS[fmt]
     amax = t.abs().amax(dim=-1, keepdim=True) if rowwise else t.abs().amax()
-    s = fp32_scale(amax.float(), f.max, pow2=rowwise)
+    s = block_fp32_scale(amax.float(), f.max, pow2=rowwise)
     data = (t.float() * s).clamp_(-f.max, f.max).to(f.dtype)
     return data, s.reciprocal()
 

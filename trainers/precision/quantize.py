@@ -7,14 +7,15 @@ from dataclasses import dataclass
 
 import torch
 
-from trainers.precision.formats import get_format, round_to_format
+from trainers.precision.formats import get_format, round_inplace_ok, round_to_format
 from trainers.precision.scaling import (
     Block,
     Grouped,
+    block_fp32_scale,
     e8m0_scale,
-    fp32_scale,
     nvfp4_block_scale,
     nvfp4_global_scale,
+    tensor_scale,
 )
 
 SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped")
@@ -30,28 +31,30 @@ class Counts:
     total: int
 
 
-def _round(y, fmt, rounding, generator, want_counts) -> tuple[torch.Tensor, Counts | None]:
-    q = round_to_format(y, fmt, rounding, generator)
-    if not want_counts:
-        return q, None
+def _counts(y: torch.Tensor, fmt: str, q: torch.Tensor) -> Counts:
     f = get_format(fmt)
     # saturated: would have rounded above the max without the clamp (or not finite)
     limit = f.max + 2.0 ** (f.emax - f.mbits - 1)
-    counts = Counts(
+    return Counts(
         saturated=(~(y.abs() <= limit)).sum() - torch.isnan(y).sum(),
         flushed=((q == 0) & (y != 0)).sum(),
         total=y.numel(),
     )
-    return q, counts
+
+
+def _round(y, fmt, rounding, generator, want_counts) -> tuple[torch.Tensor, Counts | None]:
+    if rounding == "rne" and not want_counts:
+        return round_inplace_ok(y, fmt), None  # y is a temporary: round it in place
+    q = round_to_format(y, fmt, rounding, generator)
+    return q, (_counts(y, fmt, q) if want_counts else None)
 
 
 def quantize_with_scale(
-    x: torch.Tensor, fmt: str, scale: torch.Tensor, *, rounding: str = "rne",
+    x: torch.Tensor, fmt: str, scale: torch.Tensor | float, *, rounding: str = "rne",
     generator: torch.Generator | None = None, counts: bool = False,
 ) -> tuple[torch.Tensor, Counts | None]:
-    """Fake-quantize with a given FP32 multiplying scale (delayed scaling)."""
-    y = x.float() * scale
-    q, c = _round(y, fmt, rounding, generator, counts)
+    """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed)."""
+    q, c = _round(x.float() * scale, fmt, rounding, generator, counts)
     return q.div_(scale), c
 
 
@@ -69,25 +72,25 @@ def fake_quant(
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"unknown scale_mode {scale_mode!r}; valid: {', '.join(SCALE_MODES)}")
     x = x.float()
-    if block is None and not scale_mode.startswith("nvfp4"):
+    nvfp4 = scale_mode.startswith("nvfp4")
+    if block is None and not nvfp4:
         # tensorwise: FP32 current scaling (E8M0 modes do not apply to one tensor scale)
-        return quantize_with_scale(
-            x, fmt, fp32_scale(x.abs().amax(), f.max, scale_mode == "pow2"),
-            rounding=rounding, generator=generator, counts=counts,
-        )
-    g = Grouped(x, block)
+        s = tensor_scale(float(x.abs().amax()), f.max, scale_mode == "pow2")
+        return quantize_with_scale(x, fmt, s, rounding=rounding, generator=generator, counts=counts)
+    g = Grouped(x, block if block is not None else x.shape[-1])  # nvfp4, block None: per row
     amax = g.amax()
     if scale_mode in ("fp32", "pow2"):
-        s = fp32_scale(amax, f.max, scale_mode == "pow2")
+        s = block_fp32_scale(amax, f.max, scale_mode == "pow2")
         q, c = _round(g.view * s, fmt, rounding, generator, counts)
         return g.restore(q.div_(s)), c
-    if scale_mode in ("floor", "rceil"):
-        d = e8m0_scale(amax, f, scale_mode)
-    else:
+    if nvfp4:
         s_g = nvfp4_global_scale(x.abs().amax())
-        d = nvfp4_block_scale(amax, s_g, clamp=scale_mode == "nvfp4_clamped") * s_g
-    # a block scale that flushed to zero flushes its block
-    y = torch.where(d > 0, g.view / torch.where(d > 0, d, 1.0), 0.0)
+        d = nvfp4_block_scale(amax, s_g, clamp=scale_mode == "nvfp4_clamped").mul_(s_g)
+        # a block scale flushed to zero flushes its block (x / inf = 0, and 0 * 0 = 0)
+        y = g.view / d.masked_fill(d == 0, float("inf"))
+    else:
+        d = e8m0_scale(amax, f, scale_mode)
+        y = g.view / d
     q, c = _round(y, fmt, rounding, generator, counts)
     return g.restore(q.mul_(d)), c
 
@@ -106,12 +109,13 @@ def quantize(
 
     block: None for one tensorwise FP32 current scale (`fmax / amax`); an int for 1-D
     blocks along the last dimension; a pair such as (16, 16) for 2-D tiles of a 2-D
-    tensor. Shapes that are not a multiple of the block are padded with zeros.
+    tensor. Shapes that are not a multiple of the block are padded with zeros; a zero
+    block stays zero.
     scale_mode (block scales): `floor` (OCP MX E8M0), `rceil` (NVIDIA MX E8M0), `fp32`
     (per-block `fmax / amax`), `pow2` (that rounded down to a power of two), `nvfp4`
     (two-level: FP32 global, E4M3 block scales, may go subnormal), `nvfp4_clamped`
     (block scales at least 2^-6, as torchao). With block=None only `pow2` changes the
-    tensorwise scale; `nvfp4` applies its global scale alone.
+    tensorwise scale, and the nvfp4 modes use one block scale per row.
     rounding: `rne`, or `sr` (stochastic, seeded by `seed`).
     """
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -136,8 +140,8 @@ def mor_quantize(
         out = torch.where(keep, q, x.bfloat16().float())
         return out, keep.sum(), 1
     g = Grouped(x, block)
-    s = fp32_scale(g.amax(), 448.0)
-    q = round_to_format(g.view * s, "e4m3").div_(s)
+    s = block_fp32_scale(g.amax(), 448.0)
+    q = round_inplace_ok(g.view * s, "e4m3").div_(s)
     err = (q - g.view).square().sum(-1, keepdim=True)
     ref = g.view.square().sum(-1, keepdim=True)
     keep = err <= threshold**2 * ref

@@ -85,6 +85,7 @@ def test_7_nvfp4_amax_block_scale_is_448_and_2d_weights_commute():
     x[5, 37] = 9.5
     s_g = nvfp4_global_scale(x.abs().amax())
     s_b = nvfp4_block_scale(x.abs().view(8, 4, 16).amax(-1), s_g, clamp=False)
+    assert s_g == pytest.approx(9.5 / 2688)
     assert s_b[5, 2].item() == 448.0
     q = quantize(x, "e2m1", block=16, scale_mode="nvfp4")
     assert q[5, 37].item() == pytest.approx(9.5, rel=2**-22)
