@@ -47,16 +47,18 @@ def run(
 
 @app.command()
 def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
-    """List the precision recipes with their formats and options."""
+    """List the precision recipes: the format of each GEMM operand and the options
+    (with defaults) a campaign may set as `{recipe: {option: value}}`."""
     from trainers.recipes import RECIPES
 
     rows = [r.summary() for r in RECIPES.values()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    view = Table(title="recipes")
-    for col in ("name", "x", "W", "dY", "options", "description"):
-        view.add_column(col)
+    view = Table(title="recipes", show_lines=True)
+    for col in ("name", "x", "W", "dY", "wgrad", "options (default)", "description"):
+        view.add_column(col, overflow="fold")
     for r in rows:
-        view.add_row(r["name"], r["x"], r["w"], r["dy"], ", ".join(r["options"]) or "-", r["description"])
+        options = "\n".join(f"{k}={json.dumps(v)}" for k, v in r["options"].items())
+        view.add_row(r["name"], r["x"], r["w"], r["dy"], r["wgrad"], options, r["description"])
     console.print(view)

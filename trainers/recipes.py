@@ -9,13 +9,20 @@ Everything that is not a linear-layer GEMM input runs in the reference precision
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 ElementFormat = Literal["e4m3", "e5m2", "e2m1"]
-Scaling = Literal["tensorwise"]
+# tensorwise: one FP32 current scale; delayed: FP32 scale from an amax history;
+# channelwise: one scale per row of the tensor as stored (weights: per output channel);
+# rowwise: one power-of-two scale per row along each GEMM's contraction dimension;
+# block: FP32 scales per 1-D block along the contraction dimension, or per 2-D tile;
+# mx: E8M0 scales per 1x32 block; nvfp4: E4M3 block scales under an FP32 global scale;
+# mor: E4M3 or BF16, chosen per tensor or per block by relative error.
+Scaling = Literal["tensorwise", "delayed", "channelwise", "rowwise", "block", "mx", "nvfp4", "mor"]
+ScaleMode = Literal["fp32", "pow2", "floor", "rceil", "nvfp4", "nvfp4_clamped"]
 
 
 @dataclass(frozen=True)
@@ -24,15 +31,71 @@ class OperandQuant:
 
     fmt: ElementFormat
     scaling: Scaling = "tensorwise"
+    # None: one scale; int: 1-D blocks along the contraction dimension; pair: 2-D tiles
+    block: int | tuple[int, int] | None = None
+    scale_mode: ScaleMode = "fp32"
+    rounding: Literal["rne", "sr"] = "rne"
+
+    @property
+    def per_gemm(self) -> bool:
+        """Scales along the contraction dimension: the dgrad/wgrad copy of the operand is
+        quantized again from the high-precision tensor, not transposed."""
+        return self.scaling == "rowwise" or isinstance(self.block, int)
 
     def describe(self) -> str:
-        return f"{self.fmt.upper()} {self.scaling}"
+        fmt = "E4M3|BF16" if self.scaling == "mor" else self.fmt.upper()
+        parts = [fmt, self.scaling]
+        if self.block is not None:
+            parts.append("1x%d" % self.block if isinstance(self.block, int) else "%dx%d" % self.block)
+        if self.scaling in ("mx", "nvfp4") or self.scale_mode == "pow2":
+            parts.append(f"scale {self.scale_mode}")
+        if self.rounding == "sr":
+            parts.append("stochastic rounding")
+        return " ".join(parts)
 
 
 class RecipeOptions(BaseModel):
-    """Options every recipe accepts; recipes with options subclass this."""
+    """Options every recipe accepts; recipes with more options subclass this."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # Ablation: also fake-quantize the residual stream after every block with the
+    # recipe's activation format (the FP8 formats paper reports accuracy drops).
+    quantize_residual: bool = False
+
+
+class Fp4Options(RecipeOptions):
+    # The last N transformer blocks keep their GEMMs in BF16 (NVFP4 paper).
+    bf16_last_blocks: int = Field(0, ge=0)
+
+
+class DelayedOptions(RecipeOptions):
+    amax_history_len: int = Field(1024, ge=1)  # TransformerEngine DelayedScaling default
+    margin: int = Field(0, ge=0)  # scales divided by 2^margin
+
+
+class MxOptions(RecipeOptions):
+    scale_mode: Literal["floor", "rceil"] = "floor"
+
+
+class Mxfp8Options(MxOptions):
+    grad_format: Literal["e4m3", "e5m2"] = "e4m3"
+
+
+class Mxfp4Options(MxOptions, Fp4Options):
+    pass
+
+
+class Nvfp4Options(Fp4Options):
+    stochastic_rounding: bool = True  # on dY only
+    hadamard: bool = True  # 16-point random Hadamard on the wgrad copies of x and dY
+    weight_2d: bool = True  # 16x16 weight blocks, so Q(W)^T == Q(W^T)
+    scale_clamp: bool = False  # block scales >= 2^-6 (torchao) instead of subnormal (TE)
+
+
+class MorOptions(RecipeOptions):
+    threshold: float = Field(0.05, gt=0.0)  # max relative error ||Q - T|| / ||T|| kept in FP8
+    granularity: Literal["tensor", "block"] = "tensor"
+    block_size: int = Field(128, ge=2)
 
 
 @dataclass(frozen=True)
@@ -42,7 +105,11 @@ class RecipeConfig:
     x: OperandQuant | None = None
     w: OperandQuant | None = None
     dy: OperandQuant | None = None
+    wgrad_hp: bool = False  # the wgrad GEMM runs in high precision
+    hadamard_wgrad: bool = False
     options: type[RecipeOptions] = field(default=RecipeOptions)
+    # The option values this config was resolved with (None: the defaults).
+    settings: RecipeOptions | None = None
 
     def __post_init__(self) -> None:
         quantized = [q is not None for q in (self.x, self.w, self.dy)]
@@ -53,22 +120,56 @@ class RecipeConfig:
     def is_reference(self) -> bool:
         return self.x is None
 
+    @property
+    def opts(self) -> RecipeOptions:
+        return self.settings if self.settings is not None else self.options()
+
+    def resolve(self, options: dict[str, Any] | None = None) -> RecipeConfig:
+        """This recipe with its options applied (validated; raises RecipeError)."""
+        opts = _parse_options(self, options or {})
+        x, w, dy, had = self.x, self.w, self.dy, self.hadamard_wgrad
+        o = opts.model_dump()
+        if "scale_mode" in o:
+            x, w, dy = (replace(q, scale_mode=o["scale_mode"]) for q in (x, w, dy))
+        if "grad_format" in o:
+            dy = replace(dy, fmt=o["grad_format"])
+        if isinstance(opts, Nvfp4Options):
+            mode = "nvfp4_clamped" if opts.scale_clamp else "nvfp4"
+            x = replace(x, scale_mode=mode)
+            w = replace(w, scale_mode=mode, block=(16, 16) if opts.weight_2d else 16)
+            dy = replace(dy, scale_mode=mode, rounding="sr" if opts.stochastic_rounding else "rne")
+            had = opts.hadamard
+        if isinstance(opts, MorOptions):
+            block = opts.block_size if opts.granularity == "block" else None
+            x, w, dy = (replace(q, block=block) for q in (x, w, dy))
+        return replace(self, x=x, w=w, dy=dy, hadamard_wgrad=had, settings=opts)
+
     def summary(self) -> dict[str, Any]:
         def fmt(q: OperandQuant | None) -> str:
             return q.describe() if q else "BF16"
 
+        wgrad = "BF16" if self.is_reference or self.wgrad_hp else f"dY {fmt(self.dy)}, x {fmt(self.x)}"
+        if self.hadamard_wgrad and not self.wgrad_hp:
+            wgrad += ", 16-point random Hadamard"
         return {
             "name": self.name,
             "description": self.description,
             "x": fmt(self.x),
             "w": fmt(self.w),
             "dy": fmt(self.dy),
-            "options": sorted(self.options.model_fields),
+            "wgrad": wgrad,
+            "options": self.opts.model_dump(mode="json"),
         }
 
 
 _E4M3 = OperandQuant("e4m3")
 _E5M2 = OperandQuant("e5m2")
+_DELAYED = {f: OperandQuant(f, "delayed") for f in ("e4m3", "e5m2")}
+_ROW = OperandQuant("e4m3", "rowwise", scale_mode="pow2")
+_MX8 = OperandQuant("e4m3", "mx", 32, "floor")
+_MX4 = OperandQuant("e2m1", "mx", 32, "floor")
+_NV = OperandQuant("e2m1", "nvfp4", 16, "nvfp4")
+_MOR = OperandQuant("e4m3", "mor")
 
 RECIPES: dict[str, RecipeConfig] = {
     r.name: r
@@ -77,9 +178,47 @@ RECIPES: dict[str, RecipeConfig] = {
         RecipeConfig(
             "fp8_tensorwise",
             "FP8 hybrid: E4M3 forward, E5M2 gradients, current per-tensor scaling",
-            x=_E4M3,
-            w=_E4M3,
-            dy=_E5M2,
+            x=_E4M3, w=_E4M3, dy=_E5M2,
+        ),
+        RecipeConfig(
+            "fp8_channelwise",
+            "FP8 formats paper: per-output-channel weight scales, per-tensor activation scales",
+            x=_E4M3, w=OperandQuant("e4m3", "channelwise", scale_mode="fp32"), dy=_E5M2,
+        ),
+        RecipeConfig(
+            "fp8_delayed",
+            "TransformerEngine DelayedScaling: per-tensor scales from an amax history",
+            x=_DELAYED["e4m3"], w=_DELAYED["e4m3"], dy=_DELAYED["e5m2"], options=DelayedOptions,
+        ),
+        RecipeConfig(
+            "fp8_rowwise", "torchao rowwise: E4M3 everywhere, power-of-two scales per row",
+            x=_ROW, w=_ROW, dy=_ROW,
+        ),
+        RecipeConfig(
+            "fp8_rowwise_gw_hp", "torchao rowwise_with_gw_hp: as fp8_rowwise, wgrad GEMM in high precision",
+            x=_ROW, w=_ROW, dy=_ROW, wgrad_hp=True,
+        ),
+        RecipeConfig(
+            "fp8_block", "TransformerEngine Float8BlockScaling: x, dY 1x128; W 128x128; FP32 scales",
+            x=OperandQuant("e4m3", "block", 128), w=OperandQuant("e4m3", "block", (128, 128)),
+            dy=OperandQuant("e4m3", "block", 128),
+        ),
+        RecipeConfig(
+            "mxfp8", "OCP MXFP8: E4M3 elements, E8M0 scales per 1x32 block",
+            x=_MX8, w=_MX8, dy=_MX8, options=Mxfp8Options,
+        ),
+        RecipeConfig(
+            "mxfp4", "OCP MXFP4: E2M1 elements, E8M0 scales per 1x32 block",
+            x=_MX4, w=_MX4, dy=_MX4, options=Mxfp4Options,
+        ),
+        RecipeConfig(
+            "nvfp4", "NVFP4: E2M1, E4M3 scales per 1x16 (W 16x16) under an FP32 global scale",
+            x=_NV, w=replace(_NV, block=(16, 16)), dy=replace(_NV, rounding="sr"),
+            hadamard_wgrad=True, options=Nvfp4Options,
+        ),
+        RecipeConfig(
+            "mor", "Mixture of Representations: E4M3 or BF16 per tensor/block by relative error",
+            x=_MOR, w=_MOR, dy=_MOR, options=MorOptions,
         ),
     )
 }
@@ -98,15 +237,22 @@ def get_recipe(name: str) -> RecipeConfig:
         ) from None
 
 
-def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Return the options with defaults filled in, or raise naming the bad option."""
-    recipe = get_recipe(name)
+def _parse_options(recipe: RecipeConfig, options: dict[str, Any]) -> RecipeOptions:
     try:
-        parsed = recipe.options.model_validate(options)
+        return recipe.options.model_validate(options)
     except ValidationError as err:
         valid = ", ".join(sorted(recipe.options.model_fields)) or "none"
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
         )
-        raise RecipeError(f"recipe {name} options: {problems} (valid options: {valid})") from None
-    return parsed.model_dump(mode="json")
+        raise RecipeError(f"recipe {recipe.name} options: {problems} (valid options: {valid})") from None
+
+
+def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Return the options with defaults filled in, or raise naming the bad option."""
+    return _parse_options(get_recipe(name), options).model_dump(mode="json")
+
+
+def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeConfig:
+    """The frozen config of a recipe name with a campaign's options applied."""
+    return get_recipe(name).resolve(options)

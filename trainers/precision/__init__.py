@@ -1,1 +1,8 @@
-"""Numeric formats, quantizers and the quantized linear layer (torch)."""
+"""Numeric formats, quantizers and the quantized linear layer (torch).
+
+`quantize(x, fmt, *, block=None, scale_mode="floor", rounding="rne", seed=None)` is the
+public fake-quantizer (see `trainers.precision.quantize`)."""
+
+from trainers.precision.quantize import quantize
+
+__all__ = ["quantize"]

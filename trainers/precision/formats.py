@@ -1,32 +1,98 @@
-"""Element formats and per-tensor current scaling (fake-quant: quantize, dequantize).
+"""Element formats: rounding already-scaled values onto the E4M3, E5M2 or E2M1 grid.
 
-torch's float8 casts round to nearest even; casting to E5M2 does not saturate, so every
-value is clamped to the format's finite range first (NUMERICS.md)."""
+Everything here works on float32 tensors and returns float32 values that lie exactly on
+the format's grid, saturated at its largest finite value (NUMERICS.md: torch's E5M2 cast
+does not saturate, so every value is clamped before any cast). NaN stays NaN."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+
+@dataclass(frozen=True)
+class ElementFormat:
+    name: str
+    max: float  # largest finite value
+    emin: int  # exponent of the smallest normal value
+    mbits: int  # explicit mantissa bits
+    dtype: torch.dtype | None  # torch storage dtype whose cast rounds RNE, if any
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest power of two in the format (OCP MX `emax_elem`)."""
+        return int(torch.tensor(self.max).log2().floor())
+
+
+FORMATS: dict[str, ElementFormat] = {
+    "e4m3": ElementFormat("e4m3", 448.0, -6, 3, torch.float8_e4m3fn),
+    "e5m2": ElementFormat("e5m2", 57344.0, -14, 2, torch.float8_e5m2),
+    # torch's float4_e2m1fn_x2 is storage only (every cast raises), so E2M1 is done here.
+    "e2m1": ElementFormat("e2m1", 6.0, 0, 1, None),
+}
+
+# Kept for the spine's callers: fmt -> (dtype, max).
 FP8_DTYPES: dict[str, tuple[torch.dtype, float]] = {
-    "e4m3": (torch.float8_e4m3fn, 448.0),
-    "e5m2": (torch.float8_e5m2, 57344.0),
+    k: (f.dtype, f.max) for k, f in FORMATS.items() if f.dtype is not None
 }
 
 
+def get_format(fmt: str) -> ElementFormat:
+    try:
+        return FORMATS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown element format {fmt!r}; valid formats: {', '.join(FORMATS)}") from None
+
+
+def _e2m1_rne(y: torch.Tensor) -> torch.Tensor:
+    # The E2M1 grid has spacing 0.5 below 2, 1 on [2, 4) and 2 from 4 on, so rounding is
+    # torch.round (half to even) at that spacing; the boundaries land on grid points
+    # that both neighbouring spacings contain, which keeps ties-to-even exact.
+    # (torch.bucketize on the midpoints is 3x slower on CPU.)
+    a = y.abs()
+    inv = torch.where(a < 2, 2.0, torch.where(a < 4, 1.0, 0.5))
+    return a.mul_(inv).round_().div_(inv).clamp_(max=6.0).copysign_(y)
+
+
+def _ulp(a: torch.Tensor, f: ElementFormat) -> torch.Tensor:
+    """Grid spacing of the format at |value| a (subnormal spacing below the normals)."""
+    _, e = torch.frexp(a)  # a = m * 2^e with m in [0.5, 1)
+    return torch.exp2((torch.clamp(e - 1, min=f.emin) - f.mbits).float())
+
+
+def stochastic_round(y: torch.Tensor, f: ElementFormat, generator: torch.Generator | None) -> torch.Tensor:
+    """Round to one of the two neighbouring grid points with probability proportional to
+    closeness, so the expected value is y (before saturation)."""
+    a = y.abs()
+    ulp = _ulp(a, f)
+    u = torch.rand(a.shape, generator=generator, dtype=torch.float32)
+    q = torch.floor(a / ulp + u).mul_(ulp).clamp_(max=f.max)
+    return q.copysign_(y)
+
+
+def round_to_format(
+    y: torch.Tensor, fmt: str, rounding: str = "rne", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Round scaled float32 values to the format's grid with saturation."""
+    f = get_format(fmt)
+    if rounding == "sr":
+        return stochastic_round(y.float(), f, generator)
+    if rounding != "rne":
+        raise ValueError(f"unknown rounding {rounding!r}; valid: rne, sr")
+    if f.dtype is None:
+        return _e2m1_rne(y.float())
+    return y.float().clamp(-f.max, f.max).to(f.dtype).float()
+
+
+def round_inplace_ok(y: torch.Tensor, fmt: str) -> torch.Tensor:
+    """As round_to_format (RNE) for a float32 tensor the caller no longer needs."""
+    f = FORMATS[fmt]
+    if f.dtype is None:
+        return _e2m1_rne(y)
+    return y.clamp_(-f.max, f.max).to(f.dtype).float()
+
+
 def cast_saturating(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """Round x (already scaled) to the FP8 grid with saturation; returns float32."""
-    dtype, fmax = FP8_DTYPES[fmt]
-    return x.float().clamp(-fmax, fmax).to(dtype).float()
-
-
-def tensorwise_scale(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """scale = fmt_max / amax(x); an amax of 0, inf or NaN gives scale 1."""
-    fmax = FP8_DTYPES[fmt][1]
-    amax = x.detach().abs().amax().float()
-    ok = torch.isfinite(amax) & (amax > 0)
-    return torch.where(ok, fmax / torch.where(ok, amax, 1.0), torch.ones_like(amax))
-
-
-def fake_quant_tensorwise(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    scale = tensorwise_scale(x, fmt)
-    return cast_saturating(x.float() * scale, fmt) / scale
+    """Round x (already scaled) to the format's grid with saturation; returns float32."""
+    return round_to_format(x, fmt)

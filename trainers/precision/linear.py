@@ -1,6 +1,11 @@
 """The quantized linear layer: one autograd function that fake-quantizes the inputs of
 the three GEMMs (forward x.W^T, dgrad dY.W, wgrad dY^T.x) as the recipe names, with FP32
-master weights and FP32 accumulation."""
+master weights and FP32 accumulation.
+
+Every operand copy is quantized along its GEMM's contraction dimension: scalings that
+do not depend on the orientation (tensorwise, delayed, channelwise, 2-D tiles, MoR per
+tensor) are quantized once and reused transposed; the others (rowwise, 1-D blocks, MX,
+NVFP4 1x16) quantize the transposed copy again from the high-precision tensor."""
 
 from __future__ import annotations
 
@@ -9,42 +14,153 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from trainers.precision.formats import fake_quant_tensorwise
-from trainers.recipes import OperandQuant, RecipeConfig
+from trainers.precision import gpu
+from trainers.precision.hadamard import hadamard_last_dim
+from trainers.precision.quantize import fake_quant, mor_quantize, quantize_with_scale
+from trainers.precision.telemetry import Telemetry
+from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
 
 LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
-def quantize_operand(t: torch.Tensor, q: OperandQuant) -> torch.Tensor:
-    if q.scaling == "tensorwise":
-        return fake_quant_tensorwise(t, q.fmt)
-    raise NotImplementedError(f"scaling {q.scaling!r}")
+class _Delayed:
+    """TransformerEngine delayed scaling for one operand of one layer: the scale comes
+    from the max of the amax history (before this step's amax is recorded); a zero or
+    non-finite amax is not recorded, so the previous scale stays."""
+
+    def __init__(self, fmax: float, history_len: int, margin: int):
+        self.fmax, self.margin = fmax, margin
+        self.history = torch.zeros(history_len)
+        self.step = 0
+        self.scale = torch.tensor(1.0)
+
+    def update(self, amax: torch.Tensor) -> None:
+        if bool(torch.isfinite(amax) & (amax > 0)):
+            self.history[self.step % len(self.history)] = amax
+            self.step += 1
+            self.scale = self.fmax / self.history.max() / 2.0**self.margin
+
+
+class QuantizedGemm:
+    """The GEMM of one linear layer under a recipe; holds the layer's numeric state
+    (delayed-scaling histories, the stochastic-rounding generator)."""
+
+    def __init__(
+        self, recipe: RecipeConfig, name: str = "linear", telemetry: Telemetry | None = None,
+        seed: int = 0, real_fp8: bool | None = None,
+    ):
+        if recipe.is_reference:
+            raise ValueError("the bf16 recipe has no quantized GEMM; use F.linear")
+        self.recipe = recipe if recipe.settings is not None else recipe.resolve()
+        self.name = name
+        self.telemetry = telemetry
+        self.generator = torch.Generator().manual_seed(seed)
+        self._delayed: dict[str, _Delayed] = {}
+        self.real_fp8 = real_fp8
+
+    def quantize(self, t: torch.Tensor, which: str) -> torch.Tensor:
+        """Fake-quantize a 2-D operand copy along its last dimension."""
+        q: OperandQuant = getattr(self.recipe, which)
+        tel = self.telemetry if self.telemetry is not None and self.telemetry.active else None
+        if q.scaling == "mor":
+            opts = self.recipe.opts
+            assert isinstance(opts, MorOptions)
+            out, kept, units = mor_quantize(t, opts.threshold, q.block)
+            if tel is not None:
+                tel.add_mor(self.name, kept, units)
+            return out
+        if q.scaling == "delayed":
+            return self._quantize_delayed(t, which, q, tel)
+        if q.scaling == "tensorwise":
+            block, mode = None, q.scale_mode
+        elif q.scaling in ("rowwise", "channelwise"):
+            block, mode = t.shape[-1], q.scale_mode
+        else:
+            block, mode = q.block, q.scale_mode
+        out, counts = fake_quant(t, q.fmt, block, mode, q.rounding, self.generator, tel is not None)
+        if tel is not None:
+            tel.add(which, counts)
+        return out
+
+    def _quantize_delayed(self, t, which, q, tel) -> torch.Tensor:
+        state = self._delayed.get(which)
+        if state is None:
+            opts = self.recipe.opts
+            assert isinstance(opts, DelayedOptions)
+            fmax = 448.0 if q.fmt == "e4m3" else 57344.0
+            state = self._delayed[which] = _Delayed(fmax, opts.amax_history_len, opts.margin)
+        out, counts = quantize_with_scale(t, q.fmt, state.scale, counts=tel is not None)
+        state.update(t.detach().abs().amax().float())
+        if tel is not None:
+            tel.add(which, counts)
+        return out
+
+    def operand_t(self, hp: torch.Tensor, quantized: torch.Tensor, which: str) -> torch.Tensor:
+        """The copy of an operand for a GEMM that contracts over its first dimension,
+        laid out with that dimension last."""
+        if getattr(self.recipe, which).per_gemm:
+            return self.quantize(hp.t().contiguous(), which)
+        return quantized.t()
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        return _QuantizedLinear.apply(x, w, b, self)
 
 
 class _QuantizedLinear(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
-    def forward(ctx, x, weight, bias, recipe: RecipeConfig):
-        xq = quantize_operand(x, recipe.x)
-        wq = quantize_operand(weight, recipe.w)
-        ctx.save_for_backward(xq, wq)
-        ctx.recipe = recipe
-        ctx.has_bias = bias is not None
-        return F.linear(xq, wq, bias)
+    def forward(ctx, x, weight, bias, gemm: QuantizedGemm):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1]).float()
+        w = weight.float()
+        ctx.gemm, ctx.has_bias, ctx.shape = gemm, bias is not None, shape
+        if gpu.use_real_fp8(gemm, x2):
+            out, saved = gpu.forward(gemm, x2, w)
+            ctx.save_for_backward(*saved)
+            ctx.real = True
+        else:
+            xq, wq = gemm.quantize(x2, "x"), gemm.quantize(w, "w")
+            ctx.save_for_backward(x2, w, xq, wq)
+            ctx.real = False
+            out = xq @ wq.t()
+        if bias is not None:
+            out = out + bias.float()
+        return out.reshape(*shape[:-1], -1)
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dy):
-        xq, wq = ctx.saved_tensors
-        dyq = quantize_operand(dy.float(), ctx.recipe.dy)
-        dx = dyq @ wq
-        dw = dyq.reshape(-1, dyq.shape[-1]).T @ xq.reshape(-1, xq.shape[-1])
-        db = dy.float().reshape(-1, dy.shape[-1]).sum(0) if ctx.has_bias else None
-        return dx, dw, db, None
+        gemm: QuantizedGemm = ctx.gemm
+        dy2 = dy.reshape(-1, dy.shape[-1]).float()
+        if ctx.real:
+            dx, dw = gpu.backward(gemm, dy2, ctx.saved_tensors)
+        else:
+            dx, dw = _backward_emulated(gemm, dy2, *ctx.saved_tensors)
+        db = dy2.sum(0) if ctx.has_bias else None
+        return dx.reshape(ctx.shape), dw, db, None
 
 
-def linear_for(recipe: RecipeConfig) -> LinearFn:
-    """The GEMM function a recipe's linear layers call."""
+def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq, wq):
+    recipe = gemm.recipe
+    dyq = gemm.quantize(dy2, "dy")
+    # dgrad dX = dY . W contracts over the output features: W's copy has them last
+    dx = dyq @ gemm.operand_t(w, wq, "w").t()
+    # wgrad dW = dY^T . X contracts over the tokens
+    if recipe.wgrad_hp:
+        return dx, dy2.t() @ x2
+    if recipe.hadamard_wgrad:
+        a = gemm.quantize(hadamard_last_dim(dy2.t().contiguous()), "dy")
+        b = gemm.quantize(hadamard_last_dim(x2.t().contiguous()), "x")
+        return dx, a @ b.t()
+    a = gemm.operand_t(dy2, dyq, "dy")
+    b = gemm.operand_t(x2, xq, "x")
+    return dx, a @ b.t()
+
+
+def linear_for(
+    recipe: RecipeConfig, name: str = "linear", telemetry: Telemetry | None = None, seed: int = 0
+) -> LinearFn:
+    """The GEMM function one linear layer of a recipe calls (a new state per call)."""
     if recipe.is_reference:
         return F.linear
-    return lambda x, w, b: _QuantizedLinear.apply(x, w, b, recipe)
+    return QuantizedGemm(recipe, name, telemetry, seed)

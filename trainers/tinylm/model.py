@@ -4,12 +4,19 @@ and the LM head stay in the reference precision."""
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from trainers.precision.linear import LinearFn
 from trainers.tinylm.settings import TinyLMSettings
+
+# name of a linear layer ("blocks.0.qkv") -> its GEMM
+GemmFactory = Callable[[str], LinearFn]
+Residual = Callable[[torch.Tensor], torch.Tensor]
 
 
 class RecipeLinear(nn.Linear):
@@ -21,35 +28,63 @@ class RecipeLinear(nn.Linear):
         return self.gemm(x, self.weight, self.bias)
 
 
+def _norm_or_identity(on: bool, d: int) -> nn.Module:
+    return nn.LayerNorm(d) if on else nn.Identity()
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: TinyLMSettings, gemm: LinearFn):
+    def __init__(self, cfg: TinyLMSettings, make_gemm: GemmFactory, prefix: str):
         super().__init__()
         d = cfg.d_model
         self.n_heads = cfg.n_heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = RecipeLinear(d, 3 * d, gemm)
-        self.proj = RecipeLinear(d, d, gemm)
+        self.cap = cfg.softmax_cap
+        self.ln1 = _norm_or_identity(not cfg.ln_after_qkv, d)
+        self.qkv = RecipeLinear(d, 3 * d, make_gemm(f"{prefix}.qkv"))
+        self.qkv_ln = _norm_or_identity(cfg.ln_after_qkv, 3 * d)
+        self.q_ln = _norm_or_identity(cfg.qk_layernorm, d // cfg.n_heads)
+        self.k_ln = _norm_or_identity(cfg.qk_layernorm, d // cfg.n_heads)
+        self.proj = RecipeLinear(d, d, make_gemm(f"{prefix}.proj"))
+        self.proj_ln = _norm_or_identity(cfg.ln_after_proj_fc2, d)
         self.ln2 = nn.LayerNorm(d)
-        self.fc1 = RecipeLinear(d, cfg.mlp_ratio * d, gemm)
-        self.fc2 = RecipeLinear(cfg.mlp_ratio * d, d, gemm)
+        self.fc1 = RecipeLinear(d, cfg.mlp_ratio * d, make_gemm(f"{prefix}.fc1"))
+        self.fc2 = RecipeLinear(cfg.mlp_ratio * d, d, make_gemm(f"{prefix}.fc2"))
+        self.fc2_ln = _norm_or_identity(cfg.ln_after_proj_fc2, d)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        q, k = self.q_ln(q), self.k_ln(k)
+        if self.cap is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        t = q.shape[-2]
+        logits = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        logits = self.cap * torch.tanh(logits / self.cap)
+        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+        return logits.masked_fill(~mask, float("-inf")).softmax(-1).to(v.dtype) @ v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = self.qkv_ln(self.qkv(self.ln1(x))).split(d, dim=2)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        att = self.attention(q, k, v)
+        x = x + self.proj_ln(self.proj(att.transpose(1, 2).reshape(b, t, d)))
+        return x + self.fc2_ln(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
 
 class TinyLM(nn.Module):
-    def __init__(self, cfg: TinyLMSettings, vocab: int, gemm: LinearFn):
+    def __init__(
+        self, cfg: TinyLMSettings, vocab: int, gemm: LinearFn | GemmFactory,
+        residual: Residual | None = None, per_layer: bool = False,
+    ):
+        """`gemm` is one GEMM for every layer, or (per_layer) a factory called with each
+        linear layer's name. `residual`, if given, is applied to the residual stream after
+        every block (the residual-quantization ablation)."""
         super().__init__()
+        make_gemm: GemmFactory = gemm if per_layer else (lambda _name: gemm)  # type: ignore[assignment]
         self.tok = nn.Embedding(vocab, cfg.d_model)
         self.pos = nn.Embedding(cfg.context, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, gemm) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, make_gemm, f"blocks.{i}") for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, vocab, bias=False)
+        self.residual = residual
         self.apply(self._init)
 
     @staticmethod
@@ -64,5 +99,7 @@ class TinyLM(nn.Module):
         x = self.tok(idx) + self.pos(pos)
         for block in self.blocks:
             x = block(x)
+            if self.residual is not None:
+                x = self.residual(x)
         logits = self.head(self.ln_f(x)).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

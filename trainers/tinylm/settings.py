@@ -52,6 +52,16 @@ class TinyLMSettings(BaseModel):
     threads: int = Field(1, ge=1)
     # A run whose eval loss exceeds this many nats is stopped as diverged.
     diverge_loss: float = Field(20.0, gt=0.0)
+    # Stability options (arXiv 2410.16682): LayerNorm on q and k per head; LayerNorm after
+    # the Proj and FC2 outputs; LayerNorm after QKV instead of the pre-norm; attention
+    # logits capped as c * tanh(logits / c).
+    qk_layernorm: bool = False
+    ln_after_proj_fc2: bool = False
+    ln_after_qkv: bool = False
+    softmax_cap: float | None = Field(None, gt=0.0)
+    # Numeric telemetry (saturated / flushed fractions, MoR FP8 fraction) is counted on
+    # this many training steps before each eval, then logged with the eval; 0: off.
+    telemetry_steps: int = Field(4, ge=0)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyLMSettings:

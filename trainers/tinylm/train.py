@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
-from trainers.precision.linear import linear_for
-from trainers.recipes import get_recipe
+from trainers.precision.layers import gemm_factory, residual_quantizer
+from trainers.precision.telemetry import Telemetry
+from trainers.recipes import resolve_recipe
 from trainers.tinylm.data import Batches, EvalSet
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
@@ -56,7 +57,12 @@ class TinyLMTrainer:
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(spec.seed)
         data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed)
-        model = TinyLM(cfg, data.vocab, linear_for(get_recipe(spec.recipe)))
+        recipe = resolve_recipe(spec.recipe, spec.recipe_options)
+        telemetry = Telemetry()
+        model = TinyLM(
+            cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed),
+            residual=residual_quantizer(recipe), per_layer=True,
+        )
         decay, no_decay = [], []
         for name, p in model.named_parameters():
             (decay if p.dim() >= 2 and "pos" not in name and "tok" not in name else no_decay).append(p)
@@ -91,6 +97,8 @@ class TinyLMTrainer:
             batch = torch.from_numpy(data.next(spec.batch_size))
             for group in opt.param_groups:
                 group["lr"] = lr_at(tokens, hp)
+            # count numeric telemetry only on the last steps before an eval
+            telemetry.active = next_eval - tokens <= cfg.telemetry_steps * tokens_per_step
             with _autocast():
                 loss = model(batch[:, :-1], batch[:, 1:])
             if not math.isfinite(loss.item()):
@@ -103,8 +111,10 @@ class TinyLMTrainer:
             if tokens < next_eval and tokens < spec.budget.max_tokens:
                 continue
             next_eval = (tokens // spec.budget.eval_every_tokens + 1) * spec.budget.eval_every_tokens
+            telemetry.active = False
             metrics = evaluate(model, data.eval)
             metric = metrics[spec.target.metric]
+            metrics.update(telemetry.summary())
             reporter.eval_point(EvalPoint(tokens=tokens, samples=tokens // cfg.context, metrics=metrics))
             if spec.target.reached(metric):
                 return result(RunStatus.converged, metric)

@@ -1,0 +1,65 @@
+"""What a model needs from a recipe beyond one GEMM: a GEMM per named layer (with the
+last blocks in BF16 where a recipe says so) and the residual-stream ablation."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from trainers.precision.linear import LinearFn, QuantizedGemm
+from trainers.precision.telemetry import Telemetry
+from trainers.recipes import RecipeConfig
+
+_BLOCK = re.compile(r"blocks\.(\d+)\.")
+
+
+def gemm_factory(
+    recipe: RecipeConfig, n_blocks: int, telemetry: Telemetry | None = None, seed: int = 0
+) -> Callable[[str], LinearFn]:
+    """name ("blocks.3.fc1") -> that layer's GEMM. Each layer gets its own state and its
+    own stochastic-rounding stream, derived from the run seed and the layer's order."""
+    bf16_last = int(getattr(recipe.opts, "bf16_last_blocks", 0))
+    counter = iter(range(1 << 30))
+
+    def make(name: str) -> LinearFn:
+        index = next(counter)
+        m = _BLOCK.match(name + ".")
+        if recipe.is_reference or (m and int(m.group(1)) >= n_blocks - bf16_last):
+            return F.linear
+        return QuantizedGemm(recipe, name, telemetry, seed=seed * 1_000_003 + index)
+
+    return make
+
+
+class _StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, fn):
+        return fn(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def residual_quantizer(recipe: RecipeConfig) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The ablation that fake-quantizes the residual stream with the recipe's activation
+    format (per tensor where the recipe's scaling keeps state), gradients straight
+    through; None when the recipe does not ask for it."""
+    if not recipe.opts.quantize_residual:
+        return None
+    if recipe.is_reference:
+        fn = lambda t: t.bfloat16().to(t.dtype)  # noqa: E731
+    else:
+        q = recipe.x
+        if q.scaling == "delayed":
+            q = replace(q, scaling="tensorwise")
+        gemm = QuantizedGemm(replace(recipe, x=q), "residual")
+
+        def fn(t: torch.Tensor) -> torch.Tensor:
+            return gemm.quantize(t.reshape(-1, t.shape[-1]).float(), "x").reshape(t.shape).to(t.dtype)
+
+    return lambda t: _StraightThrough.apply(t, fn)

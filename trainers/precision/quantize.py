@@ -1,0 +1,149 @@
+"""Fake quantization (quantize, then dequantize) of one tensor, with optional counts of
+saturated and flushed values for telemetry. `quantize` is the public entry point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainers.precision.formats import get_format, round_inplace_ok, round_to_format
+from trainers.precision.scaling import (
+    Block,
+    Grouped,
+    block_fp32_scale,
+    e8m0_scale,
+    nvfp4_block_scale,
+    nvfp4_global_scale,
+    tensor_scale,
+)
+
+SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped")
+
+
+@dataclass
+class Counts:
+    """Values of one quantization: saturated (clipped to the format's max, or not
+    finite) and flushed (nonzero before, zero after)."""
+
+    saturated: torch.Tensor
+    flushed: torch.Tensor
+    total: int
+
+
+def _counts(y: torch.Tensor, fmt: str, q: torch.Tensor) -> Counts:
+    f = get_format(fmt)
+    # saturated: would have rounded above the max without the clamp (or not finite)
+    limit = f.max + 2.0 ** (f.emax - f.mbits - 1)
+    return Counts(
+        saturated=(~(y.abs() <= limit)).sum() - torch.isnan(y).sum(),
+        flushed=((q == 0) & (y != 0)).sum(),
+        total=y.numel(),
+    )
+
+
+def _round(y, fmt, rounding, generator, want_counts) -> tuple[torch.Tensor, Counts | None]:
+    if rounding == "rne" and not want_counts:
+        return round_inplace_ok(y, fmt), None  # y is a temporary: round it in place
+    q = round_to_format(y, fmt, rounding, generator)
+    return q, (_counts(y, fmt, q) if want_counts else None)
+
+
+def quantize_with_scale(
+    x: torch.Tensor, fmt: str, scale: torch.Tensor | float, *, rounding: str = "rne",
+    generator: torch.Generator | None = None, counts: bool = False,
+) -> tuple[torch.Tensor, Counts | None]:
+    """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed)."""
+    q, c = _round(x.float() * scale, fmt, rounding, generator, counts)
+    return q.div_(scale), c
+
+
+def fake_quant(
+    x: torch.Tensor,
+    fmt: str,
+    block: Block = None,
+    scale_mode: str = "floor",
+    rounding: str = "rne",
+    generator: torch.Generator | None = None,
+    counts: bool = False,
+) -> tuple[torch.Tensor, Counts | None]:
+    """`quantize` plus the counts; see there."""
+    f = get_format(fmt)
+    if scale_mode not in SCALE_MODES:
+        raise ValueError(f"unknown scale_mode {scale_mode!r}; valid: {', '.join(SCALE_MODES)}")
+    x = x.float()
+    nvfp4 = scale_mode.startswith("nvfp4")
+    if block is None and not nvfp4:
+        # tensorwise: FP32 current scaling (E8M0 modes do not apply to one tensor scale)
+        s = tensor_scale(float(x.abs().amax()), f.max, scale_mode == "pow2")
+        return quantize_with_scale(x, fmt, s, rounding=rounding, generator=generator, counts=counts)
+    g = Grouped(x, block if block is not None else x.shape[-1])  # nvfp4, block None: per row
+    amax = g.amax()
+    if scale_mode in ("fp32", "pow2"):
+        s = block_fp32_scale(amax, f.max, scale_mode == "pow2")
+        q, c = _round(g.view * s, fmt, rounding, generator, counts)
+        return g.restore(q.div_(s)), c
+    if nvfp4:
+        s_g = nvfp4_global_scale(x.abs().amax())
+        d = nvfp4_block_scale(amax, s_g, clamp=scale_mode == "nvfp4_clamped").mul_(s_g)
+        # a block scale flushed to zero flushes its block (x / inf = 0, and 0 * 0 = 0)
+        y = g.view / d.masked_fill(d == 0, float("inf"))
+    else:
+        d = e8m0_scale(amax, f, scale_mode)
+        y = g.view / d
+    q, c = _round(y, fmt, rounding, generator, counts)
+    return g.restore(q.mul_(d)), c
+
+
+def quantize(
+    x: torch.Tensor,
+    fmt: str,
+    *,
+    block: Block = None,
+    scale_mode: str = "floor",
+    rounding: str = "rne",
+    seed: int | None = None,
+) -> torch.Tensor:
+    """Quantize `x` to `fmt` (`e4m3`, `e5m2`, `e2m1`) and return the dequantized float32
+    tensor.
+
+    block: None for one tensorwise FP32 current scale (`fmax / amax`); an int for 1-D
+    blocks along the last dimension; a pair such as (16, 16) for 2-D tiles of a 2-D
+    tensor. Shapes that are not a multiple of the block are padded with zeros; a zero
+    block stays zero.
+    scale_mode (block scales): `floor` (OCP MX E8M0), `rceil` (NVIDIA MX E8M0), `fp32`
+    (per-block `fmax / amax`), `pow2` (that rounded down to a power of two), `nvfp4`
+    (two-level: FP32 global, E4M3 block scales, may go subnormal), `nvfp4_clamped`
+    (block scales at least 2^-6, as torchao). With block=None only `pow2` changes the
+    tensorwise scale, and the nvfp4 modes use one block scale per row.
+    rounding: `rne`, or `sr` (stochastic, seeded by `seed`).
+    """
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    return fake_quant(x, fmt, block, scale_mode, rounding, generator)[0]
+
+
+def fake_quant_tensorwise(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    return fake_quant(x, fmt, None, "fp32")[0]
+
+
+def mor_quantize(
+    x: torch.Tensor, threshold: float, block: int | None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Mixture of Representations: E4M3 with current scaling (per tensor or per 1-D
+    block), kept where the relative error ||Q - T|| / ||T|| is at most `threshold`,
+    BF16 elsewhere. Returns (values, units kept in FP8, units)."""
+    x = x.float()
+    if block is None:
+        q = fake_quant(x, "e4m3", None, "fp32")[0]
+        err, ref = (q - x).norm(), x.norm()
+        keep = err <= threshold * ref
+        out = torch.where(keep, q, x.bfloat16().float())
+        return out, keep.sum(), 1
+    g = Grouped(x, block)
+    s = block_fp32_scale(g.amax(), 448.0)
+    q = round_inplace_ok(g.view * s, "e4m3").div_(s)
+    err = (q - g.view).square().sum(-1, keepdim=True)
+    ref = g.view.square().sum(-1, keepdim=True)
+    keep = err <= threshold**2 * ref
+    out = torch.where(keep, q, g.view.bfloat16().float())
+    return g.restore(out), keep.sum(), keep.numel()
