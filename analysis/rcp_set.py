@@ -232,3 +232,36 @@ def with_405b_slack(record: Record, ruleset: str, benchmark: str) -> Record:
         with np.errstate(all="ignore"):
             return replace(record, max_speedup=record.mean / (record.min_epochs - SLACK_405B))
     return record
+
+
+def load_rcp_sets(source: str, benchmark: str | None = None, prune: str = "mlperf") -> list[RcpSet]:
+    """FILE_OR_RULESET: an RCP JSON file, or a ruleset version whose shipped files are read."""
+    if source not in RULESETS and not Path(source).exists():
+        raise RcpError(f"{source!r} is neither an RCP file nor a ruleset; rulesets: {', '.join(RULESETS)}")
+    if source in RULESETS:
+        folder = ruleset_folder(source)
+        names = sorted(p.stem[len("rcps_"):] for p in folder.glob("rcps_*.json"))
+        names = [n for n in names if n in SUBMISSION_RUNS and (benchmark is None or n == benchmark)]
+        if not names:
+            raise RcpError(f"ruleset {source} ships no RCPs for benchmark {benchmark!r}; it has: "
+                           + ", ".join(p.stem[5:] for p in sorted(folder.glob('rcps_*.json'))))
+        return [RcpSet.from_ruleset(source, n, prune=prune) for n in names]
+    try:
+        rcp_set = RcpSet.from_file(Path(source), benchmark, prune=prune)
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise RcpError(f"{source}: not a readable RCP file ({type(err).__name__}: {err})") from err
+    return [rcp_set]
+
+
+def stats_rows(rcp_set: RcpSet) -> list[dict]:
+    """Per record: the checker's statistics and whether each pruning keeps it."""
+    full = list(rcp_set.full.values())
+    mlperf = _select(rcp_set.full, prune_mlperf(full, rcp_set.interpolate))
+    envelope = _select(rcp_set.full, prune_envelope(full))
+    return [
+        {"benchmark": rcp_set.benchmark, "record": name, "batch_size": r.bs, "runs": len(r.epochs),
+         "mean": float(r.mean), "stdev": float(r.stdev), "min_acceptable_mean": float(r.min_epochs),
+         "max_speedup": float(r.max_speedup), "kept_by_pruning": name in mlperf,
+         "kept_by_envelope": name in envelope}
+        for name, r in rcp_set.full.items()
+    ]
