@@ -85,6 +85,8 @@ def check_directory(
     except CheckerStops as err:
         return _stopped(result, str(err))
     result.batch_size, result.benchmark, result.warnings = sub.bs, sub.benchmark, sub.warnings
+    if not sub.files:
+        return _stopped(result, f"no result_*.txt files in {results_dir} (the reference checker raises KeyError)")
     # The checker loads the RCPs before it looks at the batch size or convergence.
     if sub.benchmark not in SUBMISSION_RUNS:
         what = sub.mismatch or f"benchmark {sub.benchmark!r} has no run count in the checker"

@@ -60,3 +60,8 @@ def _print_table(table, title: str) -> None:
             _fmt(r["max_speedup"], 4),
         )
     console.print(view)
+
+
+# `check` and `rcp-stats` live beside; importing them here registers them without
+# touching the shared import line in orchestrator/cli.py.
+from orchestrator import cmd_check  # noqa: E402,F401
