@@ -29,6 +29,9 @@ class AnalysisRequest:
     resamples: int = 10_000
     seed: int = 0
     selection: SelectionSettings = SelectionSettings()
+    # MLCommons RCP records to derive the candidates' RCPs from (e.g. the published BF16
+    # RCPs); by default the campaign's own reference-recipe RCPs.
+    reference_rcps: dict | None = None
 
 
 @dataclass
@@ -58,7 +61,7 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     found = []
     if req.reference in req.recipes:
         found = factors(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples, seed=req.seed)
-        reference_records = rcp_records(runs, req.reference, req.benchmark, req.hparams)
+        reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams)
         for cand in sorted({f.candidate for f in found}):
             derived = derived_rcps(reference_records, cand, factor_curve(found, cand))
             if derived:

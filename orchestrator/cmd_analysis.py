@@ -22,17 +22,22 @@ def analyze(
     reference: str = typer.Option("bf16", "--reference", help="the reference recipe of the convergence factors"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap and Monte Carlo"),
     resamples: int = typer.Option(10_000, "--resamples", min=100, help="bootstrap resamples"),
+    reference_rcps: str = typer.Option(
+        None, "--reference-rcps",
+        help="derive the candidates' RCPs from this RCP file (or ruleset, for the campaign's benchmark) instead of the campaign's reference RCPs",
+    ),
 ) -> None:
     """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary."""
     campaign = load_campaign_or_fail(campaign_file)
     from analysis.report import AnalysisRequest, analyze_runs
     from analysis.selection import SelectionSettings
 
+    raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None
     runs = _load_or_fail(campaign)
     request = AnalysisRequest(
         campaign=campaign.name, benchmark=campaign.benchmark, submission_runs=campaign.submission_runs,
         recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference,
-        resamples=resamples, seed=seed, selection=SelectionSettings(seed=seed),
+        resamples=resamples, seed=seed, selection=SelectionSettings(seed=seed), reference_rcps=raw_reference,
     )
     result = analyze_runs(runs, request, out)
     table = result.table
@@ -47,6 +52,21 @@ def analyze(
             f"note: {r['recipe']} bs {r['batch_size']}: {r['converged']} of {r['runs']} runs converged; "
             "no RCP is written for an incomplete cell"
         )
+
+
+def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
+    import json
+
+    from analysis.rcp_set import RULESETS, RcpError, ruleset_file
+
+    try:
+        path = ruleset_file(source, benchmark) if source in RULESETS else Path(source)
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError, RcpError) as err:
+        fail(f"--reference-rcps {source!r}: cannot read RCPs ({err})")
+    if not isinstance(raw, dict) or not all(isinstance(r, dict) and "BS" in r and "Benchmark" in r for r in raw.values()):
+        fail(f"--reference-rcps {source!r}: not an MLCommons RCP file (records need Benchmark and BS)")
+    return raw
 
 
 def _load_or_fail(campaign):

@@ -115,3 +115,21 @@ def test_outlier_sets_flag_a_shifted_set():
     values[20:25] = [v - 30 for v in values[20:25]]
     flagged = outlier_sets(values, 5, 1, 3.5)
     assert [f["set"] for f in flagged] == [4]
+
+
+def test_analyze_runs_derives_from_published_rcps(tmp_path):
+    from analysis.rcp_set import ruleset_file
+    from analysis.report import AnalysisRequest, analyze_runs
+
+    published = json.loads(ruleset_file("6.1.0", "llama31_8b").read_text())
+    cells = {("bf16", 16): REF[16], ("bf16", 64): REF[64],
+             ("fp4", 16): [v * 1.10 for v in REF[16]], ("fp4", 64): [v * 1.20 for v in REF[64]]}
+    req = AnalysisRequest("c", "unit", 3, ["bf16", "fp4"], {}, resamples=500,
+                          selection=SelectionSettings(draws=500, window_draws=100, max_m_factor=2), reference_rcps=published)
+    analyze_runs(_runs(cells), req, tmp_path)
+    derived = json.loads((tmp_path / "rcps_c_fp4_derived.json").read_text())
+    assert set(derived) == set(published)
+    for name, rec in derived.items():
+        factor = np.interp(rec["BS"], [16, 64], [1.10, 1.20])
+        assert rec["Precision"] == "fp4"
+        assert rec["Epochs to converge"] == pytest.approx([v * factor for v in published[name]["Epochs to converge"]])
