@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import zlib
 
 import mlperf_logging.rcp_checker.rcp_checker as checker_mod
@@ -214,3 +215,35 @@ def test_non_numeric_samples_count_is_warned_and_treated_as_the_checker_does(tmp
     path.write_text("\n".join(lines) + "\n")
     ours, expected = same(folder, rcps=rcps)
     assert any(w.startswith(f"{path}:7:") and "'many'" in w for w in ours.warnings)
+
+
+@pytest.mark.parametrize("benchmark,bs,center", [("resnet", 1024, 35.0), ("llama31_8b", 32, 180_000.0)])
+def test_corrupted_files_get_the_checkers_treatment(tmp_path, resnet_rcps, benchmark, bs, center):
+    """Seeded corruptions (truncated lines, null or text values, dropped lines, duplicated
+    run_stop): either the same verdict, message and factor, or both stop."""
+    rng = np.random.default_rng(11)
+    rcps = resnet_rcps if benchmark == "resnet" else None
+    ruleset = "6.0.0" if benchmark == "resnet" else "6.1.0"
+    n = checker_mod.submission_runs["training"][benchmark]
+    stopped = agreed = 0
+    for case in range(20):
+        folder = write_results(tmp_path / f"c{case}", benchmark, bs, list(rng.normal(center, center * 0.02, n).round(3)))
+        path = folder / f"result_{rng.integers(n)}.txt"
+        lines = path.read_text().splitlines()
+        i = int(rng.integers(1, len(lines)))
+        kind = rng.integers(5)
+        if kind == 0:
+            lines[i] = lines[i][: int(rng.integers(len(":::MLLOG ") + 1, len(lines[i])))]
+        elif kind == 1:
+            lines[i] = lines[i].replace('"value": ', '"value": null, "x": ', 1)
+        elif kind == 2:
+            lines[i] = re.sub(r'("(epoch_num|samples_count)": )[0-9.e+]+', r'\1"n/a"', lines[i])
+        elif kind == 3:
+            del lines[i]
+        else:
+            lines.append(mllog("run_stop", None, status="aborted"))
+        path.write_text("\n".join(lines) + "\n")
+        ours, expected = same(folder, ruleset=ruleset, rcps=rcps)
+        stopped += expected is None
+        agreed += expected is not None
+    assert stopped and agreed  # both kinds of outcome were exercised
