@@ -23,10 +23,10 @@ RESNET = {  # N = 5; bs 3072's mean is above the line from 1024 to 8192: pruning
 }
 
 
-def oracle(folder, ruleset, rcps, rcp_pass):
+def oracle(folder, ruleset, rcps, rcp_pass, train_samples=False):
     fh = open(rcps) if rcps else None
     try:
-        return checker_mod.check_directory(str(folder), "training", ruleset, False, False, rcp_file=fh,
+        return checker_mod.check_directory(str(folder), "training", ruleset, False, train_samples, rcp_file=fh,
                                            rcp_pass=f"{rcp_pass}_rcps")
     except Exception as err:  # the checker's own crash is part of its behaviour
         return err
@@ -35,9 +35,9 @@ def oracle(folder, ruleset, rcps, rcp_pass):
             fh.close()
 
 
-def same(folder, ruleset="6.0.0", rcps=None, rcp_pass="pruned"):
-    expected = oracle(folder, ruleset, rcps, rcp_pass)
-    ours = check_directory(folder, rcps, ruleset, rcp_pass)
+def same(folder, ruleset="6.0.0", rcps=None, rcp_pass="pruned", train_samples=False):
+    expected = oracle(folder, ruleset, rcps, rcp_pass, train_samples)
+    ours = check_directory(folder, rcps, ruleset, rcp_pass, train_samples)
     if isinstance(expected, Exception):
         assert not ours.passed and ours.checker_error, (expected, ours)
         return ours, None
@@ -247,3 +247,19 @@ def test_corrupted_files_get_the_checkers_treatment(tmp_path, resnet_rcps, bench
         stopped += expected is None
         agreed += expected is not None
     assert stopped and agreed  # both kinds of outcome were exercised
+
+
+def test_bert_train_samples(tmp_path):
+    rcps = RcpSet.from_ruleset("5.1.0", "bert")
+    record = next(iter(rcps.full.values()))
+    folder = tmp_path / "r"
+    rng = np.random.default_rng(3)
+    write_results(folder, "bert", record.bs, [2.0] * 10)  # epoch_num would say 2
+    for i, f in enumerate(sorted(folder.glob("result_*.txt"))):
+        lines = f.read_text().splitlines()
+        lines.insert(-1, mllog("train_samples", float(round(record.mean * rng.normal(1.02, 0.01)))))
+        f.write_text("\n".join(lines) + "\n")
+    for train_samples in (False, True):
+        ours, expected = same(folder, ruleset="5.1.0", train_samples=train_samples)
+        assert expected is not None
+    assert ours.olympic_mean > 1000  # samples, not epochs
