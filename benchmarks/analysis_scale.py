@@ -43,6 +43,8 @@ def build_store(path: Path, runs: int, seed: int = 0) -> str:
     rng = np.random.default_rng(seed)
     now = int(time.time() * 1000)
     run_rows, tag_rows, param_rows, latest_rows, metric_rows = [], [], [], [], []
+    # The orchestrator files the whole RunSpec as a tag: about this size.
+    spec_text = '{"seed": SEED, "trainer": {' + ", ".join(f'"setting_{k}": {k}' for k in range(60)) + "}}"
     for i in range(runs):
         rid = uuid.uuid4().hex
         recipe, bs = RECIPES[i % len(RECIPES)], BATCH_SIZES[(i // len(RECIPES)) % len(BATCH_SIZES)]
@@ -54,7 +56,8 @@ def build_store(path: Path, runs: int, seed: int = 0) -> str:
                          "", "active", f"file:///art/{rid}", exp_id))
         tags = {ts.TAG_CAMPAIGN: CAMPAIGN, ts.TAG_ROLE: "campaign", ts.TAG_RUN_KEY: f"k{i:08d}", ts.TAG_RECIPE: recipe,
                 ts.TAG_BATCH_SIZE: str(bs), ts.TAG_SEED: str(seed_i), ts.TAG_STATUS: status, ts.TAG_ATTEMPTS: "1",
-                ts.TAG_TRAINER: "tinylm", ts.TAG_TARGET_METRIC: "eval_excess_loss", "mlflow.runName": f"{recipe}-{bs}-{seed_i}"}
+                ts.TAG_TRAINER: "tinylm", ts.TAG_TARGET_METRIC: "eval_excess_loss", "mlflow.runName": f"{recipe}-{bs}-{seed_i}",
+                ts.TAG_SPEC: spec_text.replace("SEED", str(seed_i), 1)}
         tag_rows += [(k, v, rid) for k, v in tags.items()]
         param_rows += [("lr", str(0.01 * bs / 32), rid), ("warmup_tokens", "8192", rid)]
         finals = {ts.METRIC_TOKENS_TRAINED: samples * 8, ts.METRIC_WALL_S: 2.0}
