@@ -1,11 +1,15 @@
 """Load a campaign's runs from the tracking store into an Arrow table, one row per run.
 
-This reads through the MLflow API, which works for any tracking URI (a SQLite file, a
-tracking server)."""
+`load_runs` reads through the MLflow API, which works for any tracking URI (a SQLite
+file, a tracking server); `load_campaign_runs` takes the SQL fast path
+(`analysis/load_sql.py`) where the URI allows it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sweeps.spec import redact_uri
 from trainers.tracking_schema import (
@@ -78,5 +82,28 @@ def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Ta
         token = page.token
         if not token:
             break
-    table = pa.table(rows, schema=RUN_SCHEMA)
-    return table.sort_by([("recipe", "ascending"), ("batch_size", "ascending"), ("seed", "ascending")])
+    return sort_runs(pa.table(rows, schema=RUN_SCHEMA))
+
+
+def sort_runs(table: pa.Table) -> pa.Table:
+    """The one row order of a runs table, whichever path loaded it."""
+    keys = ("recipe", "batch_size", "seed", "run_id")
+    return table.sort_by([(k, "ascending") for k in keys])
+
+
+def load_campaign_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
+    """The SQL fast path for SQLite and PostgreSQL stores, the MLflow API otherwise
+    (a tracking server over http(s))."""
+    from analysis.load_sql import is_sql_uri, load_runs_sql
+
+    if is_sql_uri(tracking_uri):
+        return load_runs_sql(tracking_uri, campaign, role)
+    return load_runs(tracking_uri, campaign, role)
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """Write to a temporary name, then rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)

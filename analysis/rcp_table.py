@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from analysis.rcp import rcp_stats
+from analysis.rcp_set import convergence_key
 
 OUTCOMES = ("converged", "not_converged", "diverged")
 
@@ -36,11 +37,6 @@ TABLE_SCHEMA = pa.schema(
         ("max_speedup", pa.float64()),
     ]
 )
-
-
-def convergence_key(benchmark: str) -> str:
-    """The key the checker reads the runs from (RCP_RULES.md)."""
-    return "samples to converge" if benchmark in ("llama2_70b_lora", "flux1") else "Epochs to converge"
 
 
 def rcp_table(runs: pa.Table, benchmark: str, submission_runs: int) -> pa.Table:

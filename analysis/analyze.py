@@ -1,0 +1,130 @@
+"""Everything `rcpforge analyze` writes for a campaign, from its runs table: the RCP table
+(CSV and Parquet), MLCommons RCP files per recipe, derived RCPs per candidate recipe,
+`factors.json`, `selection.json` and a markdown summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from analysis.factors import cell_values, derived_rcps, factor_curve, factors, factors_json
+from analysis.load import write_parquet
+from analysis.rcp import trimmed_count
+from analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
+from analysis.selection import Selection, SelectionSettings, selection, selection_json
+
+
+@dataclass(frozen=True)
+class AnalysisRequest:
+    campaign: str
+    benchmark: str
+    submission_runs: int
+    recipes: list[str]
+    hparams: dict
+    reference: str = "bf16"
+    confidence: float = 0.95
+    resamples: int = 10_000
+    seed: int = 0
+    selection: SelectionSettings = SelectionSettings()
+    # MLCommons RCP records to derive the candidates' RCPs from (e.g. the published BF16
+    # RCPs); by default the campaign's own reference-recipe RCPs.
+    reference_rcps: dict | None = None
+
+
+@dataclass
+class AnalysisResult:
+    table: pa.Table
+    written: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _json(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=float) + "\n")
+
+
+def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisResult:
+    table = rcp_table(runs, req.benchmark, req.submission_runs)
+    result = AnalysisResult(table)
+    for recipe in req.recipes:
+        records = rcp_records(runs, recipe, req.benchmark, req.hparams)
+        if records:
+            path = out / f"rcps_{req.campaign}_{recipe}.json"
+            write_rcp_file(path, records)
+            result.written.append(path)
+    write_table_csv(out / "rcp_table.csv", table)
+    write_parquet(table, out / "rcp_table.parquet")
+    result.written += [out / "rcp_table.csv", out / "rcp_table.parquet"]
+
+    found = []
+    if req.reference in req.recipes:
+        found = factors(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples, seed=req.seed)
+        reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams)
+        for cand in sorted({f.candidate for f in found}):
+            derived = derived_rcps(reference_records, cand, factor_curve(found, cand))
+            if derived:
+                path = out / f"rcps_{req.campaign}_{cand}_derived.json"
+                write_rcp_file(path, derived)
+                result.written.append(path)
+    else:
+        result.notes.append(f"reference recipe {req.reference!r} is not in the campaign; no factors")
+    _json(out / "factors.json", factors_json(found, req.reference, req.confidence, req.resamples, req.seed))
+
+    selections = _selections(runs, table, req)
+    _json(out / "selection.json", selection_json(selections, req.selection))
+    write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes))
+    result.written += [out / "factors.json", out / "selection.json", out / "summary.md"]
+    return result
+
+
+def _selections(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> list[Selection]:
+    """Per cell, tested against the reference recipe's RCP at the same batch size (what
+    a submission in the candidate precision would be checked against)."""
+    trim = trimmed_count(req.benchmark)
+    rcp = {r["batch_size"]: r for r in table.to_pylist() if r["recipe"] == req.reference and r["olympic_mean"] is not None}
+    out = []
+    for (recipe, bs), values in sorted(cell_values(runs).items()):
+        ref = rcp.get(bs, {})
+        out.append(selection(recipe, bs, values, req.submission_runs, trim, ref.get("olympic_mean"),
+                             ref.get("min_acceptable_mean"), req.selection))
+    return out
+
+
+def _f(value, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selections: list[Selection], notes: list[str]) -> str:
+    lines = [f"# Campaign {req.campaign}: analysis", "",
+             f"Benchmark `{req.benchmark}`, N = {req.submission_runs} runs per submission, samples to converge.", "",
+             "## RCP table", "", "| recipe | batch size | runs | converged | olympic mean | stdev | min acceptable mean | max speedup |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in table.to_pylist():
+        lines.append(f"| {r['recipe']} | {r['batch_size']} | {r['runs']} | {r['converged']} | {_f(r['olympic_mean'], 1)} | "
+                     f"{_f(r['stdev'], 1)} | {_f(r['min_acceptable_mean'], 1)} | {_f(r['max_speedup'])} |")
+    lines += ["", f"## Convergence factors against `{req.reference}` ({req.confidence:.0%} stratified bootstrap)", ""]
+    if found:
+        lines += ["| candidate | batch size | factor | interval | P(candidate faster) | Mann-Whitney p | verdict |",
+                  "|---|---:|---:|---|---:|---:|---|"]
+        for f in found:
+            interval = "-" if f.ci_low is None else f"{f.ci_low:.4f} .. {f.ci_high:.4f}"
+            lines.append(f"| {f.candidate} | {f.batch_size} | {_f(f.factor)} | {interval} | {f.prob_candidate_faster:.3f} | "
+                         f"{f.mann_whitney_p:.3g} | {f.verdict} |")
+    else:
+        lines.append("No candidate shares a batch size with the reference.")
+    k = req.selection.k_required
+    lines += ["", "## Selection (M-of-N)", "",
+              f"Gains are the relative drop of the expected olympic mean; runs required keeps the gain of the best of {k} "
+              f"repeats under {req.selection.tolerance:.1%} with median-window scoring.", "",
+              "| recipe | batch size | runs | honest mean | honest stdev | pass prob. | best-of-K gain (K: gain) | runs required | outlier sets |",
+              "|---|---:|---:|---:|---:|---:|---|---:|---|"]
+    for s in selections:
+        gains = ", ".join(f"{r['k']}: {_f(r['gain'] * 100 if r['gain'] is not None else None, 2)}%" for r in s.best_of_k)
+        outliers = ", ".join(str(o["set"]) for o in s.outlier_sets) or "-"
+        lines.append(f"| {s.recipe} | {s.batch_size} | {s.runs} | {_f(s.honest['mean'], 1)} | {_f(s.honest['stdev'], 1)} | "
+                     f"{_f(s.honest['pass_prob'], 3)} | {gains} | {s.runs_required if s.runs_required else '> ' + str(req.selection.max_m_factor * s.n)} | {outliers} |")
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,140 @@
+"""Check a submission's results directory against RCPs with the verdict, message and
+normalization factor of `mlperf_logging.rcp_checker.check_directory`, branch for branch
+(RCP found, interpolated, below the smallest, above the largest, none), plus the numbers
+behind the verdict. Where the checker itself stops with an exception, the result fails
+with `checker_error` saying where and why, instead of a traceback."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.mllog_read import CheckerStops, read_submission
+from analysis.rcp_set import SUBMISSION_RUNS, RULESETS, RcpError, RcpSet, Record, ruleset_file, with_405b_slack
+
+DEFAULT_RULESET = "6.0.0"  # the checker's command-line default
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    message: str
+    norm_factor: float
+    batch_size: Any = None
+    benchmark: Any = None
+    olympic_mean: float | None = None
+    rcp_mean: float | None = None
+    min_acceptable_mean: float | None = None
+    rcp_used: str = "none"  # found | interpolated | smallest | none
+    rcp_name: str | None = None
+    checker_error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for key in ("norm_factor", "olympic_mean", "rcp_mean", "min_acceptable_mean"):
+            if out[key] is not None:
+                out[key] = float(out[key])
+        for key in ("batch_size",):
+            if isinstance(out[key], np.generic):
+                out[key] = out[key].item()
+        return out
+
+
+def _evaluate(record: Record, epochs: list, ruleset: str, benchmark: str) -> tuple[bool, Any, Any, Record]:
+    """The checker's test of one RCP: (passed, norm factor, olympic mean, record used)."""
+    record = with_405b_slack(record, ruleset, benchmark)
+    epochs = sorted(epochs)
+    trim = 4 if record.benchmark == "unet3d" else 1
+    with np.errstate(all="ignore"):
+        kept = epochs[trim : len(epochs) - trim]
+        mean = np.mean(kept) if kept else np.float64(np.nan)
+        factor = np.float64(record.mean) / mean
+        factor = 1.0 if factor < 1 else factor
+        passed = bool(mean >= record.mean / record.max_speedup)
+    return passed, factor, mean, record
+
+
+def _stopped(result: CheckResult, why: str) -> CheckResult:
+    result.passed = False
+    result.checker_error = why
+    if not result.message:
+        result.message = f"the reference checker stops here: {why}"
+    return result
+
+
+def check_directory(
+    results_dir: str | Path,
+    rcps: str | Path | None = None,
+    ruleset: str = DEFAULT_RULESET,
+    rcp_pass: str = "pruned",
+    use_train_samples: bool = False,
+    rcp_bypass: bool = False,
+) -> CheckResult:
+    """`rcps` is an RCP JSON file, or None for the ruleset's shipped file."""
+    if ruleset not in RULESETS:
+        raise RcpError(f"ruleset {ruleset!r} is not one the checker knows; allowed: {', '.join(RULESETS)}")
+    if rcp_pass not in ("pruned", "full"):
+        raise RcpError(f"rcp pass {rcp_pass!r} is not allowed; allowed: pruned, full")
+    result = CheckResult(False, "", 1.0)
+    try:
+        sub = read_submission(str(results_dir), ruleset, use_train_samples)
+    except CheckerStops as err:
+        return _stopped(result, str(err))
+    result.batch_size, result.benchmark, result.warnings = sub.bs, sub.benchmark, sub.warnings
+    if not sub.files:
+        return _stopped(result, f"no result_*.txt files in {results_dir} (the reference checker raises KeyError)")
+    # The checker loads the RCPs before it looks at the batch size or convergence.
+    if sub.benchmark not in SUBMISSION_RUNS:
+        what = sub.mismatch or f"benchmark {sub.benchmark!r} has no run count in the checker"
+        return _stopped(result, f"{what} (the reference checker raises KeyError)")
+    try:
+        path = Path(rcps) if rcps is not None else ruleset_file(ruleset, sub.benchmark)
+        rcp_set = RcpSet.from_file(path, sub.benchmark)
+    except Exception as err:  # the checker raises on a missing or malformed RCP file
+        return _stopped(result, f"RCPs: {type(err).__name__}: {err}")
+    result.warnings += rcp_set.warnings
+    if sub.bs == -1:
+        result.message = "Could not detect global_batch_size"
+        return result
+    if sub.epochs is None:
+        result.message = "Insufficient convergence"
+        return result
+    try:
+        _decide(result, rcp_set, sub.bs, sub.epochs, ruleset, rcp_pass)
+    except Exception as err:  # e.g. a non-numeric value the checker cannot compare
+        return _stopped(result, f"{type(err).__name__}: {err}")
+    missing = f"Missing RCP, please submit RCP with BS = {sub.bs}"
+    if rcp_bypass and not result.passed and result.message in ("RCP found", "RCP Interpolation", missing):
+        result.message += " passed using rcp_bypass"
+        result.passed = True
+    return result
+
+
+def _decide(result: CheckResult, rcp_set: RcpSet, bs: Any, epochs: list, ruleset: str, rcp_pass: str) -> None:
+    record, used = rcp_set.find(bs, rcp_pass), "found"
+    if record is None:
+        low, high = rcp_set.below(bs, rcp_pass), rcp_set.above(bs, rcp_pass)
+        if low is not None and high is not None:
+            record, used = rcp_set.interpolate(bs, low, high), "interpolated"
+        elif low is None and high is not None:
+            record, used = rcp_set.smallest(rcp_pass), "smallest"
+        else:
+            result.message = f"Missing RCP, please submit RCP with BS = {bs}" if low is not None else "Cannot find any RCPs"
+            return
+    passed, factor, mean, tested = _evaluate(record, epochs, ruleset, rcp_set.benchmark)
+    result.passed, result.norm_factor, result.olympic_mean = passed, factor, mean
+    result.rcp_mean = tested.mean
+    with np.errstate(all="ignore"):
+        result.min_acceptable_mean = tested.mean / tested.max_speedup
+    result.rcp_used, result.rcp_name = used, tested.name
+    result.message = {
+        "found": "RCP found",
+        "interpolated": "RCP Interpolation",
+        "smallest": "RCP not found but slower convergence on smaller batch size"
+        if passed else f"Missing RCP, please submit RCP with BS = {bs}",
+    }[used]
+

@@ -1,0 +1,90 @@
+"""The analysis commands through the real CLI, on a real MLflow SQLite store."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import mlperf_logging.rcp_checker.rcp_checker as checker_mod
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.load import load_runs
+from sweeps.spec import load_campaign
+from tests.analysis.mllog_dirs import write_results
+from tests.analysis.stores import file_runs
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+
+SEEDS = 6
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("camp")
+    path = write_campaign(folder, tiny_campaign(seeds=SEEDS))
+    spec = load_campaign(path)
+    rng = np.random.default_rng(0)
+    runs = []
+    for recipe, scale in (("bf16", 1.0), ("fp8_tensorwise", 1.15)):
+        for bs, base in ((16, 4000), (64, 9000)):
+            for seed in range(SEEDS):
+                runs.append({"recipe": recipe, "batch_size": bs, "seed": seed, "status": "converged",
+                             "samples": round(base * scale * rng.normal(1, 0.02))})
+    file_runs(spec.tracking_uri, spec.name, (folder / "art").as_uri(), runs)
+    return path, spec
+
+
+def test_analyze_writes_every_output(campaign, tmp_path, cli, monkeypatch):
+    path, spec = campaign
+    proc = cli("analyze", str(path), "--out", str(tmp_path), "--resamples", "2000")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("rcp_table.csv", "rcp_table.parquet", "factors.json", "selection.json", "summary.md",
+                 "rcps_tiny_bf16.json", "rcps_tiny_fp8_tensorwise.json", "rcps_tiny_fp8_tensorwise_derived.json"):
+        assert (tmp_path / name).exists(), name
+    table = pq.read_table(tmp_path / "rcp_table.parquet").to_pylist()
+    assert {(r["recipe"], r["batch_size"]) for r in table} == {(r, b) for r in ("bf16", "fp8_tensorwise") for b in (16, 64)}
+    factors = json.loads((tmp_path / "factors.json").read_text())
+    assert factors["reference"] == "bf16"
+    assert {f["batch_size"]: f["verdict"] for f in factors["factors"]} == {16: "slower", 64: "slower"}
+    om = {(r["recipe"], r["batch_size"]): r["olympic_mean"] for r in table}
+    for f in factors["factors"]:
+        assert f["factor"] == pytest.approx(om[("fp8_tensorwise", f["batch_size"])] / om[("bf16", f["batch_size"])])
+        assert f["ci_low"] < f["factor"] < f["ci_high"]
+    # The derived RCPs load in the checker and their means are the reference's times the factor.
+    monkeypatch.setitem(checker_mod.submission_runs["training"], "rcpforge_tiny", 3)
+    derived = (tmp_path / "rcps_tiny_fp8_tensorwise_derived.json").read_text()
+    assert {r["Precision"] for r in json.loads(derived).values()} == {"fp8_tensorwise"}
+    checker = checker_mod.RCP_Checker("training", "6.0.0", "rcpforge_tiny", False, io.StringIO(derived))
+    by_bs = {f["batch_size"]: f["factor"] for f in factors["factors"]}
+    for rec in checker.rcp_data.values():
+        assert rec["RCP Mean"] == pytest.approx(om[("bf16", rec["BS"])] * by_bs[rec["BS"]])
+    selection = json.loads((tmp_path / "selection.json").read_text())
+    assert len(selection["cells"]) == 4 and all(c["n"] == 3 and c["runs"] == SEEDS for c in selection["cells"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Convergence factors" in summary and "## Selection (M-of-N)" in summary
+
+
+def test_export_parquet_equals_the_api_table(campaign, tmp_path, cli):
+    path, spec = campaign
+    out = tmp_path / "runs.parquet"
+    proc = cli("export", str(path), "--parquet", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert pq.read_table(out).to_pylist() == load_runs(spec.tracking_uri, spec.name).to_pylist()
+
+
+def test_check_and_rcp_stats_commands(tmp_path, cli):
+    folder = write_results(tmp_path / "r", "llama31_8b", 32, [180_000.0 + 1000 * i for i in range(10)])
+    proc = cli("check", str(folder), "--rcps", "6.1.0", "--json")
+    result = json.loads(proc.stdout)
+    expected = checker_mod.check_directory(str(folder), "training", "6.1.0", False, False, rcp_pass="pruned_rcps")
+    assert (result["passed"], result["message"], result["norm_factor"]) == tuple(expected)
+    assert proc.returncode == (0 if expected[0] else 1)
+    assert set(result) >= {"passed", "message", "norm_factor", "batch_size", "benchmark", "olympic_mean", "rcp_mean",
+                           "min_acceptable_mean"}
+    proc = cli("rcp-stats", "6.1.0", "--benchmark", "llama31_8b", "--json")
+    rows = json.loads(proc.stdout)
+    checker = checker_mod.RCP_Checker("training", "6.1.0", "llama31_8b", False)
+    assert [r["mean"] for r in rows] == [r["RCP Mean"] for r in checker.rcp_data.values()]
+    bad = cli("check", str(folder), "--rcps", "7.7.7")
+    assert bad.returncode == 2 and "neither an RCP file nor a ruleset" in bad.stderr and "Traceback" not in bad.stderr
