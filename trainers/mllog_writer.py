@@ -28,20 +28,20 @@ class MllogWriter:
     """One result file; `close()` must be called (the reporter does it in `stop`)."""
 
     def __init__(self, path: Path, benchmark: str, spec: RunSpec):
-        from mlperf_logging import mllog
         from mlperf_logging.mllog import constants as c
+        from mlperf_logging.mllog.mllog import MLLogger
 
         self.path = path
         self._c = c
         path.parent.mkdir(parents=True, exist_ok=True)
-        # A private logger per file: mllog.config() would add handlers to a shared one,
-        # and a worker process runs many runs one after another.
-        self._logger = logging.getLogger(f"rcpforge.mllog.{next(_ids)}")
+        # A private, unregistered logger per file: mllog.config() would add handlers to a
+        # shared one, and a worker process runs many runs one after another.
+        self._logger = logging.Logger(f"rcpforge.mllog.{next(_ids)}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
         self._handler = logging.FileHandler(path, mode="w", encoding="utf-8")
         self._logger.addHandler(self._handler)
-        self.log = mllog.MLLogger(logger=self._logger, default_stack_offset=1, root_dir=str(Path(__file__).parent))
+        self.log = MLLogger(logger=self._logger, default_stack_offset=1, root_dir=str(Path(__file__).parent))
         self._header(benchmark, spec)
 
     def _header(self, benchmark: str, spec: RunSpec) -> None:
