@@ -121,6 +121,8 @@ class CommandTrainer:
                 grace_s=cfg.stop_grace_s, raw_log=output_dir / OUTPUT_LOG,
                 done=lambda: follower.reading.stop_status is not None,
             )
+        except OSError as err:  # the program cannot be started: missing, not executable
+            return RunResult(status=RunStatus.failed, error=f"cannot start {argv[0]!r} in {workdir}: {err.strerror or err}")
         finally:
             follower.close(end.stopped_because if end else None)
         return _result(follower, end, cfg, time.monotonic() - start, output_dir)
