@@ -217,3 +217,37 @@ def test_a_retried_run_has_no_duplicated_eval_lines(tmp_path):
         assert rcp_checker.read_submission_file(str(path), "6.0.0", False)[:2] == (0, run["samples_to_target"])
         steps = [m.step for m in client.get_metric_history(run["run_id"], "eval_excess_loss")]
         assert len(steps) == len(set(steps)) == len(samples)
+
+
+def test_import_of_a_submission_in_epochs(tmp_path):
+    """A published-style results tree `results/<system>/resnet/result_<i>.txt` with
+    launcher prefixes and epoch counts; what is stored is what the checker reads."""
+    import json
+
+    from orchestrator.mllog_results import import_results
+
+    def line(key, value=None, **meta):
+        return "0: :::MLLOG " + json.dumps({"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME",
+                                            "key": key, "value": value, "metadata": meta})
+
+    folders = []
+    for system, bs in (("sysA", 1632), ("sysB", 3264)):
+        folder = tmp_path / "results" / system / "resnet"
+        folder.mkdir(parents=True)
+        for i in range(5):
+            epochs = [2.0 * k + 0.1 * i + 0.00049 for k in range(1, 19 + i % 3)]
+            body = [line("submission_benchmark", "resnet"), line("global_batch_size", bs), "noise"]
+            body += [line("eval_accuracy", 0.7, epoch_num=e) for e in epochs]
+            body.append(line("run_stop", status="aborted" if (system, i) == ("sysB", 4) else "success"))
+            (folder / f"result_{i}.txt").write_text("\n".join(body) + "\n")
+        folders.append(folder)
+    uri = f"sqlite:///{tmp_path / 'sub.db'}"
+    summary = import_results(folders, "published", uri)
+    assert summary.imported == 10
+    runs = load_runs(uri, "published").to_pylist()
+    for folder in folders:
+        bs, epochs, bench = rcp_checker.get_submission_epochs(
+            [str(folder / f"result_{i}.txt") for i in range(5)], "6.0.0", False)
+        mine = [r for r in runs if r["recipe"] == folder.parent.name]
+        assert {r["batch_size"] for r in mine} == {bs} and bench == "resnet"
+        assert [r["samples_to_target"] if r["status"] == "converged" else 1e9 for r in mine] == epochs

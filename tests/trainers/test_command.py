@@ -211,3 +211,26 @@ def test_the_cli_refuses_a_bad_placeholder_before_any_run(tmp_path, cli):
     assert proc.returncode == 2
     assert "placeholder {nope} names no field" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "rcpforge-mlflow.db").exists()
+
+
+def test_llm_benchmarks_count_samples_count_as_the_checker_does(tmp_path):
+    result, rep = _run(tmp_path, '''
+        header(32, bench="llama31_8b")
+        mllog("eval_accuracy", 0.5, epoch_num=0.25, samples_count=4096)
+        mllog("eval_accuracy", 0.9, epoch_num=0.5, samples_count=8192)
+        mllog("run_stop", status="success")
+    ''')
+    assert _checker(rep.output_dir / "result.txt") == (0, 8192, 32, "llama31_8b")
+    assert result.samples_to_target == 8192
+
+
+def test_unit_epochs_keeps_the_epochs_in_the_curve_and_samples_as_samples(tmp_path):
+    result, rep = _run(tmp_path, '''
+        header(32, bench="resnet")
+        mllog("eval_accuracy", 0.5, epoch_num=1.5, samples_count=3000)
+        mllog("eval_accuracy", 0.8, epoch_num=2.25, samples_count=4500)
+        mllog("run_stop", status="success")
+    ''', unit="epochs")
+    assert _checker(rep.output_dir / "result.txt") == (0, 2.25, 32, "resnet")
+    assert result.status is RunStatus.converged and result.samples_to_target == 4500
+    assert rep.points[-1].metrics["epoch_num"] == 2.25
