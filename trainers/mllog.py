@@ -16,7 +16,6 @@ Not replayed: stable_diffusion's FID/CLIP rule and BERT's `--bert_train_samples`
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,14 +26,17 @@ SAMPLES_BENCHMARKS = frozenset(
     {"llama2_70b_lora", "flux1", "llama31_405b", "llama31_8b", "gpt_oss_20b", "deepseekv3_671b",
      "qwen35_397b_grpo", "dlrmv4"}
 )
-_BEFORE_TOKEN = re.compile(".*" + re.escape(TOKEN))
 
 
 def mllog_text(line: str) -> str | None:
-    """The line from its last MLLOG token on (the checker's `re.sub`), or None."""
-    if TOKEN not in line:
+    """The line from its last MLLOG token on, stripped, or None. The checker's
+    `re.sub(".*" + TOKEN, TOKEN, line)` keeps the same text: its greedy `.*` reaches the
+    last token of a line that has no newline before its end; `rfind` does it in linear
+    time (the regex rescans the rest of the line from every position)."""
+    at = line.rfind(TOKEN)
+    if at < 0:
         return None
-    return _BEFORE_TOKEN.sub(TOKEN, line).strip()
+    return line[at:].strip()
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
@@ -43,6 +45,10 @@ def parse_line(line: str) -> dict[str, Any] | None:
     text = mllog_text(line)
     if text is None or not text.startswith(TOKEN):
         return None
+    return _decode(text)
+
+
+def _decode(text: str) -> dict[str, Any] | None:
     try:
         event = json.loads(text[len(TOKEN):])
     except ValueError:
@@ -66,6 +72,8 @@ class CheckerReading:
     value_to_converge: float | None = None  # set by a successful run_stop
     unreadable: int = 0  # lines with the token that the checker could not have read
     lines: list[str] = field(default_factory=list)  # the MLLOG lines, token first
+    keep_lines: bool = True  # a live follower writes them to a file instead
+    last_text: str | None = None  # the last readable MLLOG line, token first
 
     @property
     def converged(self) -> bool:
@@ -77,11 +85,13 @@ class CheckerReading:
         if text is None or not text.startswith(TOKEN):
             return None
         body = text[len(TOKEN):]
-        event = parse_line(text)
+        event = _decode(text)
         if event is None:
             self.unreadable += 1
             return None
-        self.lines.append(text)
+        self.last_text = text
+        if self.keep_lines:
+            self.lines.append(text)
         try:
             self._apply(body, event)
         except (KeyError, TypeError, ValueError):

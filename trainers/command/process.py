@@ -20,6 +20,7 @@ from typing import Callable
 # A line longer than this is cut into pieces: garbage without newlines must not fill memory.
 MAX_LINE = 1 << 20
 TAIL_LINES = 20
+_EMPTY = object()  # no line within the wait
 
 
 @dataclass
@@ -68,6 +69,7 @@ def run_and_follow(
     grace_s: float,
     raw_log: Path,
     done: Callable[[], bool] = lambda: False,
+    on_idle: Callable[[], None] = lambda: None,
 ) -> ProcessEnd:
     """Run `argv`, call `on_line` with every output line (stdout and stderr together) as
     it arrives. `on_line` may raise StopProcess to end the process; past `max_wall_s`
@@ -98,8 +100,17 @@ def run_and_follow(
                     break  # run_stop was logged; the outcome is known, only the exit is late
                 limit = min(deadline, grace_until or deadline)
                 try:
-                    chunk = lines.get(timeout=min(limit - now, 0.5))
+                    chunk = lines.get_nowait()
                 except queue.Empty:
+                    # Flush when caught up, not per line: a chatty program stays cheap
+                    # to follow, and a stalled one leaves its files complete.
+                    raw.flush()
+                    on_idle()
+                    try:
+                        chunk = lines.get(timeout=min(limit - now, 0.5))
+                    except queue.Empty:
+                        chunk = _EMPTY
+                if chunk is _EMPTY:
                     if grace_until is None and proc.poll() is not None:
                         # Exited, but something it started still holds the pipe open.
                         grace_until = time.monotonic() + grace_s
@@ -107,9 +118,8 @@ def run_and_follow(
                 if chunk is None:
                     break
                 raw.write(chunk)
-                raw.flush()
                 text = chunk.decode("latin-1").rstrip("\r\n")
-                tail.append(_printable(text))
+                tail.append(text)
                 try:
                     on_line(text)
                 except StopProcess as stop:
@@ -128,7 +138,7 @@ def run_and_follow(
         thread.join(timeout=grace_s)
         if proc.stdout:
             proc.stdout.close()
-    return ProcessEnd(proc.returncode, stopped_because, list(tail))
+    return ProcessEnd(proc.returncode, stopped_because, [_printable(t[:500]) for t in tail])
 
 
 def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:

@@ -50,7 +50,7 @@ class _Follower:
 
     def __init__(self, spec: RunSpec, cfg: CommandSettings, reporter: Reporter, result_file: Path):
         self.spec, self.cfg, self.reporter = spec, cfg, reporter
-        self.reading = CheckerReading()
+        self.reading = CheckerReading(keep_lines=False)
         self.evals = 0
         self.last: EvalPoint | None = None
         self._out = open(result_file, "w", encoding="latin-1")
@@ -59,8 +59,7 @@ class _Follower:
         event = self.reading.feed(line)
         if event is None:
             return
-        self._out.write(self.reading.lines[-1] + "\n")
-        self._out.flush()
+        self._out.write(self.reading.last_text + "\n")
         if event.get("key") == self.cfg.metric_key:
             self._eval(event)
 
@@ -87,6 +86,9 @@ class _Follower:
             self.reporter.eval_point(self.last)
         if tokens > self.spec.budget.max_tokens and self.reading.stop_status is None:
             raise StopProcess(f"token budget: an eval at {tokens} tokens is past max_tokens {self.spec.budget.max_tokens}")
+
+    def flush(self) -> None:
+        self._out.flush()
 
     def close(self, stopped_because: str | None) -> None:
         if stopped_because and self.reading.stop_status is None:
@@ -119,7 +121,7 @@ class CommandTrainer:
             end = run_and_follow(
                 argv, cwd=workdir, env=env, on_line=follower.on_line, max_wall_s=cfg.max_wall_s,
                 grace_s=cfg.stop_grace_s, raw_log=output_dir / OUTPUT_LOG,
-                done=lambda: follower.reading.stop_status is not None,
+                done=lambda: follower.reading.stop_status is not None, on_idle=follower.flush,
             )
         except OSError as err:  # the program cannot be started: missing, not executable
             return RunResult(status=RunStatus.failed, error=f"cannot start {argv[0]!r} in {workdir}: {err.strerror or err}")
