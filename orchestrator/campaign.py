@@ -109,7 +109,8 @@ def run_campaign(
         try:
             def launch(spec: RunSpec, run_id: str, attempt: int) -> None:
                 runs[spec.run_key] = (spec, run_id, attempt)
-                args = (spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(campaign.run_dir(spec)))
+                args = (spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(campaign.run_dir(spec)),
+                        campaign.benchmark, str(campaign.base_dir.resolve()))
                 backend.submit(Job(spec.run_key, execute_run, args))
                 summary.launched += 1
                 notify("start", spec, None)

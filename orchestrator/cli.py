@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from orchestrator.cli_app import app
-from orchestrator import cmd_analysis, cmd_report, cmd_run  # noqa: F401  (they register their commands)
+# each module registers its commands on `app`
+from orchestrator import cmd_analysis, cmd_mllog, cmd_report, cmd_run  # noqa: F401
 
 
 def main() -> None:

@@ -1,25 +1,64 @@
 """The unit of work a backend executes: one RunSpec, tracked in its MLflow run.
 
 Runs in a worker (a local process, a Ray task, a Slurm job). A trainer's exception is a
-result (`failed`, with the traceback), never an exception out of here."""
+result (`failed`, with the traceback), never an exception out of here.
+
+Every run leaves an MLLOG `result.txt` in its own folder, logged as an MLflow artifact:
+written here around trainers that do not log MLLOG themselves, or by the trainer (the
+`command` kind keeps its process's MLLOG lines)."""
 
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.tracking import RunLog
-from trainers.contract import RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus
+from trainers.mllog_writer import RESULT_FILE, MllogReporter, MllogWriter
 from trainers.registry import get_trainer
 
 
-def execute_run(spec_json: str, tracking_uri: str, run_id: str, attempt: int, output_dir: str) -> dict:
+@dataclass
+class RunContext:
+    """The reporter a trainer gets: the MLflow run log plus where the run belongs.
+    `benchmark` and `campaign_dir` are extras beyond the Reporter protocol, read by
+    trainers that need them (`getattr(reporter, "campaign_dir", None)`)."""
+
+    log: RunLog
+    output_dir: Path
+    benchmark: str
+    campaign_dir: Path
+
+    def eval_point(self, point: EvalPoint) -> None:
+        self.log.eval_point(point)
+
+
+def execute_run(
+    spec_json: str,
+    tracking_uri: str,
+    run_id: str,
+    attempt: int,
+    output_dir: str,
+    benchmark: str | None = None,
+    campaign_dir: str | None = None,
+) -> dict:
     spec = RunSpec.model_validate_json(spec_json)
     log = RunLog(tracking_uri, run_id, spec.target.metric, Path(output_dir))
     log.start(attempt)
+    context = RunContext(log, Path(output_dir), benchmark or spec.campaign, Path(campaign_dir or Path.cwd()))
+    writer = None
     try:
-        result = get_trainer(spec.trainer_kind).train(spec, log)
+        trainer = get_trainer(spec.trainer_kind)
+        reporter = context
+        if not getattr(trainer, "writes_mllog", False):
+            writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec)
+            reporter = MllogReporter(context, writer, spec.target.metric)
+        result = trainer.train(spec, reporter)
     except Exception:  # noqa: BLE001 - any trainer error is recorded as the run's failure
         result = RunResult(status=RunStatus.failed, error=traceback.format_exc())
+    if writer is not None:
+        writer.stop(result)
+    log.log_artifact(context.output_dir / RESULT_FILE)
     log.finish(result)
     return result.model_dump(mode="json")

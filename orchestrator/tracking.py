@@ -223,6 +223,12 @@ class RunLog:
         self._pending = []
         self._last_flush = time.monotonic()
 
+    def log_artifact(self, path: Path) -> None:
+        """Store a run's file (its MLLOG result.txt) beside its metrics; a retry
+        overwrites the earlier attempt's copy."""
+        if path.is_file():
+            self.client.log_artifact(self.run_id, str(path))
+
     def finish(self, result: RunResult) -> None:
         from mlflow.entities import Metric, RunTag
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trainers.contract import Budget, RunSpec, Target
 from trainers.recipes import RecipeError, validate_recipe_options
-from trainers.registry import TrainerError, validate_hparams, validate_trainer_settings
+from trainers.registry import TrainerError, check_campaign_fit, validate_hparams, validate_trainer_settings
 
 DEFAULT_DB = "rcpforge-mlflow.db"
 
@@ -154,6 +154,7 @@ class Campaign(_Strict):
                 b: validate_hparams(self.trainer["kind"], hp or {}, f"hparams.{b}")
                 for b, hp in self.hparams.items()
             }
+            check_campaign_fit(self.trainer, hparams)
         except TrainerError as err:
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)

@@ -21,6 +21,11 @@ _BUILTIN: dict[str, tuple[str, str, str]] = {
         "trainers.tinylm.settings:TinyLMHParams",
         "trainers.tinylm.train:TinyLMTrainer",
     ),
+    "command": (
+        "trainers.command.settings:CommandSettings",
+        "trainers.command.settings:CommandHParams",
+        "trainers.command.trainer:CommandTrainer",
+    ),
 }
 
 
@@ -80,6 +85,20 @@ def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str
     except ValidationError as err:
         valid = ", ".join(model.model_fields)
         raise TrainerError(f"{_first_error(err, where)} (hyperparameters of {kind}: {valid})") from None
+
+
+def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]]) -> None:
+    """Checks that need the trainer settings and every batch size's hyperparameters
+    together (the `command` kind's placeholders); a settings model opts in with a
+    `check_campaign(settings, hparams_by_bs)` classmethod that raises ValueError."""
+    model = _model(settings["kind"], 0, "Settings")
+    check = getattr(model, "check_campaign", None)
+    if check is None:
+        return
+    try:
+        check(settings, hparams_by_bs)
+    except ValueError as err:
+        raise TrainerError(str(err)) from None
 
 
 def get_trainer(kind: str) -> Trainer:

@@ -18,6 +18,8 @@ TAG_TRAINER = "rcpforge.trainer"
 TAG_TARGET_METRIC = "rcpforge.target_metric"
 TAG_SPEC = "rcpforge.spec"
 TAG_ERROR = "rcpforge.error"
+# Where an imported run came from (`rcpforge import`): the result file's path.
+TAG_SOURCE = "rcpforge.source"
 
 METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"

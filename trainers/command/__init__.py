@@ -1,0 +1,1 @@
+"""The `command` trainer kind: any program that logs MLPerf `:::MLLOG` lines on stdout."""

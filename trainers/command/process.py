@@ -1,0 +1,155 @@
+"""Run a program from an argv list (never a shell) and follow its output line by line.
+
+The program runs in its own process group, so stopping it also stops whatever it
+started. Output is read as bytes and decoded as latin-1 (as the checker reads result
+files): binary garbage never raises, and every line round-trips to its bytes."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+# A line longer than this is cut into pieces: garbage without newlines must not fill memory.
+MAX_LINE = 1 << 20
+TAIL_LINES = 20
+_EMPTY = object()  # no line within the wait
+
+
+@dataclass
+class ProcessEnd:
+    exit_code: int | None
+    # Why rcpforge stopped the process (a budget), or None when it exited on its own.
+    stopped_because: str | None = None
+    tail: list[str] = field(default_factory=list)
+
+    def describe_exit(self) -> str:
+        code = self.exit_code
+        if code is None:
+            return "exit code unknown"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+
+class StopProcess(Exception):
+    """Raised by a line handler to stop the process (with the reason)."""
+
+
+def _reader(stream, lines: queue.Queue) -> None:
+    try:
+        while chunk := stream.readline(MAX_LINE):
+            lines.put(chunk)
+    finally:
+        lines.put(None)
+
+
+def _printable(line: str) -> str:
+    # The tail goes into an MLflow tag: no NUL or control characters there.
+    return "".join(ch if ch.isprintable() else "\ufffd" for ch in line)
+
+
+def run_and_follow(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    on_line: Callable[[str], None],
+    max_wall_s: float,
+    grace_s: float,
+    raw_log: Path,
+    done: Callable[[], bool] = lambda: False,
+    on_idle: Callable[[], None] = lambda: None,
+) -> ProcessEnd:
+    """Run `argv`, call `on_line` with every output line (stdout and stderr together) as
+    it arrives. `on_line` may raise StopProcess to end the process; past `max_wall_s`
+    the process is stopped; once `done()` is true (run_stop seen) the process has
+    `grace_s` to exit by itself."""
+    start = time.monotonic()
+    deadline = start + max_wall_s
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    lines: queue.Queue = queue.Queue()
+    thread = threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True)
+    thread.start()
+    stopped_because = None
+    grace_until = None
+    try:
+        with open(raw_log, "wb") as raw:
+            while True:
+                now = time.monotonic()
+                if grace_until is None and done():
+                    grace_until = now + grace_s
+                if now >= deadline:
+                    stopped_because = f"wall-clock budget of {max_wall_s:g} s spent"
+                    break
+                if grace_until is not None and now >= grace_until:
+                    break  # run_stop was logged; the outcome is known, only the exit is late
+                limit = min(deadline, grace_until or deadline)
+                try:
+                    chunk = lines.get_nowait()
+                except queue.Empty:
+                    # Flush when caught up, not per line: a chatty program stays cheap
+                    # to follow, and a stalled one leaves its files complete.
+                    raw.flush()
+                    on_idle()
+                    try:
+                        chunk = lines.get(timeout=min(limit - now, 0.5))
+                    except queue.Empty:
+                        chunk = _EMPTY
+                if chunk is _EMPTY:
+                    if grace_until is None and proc.poll() is not None:
+                        # Exited, but something it started still holds the pipe open.
+                        grace_until = time.monotonic() + grace_s
+                    continue
+                if chunk is None:
+                    break
+                raw.write(chunk)
+                text = chunk.decode("latin-1").rstrip("\r\n")
+                tail.append(text)
+                try:
+                    on_line(text)
+                except StopProcess as stop:
+                    stopped_because = str(stop)
+                    break
+    finally:
+        if proc.poll() is None:
+            _stop_group(proc, grace_s)
+        proc.wait()
+        if thread.is_alive():
+            # Its children still hold the pipe; the group id stays reserved while they live.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        thread.join(timeout=grace_s)
+        if proc.stdout:
+            proc.stdout.close()
+    return ProcessEnd(proc.returncode, stopped_because, [_printable(t[:500]) for t in tail])
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the whole group, SIGKILL after the grace period."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

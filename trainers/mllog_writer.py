@@ -1,0 +1,102 @@
+"""MLLOG out: a run's `result.txt` in the mlperf-logging format, written with
+`mlperf_logging.mllog` around any trainer that does not log MLLOG itself.
+
+The checker reads `epoch_num` for benchmarks outside its LLM list and `samples_count` for
+those in it; our RCPs are in samples, so every eval line carries the run's samples in
+both, and the value the checker reads equals the run's `samples_to_target`.
+
+Each attempt of a run rewrites the file from its start: a retried run trains again from
+scratch, so its result.txt never holds the evals of an earlier attempt twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from pathlib import Path
+
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+
+RESULT_FILE = "result.txt"
+# Substrings the checker matches anywhere in a line: a hyperparameter line containing
+# one of them would be read as that event, so such names are not logged.
+_CHECKER_WORDS = ("global_batch_size", "submission_benchmark", "eval_accuracy", "eval_error", "run_stop")
+_ids = itertools.count()
+
+
+class MllogWriter:
+    """One result file; `close()` must be called (the reporter does it in `stop`)."""
+
+    def __init__(self, path: Path, benchmark: str, spec: RunSpec):
+        from mlperf_logging.mllog import constants as c
+        from mlperf_logging.mllog.mllog import MLLogger
+
+        self.path = path
+        self._c = c
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A private, unregistered logger per file: mllog.config() would add handlers to a
+        # shared one, and a worker process runs many runs one after another.
+        self._logger = logging.Logger(f"rcpforge.mllog.{next(_ids)}")
+        self._logger.propagate = False
+        self._logger.setLevel(logging.INFO)
+        self._handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+        self._logger.addHandler(self._handler)
+        self.log = MLLogger(logger=self._logger, default_stack_offset=1, root_dir=str(Path(__file__).parent))
+        self._header(benchmark, spec)
+
+    def _header(self, benchmark: str, spec: RunSpec) -> None:
+        c, log = self._c, self.log
+        log.event(c.SUBMISSION_BENCHMARK, benchmark)
+        log.event(c.SUBMISSION_ORG, "rcpforge")
+        log.event(c.SUBMISSION_DIVISION, "closed")
+        log.event(c.SUBMISSION_STATUS, "research")
+        log.event(c.SUBMISSION_PLATFORM, f"rcpforge {spec.trainer_kind} {spec.recipe}")
+        log.start(c.INIT_START)
+        log.event(c.SEED, spec.seed)
+        log.event(c.GLOBAL_BATCH_SIZE, spec.batch_size)
+        for name, value in sorted(spec.hparams.items()):
+            if not any(word in name for word in _CHECKER_WORDS):
+                log.event(c.OPT_BASE_LR if name == "lr" else name, value)
+        log.event("target", spec.target.value, metadata={"metric": spec.target.metric, "mode": spec.target.mode})
+        log.end(c.INIT_STOP)
+        log.start(c.RUN_START)
+
+    def eval_point(self, point: EvalPoint, value: float) -> None:
+        self.log.event(
+            self._c.EVAL_ACCURACY,
+            value,
+            metadata={self._c.EPOCH_NUM: point.samples, self._c.SAMPLES_COUNT: point.samples, "tokens": point.tokens},
+        )
+
+    def stop(self, result: RunResult) -> None:
+        status = self._c.SUCCESS if result.status is RunStatus.converged else self._c.ABORTED
+        self.log.end(self._c.RUN_STOP, metadata={self._c.STATUS: status, "rcpforge_status": result.status.value})
+        self.close()
+
+    def close(self) -> None:
+        self._logger.removeHandler(self._handler)
+        self._handler.close()
+
+
+class MllogReporter:
+    """Wraps a run's reporter: every eval point also becomes an `eval_accuracy` line
+    (the value of the run's target metric)."""
+
+    def __init__(self, inner: Reporter, writer: MllogWriter, metric: str):
+        self.inner = inner
+        self.writer = writer
+        self.metric = metric
+
+    @property
+    def output_dir(self) -> Path:
+        return self.inner.output_dir
+
+    def __getattr__(self, name: str):
+        # Extra run context (campaign_dir, benchmark) set on the inner reporter.
+        return getattr(self.inner, name)
+
+    def eval_point(self, point: EvalPoint) -> None:
+        value = point.metrics.get(self.metric)
+        if value is not None:
+            self.writer.eval_point(point, value)
+        self.inner.eval_point(point)
