@@ -19,6 +19,7 @@ from trainers.tracking_schema import (
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
     TAG_ATTEMPTS,
+    TAG_BACKEND_JOB,
     TAG_BATCH_SIZE,
     TAG_CAMPAIGN,
     TAG_ERROR,
@@ -50,6 +51,9 @@ class LedgerEntry:
     run_key: str
     status: RunStatus
     attempts: int
+    backend_job: str | None = None
+    recipe: str = ""
+    batch_size: int = 0
 
 
 def _client(uri: str) -> MlflowClient:
@@ -95,6 +99,9 @@ class Tracking:
                     run_key=key,
                     status=RunStatus(tags.get(TAG_STATUS, "pending")),
                     attempts=int(tags.get(TAG_ATTEMPTS, "0")),
+                    backend_job=tags.get(TAG_BACKEND_JOB),
+                    recipe=tags.get(TAG_RECIPE, ""),
+                    batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
                 )
             token = page.token
             if not token:
@@ -109,6 +116,9 @@ class Tracking:
         self.client.log_batch(run.info.run_id, params=params, tags=[RunTag(TAG_STATUS, "pending")])
         self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
+
+    def set_backend_job(self, run_id: str, job: str) -> None:
+        self.client.set_tag(run_id, TAG_BACKEND_JOB, job)
 
     def mark_failed(self, run_id: str, error: str) -> None:
         """Record a failure that the worker could not record itself (it died)."""
