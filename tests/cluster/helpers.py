@@ -48,15 +48,20 @@ def start_cli(*args: str) -> subprocess.Popen:
     )
 
 
-def wait_for(condition, what: str, limit_s: float = 240, every_s: float = 0.3):
+def wait_for(condition, what: str, proc: subprocess.Popen | None = None, limit_s: float = 180, every_s: float = 0.3):
     """Poll until `condition()` returns something truthy (a safety limit, not a timing
-    assertion: it only turns a hang into a failure)."""
+    assertion: it only turns a hang into a failure), failing at once if `proc` ended."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the campaign ended before {what}:\n{proc.stdout.read()}")
         time.sleep(every_s)
+    if proc is not None:
+        proc.kill()
+        raise AssertionError(f"never happened: {what}:\n{proc.communicate()[0]}")
     raise AssertionError(f"never happened: {what}")
 
 
@@ -75,3 +80,40 @@ def run_folder(campaign, run) -> Path:
 
     spec = next(s for s in expand(campaign) if s.run_key == run.data.tags[TAG_RUN_KEY])
     return campaign.run_dir(spec)
+
+
+def slow_campaign(backend: dict, *, sleep: float, seeds: int = 1, checkpoint_every: int | None = 2) -> dict:
+    """The tiny campaign on the slowed-down trainer (tests.helpers.slow)."""
+    from tests.helpers.campaigns import tiny_campaign
+
+    data = tiny_campaign(recipes=["bf16"], seeds=seeds, backend=backend)
+    data["trainer"] = dict(data["trainer"], kind="tests.helpers.slow:SlowTrainer", sleep_per_eval=sleep,
+                           checkpoint_every_evals=checkpoint_every)
+    return data
+
+
+class _Quiet:
+    def __init__(self, folder: Path):
+        self.output_dir = folder
+
+    def eval_point(self, point) -> None:
+        pass
+
+
+def uninterrupted_tokens(campaign, run, folder: Path) -> int:
+    """Tokens-to-target of the same run trained in one go, in this process (the oracle
+    for a run that was killed, preempted or requeued)."""
+    from sweeps.expand import expand
+    from trainers.tinylm.train import TinyLMTrainer
+
+    spec = next(s for s in expand(campaign) if s.run_key == run.data.tags[TAG_RUN_KEY])
+    settings = {k: v for k, v in spec.trainer.items() if k not in ("sleep_per_eval", "checkpoint_every_evals")}
+    plain = spec.model_copy(update={"trainer": {**settings, "kind": "tinylm"}})
+    folder.mkdir(parents=True, exist_ok=True)
+    return TinyLMTrainer().train(plain, _Quiet(folder)).tokens_to_target
+
+
+def starts(campaign, run) -> list[int]:
+    """Token counts at which the run's trainer started (more than one: it resumed)."""
+    text = (run_folder(campaign, run) / "starts.log").read_text()
+    return [int(word.split("=")[1]) for word in text.split() if word.startswith("tokens=")]
