@@ -216,7 +216,7 @@ class _Launcher:
         for key in [k for k in self.followed if k not in live]:
             spec, entry = self.followed.pop(key), ledger[key]
             if entry.status.is_outcome:
-                self.settle(spec, entry.run_id, entry.attempts, RunResult(status=entry.status))
+                self.settle(spec, entry.run_id, entry.attempts, self.tracking.result_of(entry.run_id))
                 continue
             error = f"cluster job {entry.backend_job} ended without recording an outcome"
             self.tracking.mark_failed(entry.run_id, error)

@@ -117,6 +117,24 @@ class Tracking:
         self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
 
+    def result_of(self, run_id: str) -> RunResult:
+        """The recorded result of a run that a worker finished on its own (a cluster job
+        followed by a restarted orchestrator)."""
+        run = self.client.get_run(run_id)
+        tags, metrics = run.data.tags, run.data.metrics
+
+        def whole(name: str) -> int | None:
+            return int(metrics[name]) if name in metrics else None
+
+        return RunResult(
+            status=RunStatus(tags.get(TAG_STATUS, "failed")),
+            tokens_to_target=whole(METRIC_TOKENS_TO_TARGET),
+            samples_to_target=whole(METRIC_SAMPLES_TO_TARGET),
+            tokens_trained=whole(METRIC_TOKENS_TRAINED) or 0,
+            wall_s=metrics.get(METRIC_WALL_S, 0.0),
+            error=tags.get(TAG_ERROR),
+        )
+
     def set_backend_job(self, run_id: str, job: str) -> None:
         self.client.set_tag(run_id, TAG_BACKEND_JOB, job)
 
