@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 
+class BackendError(RuntimeError):
+    """A backend that cannot start (bad settings, cluster unreachable): raised before
+    anything is submitted; the message names the setting and the fix."""
+
+
 @dataclass(frozen=True)
 class Job:
     task_id: str

@@ -2,26 +2,33 @@
 
 The ledger is the tracking store itself: one MLflow run per run key, whose status tag
 says whether the key has an outcome. A key with an outcome is never launched again; a
-key whose run failed is retried until it has `backend.max_attempts` attempts. One
-orchestrator at a time per campaign (a lock file), so a key is never run twice at once.
+key whose run failed is retried until it has `backend.max_attempts` attempts (a
+preempted Slurm job is requeued by Slurm within its attempt, never counted). One
+orchestrator at a time per campaign (a lock file), and a key whose cluster job is still
+live (submitted by a detached or killed orchestrator) is followed, not launched again, so
+a key is never run twice at once.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from cluster.backend import Backend, Job
-from cluster.local import LocalBackend
+from cluster.backend import Backend, BackendError, Job
+from orchestrator.backends import live_keys, make_backend
 from orchestrator.execute import execute_run
 from orchestrator.tracking import LedgerEntry, Tracking
 from sweeps.expand import expand
 from sweeps.spec import Campaign
 from trainers.contract import RunResult, RunSpec, RunStatus
+
+
+FOLLOW_POLL_S = 2.0
 
 
 class CampaignBusy(RuntimeError):
@@ -34,6 +41,9 @@ class Plan:
     launch: list[RunSpec]
     done: int  # keys with an outcome
     gave_up: list[RunSpec]  # failed keys with no attempts left
+    # keys whose job is still live on the cluster (an earlier, detached or killed
+    # orchestrator submitted it): followed, never launched twice
+    elsewhere: list[RunSpec] = field(default_factory=list)
 
 
 @dataclass
@@ -41,24 +51,30 @@ class CampaignSummary:
     launched: int = 0
     statuses: Counter = field(default_factory=Counter)
     plan: Plan | None = None
+    detached: bool = False  # submitted and left to the cluster
 
 
 Event = Callable[[str, RunSpec, "RunResult | None"], None]
 
 
-def make_plan(specs: list[RunSpec], ledger: dict[str, LedgerEntry], max_attempts: int, retry_failed: bool) -> Plan:
-    launch, gave_up, done = [], [], 0
+def make_plan(
+    specs: list[RunSpec], ledger: dict[str, LedgerEntry], max_attempts: int, retry_failed: bool,
+    live: frozenset[str] | set[str] = frozenset(),
+) -> Plan:
+    launch, gave_up, done, elsewhere = [], [], 0, []
     for spec in specs:
         entry = ledger.get(spec.run_key)
         if entry is None:
             launch.append(spec)
         elif entry.status.is_outcome:
             done += 1
+        elif spec.run_key in live:
+            elsewhere.append(spec)
         elif entry.status is RunStatus.failed and entry.attempts >= max_attempts and not retry_failed:
             gave_up.append(spec)
         else:
             launch.append(spec)
-    return Plan(specs, launch, done, gave_up)
+    return Plan(specs, launch, done, gave_up, elsewhere)
 
 
 @contextmanager
@@ -79,9 +95,6 @@ def campaign_lock(campaign: Campaign) -> Iterator[None]:
         yield
 
 
-def make_backend(campaign: Campaign, workers: int | None) -> Backend:
-    return LocalBackend(workers or campaign.backend.workers)
-
 
 def run_campaign(
     campaign: Campaign,
@@ -90,53 +103,123 @@ def run_campaign(
     retry_failed: bool = False,
     on_event: Event | None = None,
     on_plan: Callable[[Plan], None] | None = None,
+    detach: bool = False,
 ) -> CampaignSummary:
-    notify = on_event or (lambda *_: None)
+    if detach and campaign.backend.kind != "slurm":
+        raise BackendError(
+            f"--detach needs backend.kind slurm, not {campaign.backend.kind}: local workers and "
+            "Ray tasks stop with the orchestrator"
+        )
     with campaign_lock(campaign):
         tracking = Tracking(campaign.tracking_uri)
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
         ledger = tracking.ledger(experiment_id)
         max_attempts = campaign.backend.max_attempts
-        plan = make_plan(expand(campaign), ledger, max_attempts, retry_failed)
+        plan = make_plan(expand(campaign), ledger, max_attempts, retry_failed, live_keys(ledger))
         if on_plan:
             on_plan(plan)
         summary = CampaignSummary(plan=plan)
-        if not plan.launch:
+        if not plan.launch and not plan.elsewhere:
             return summary
-
-        runs: dict[str, tuple[RunSpec, str, int]] = {}  # task id -> (spec, run id, attempt)
-        backend = make_backend(campaign, workers)
+        backend = make_backend(campaign, workers)  # bad settings fail here, before any submission
+        run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event)
         try:
-            def launch(spec: RunSpec, run_id: str, attempt: int) -> None:
-                runs[spec.run_key] = (spec, run_id, attempt)
-                args = (spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(campaign.run_dir(spec)),
-                        campaign.benchmark, str(campaign.base_dir.resolve()))
-                backend.submit(Job(spec.run_key, execute_run, args))
-                summary.launched += 1
-                notify("start", spec, None)
-
             for spec in plan.launch:
-                entry = ledger.get(spec.run_key)
-                run_id = entry.run_id if entry else tracking.create_run(experiment_id, spec)
-                launch(spec, run_id, (entry.attempts if entry else 0) + 1)
-
-            while backend.in_flight():
-                for done in backend.wait(timeout=1.0):
-                    spec, run_id, attempt = runs.pop(done.task_id)
-                    if done.error is not None:
-                        result = RunResult(status=RunStatus.failed, error=done.error)
-                        tracking.mark_failed(run_id, done.error)
-                    else:
-                        result = RunResult.model_validate(done.value)
-                    notify("end", spec, result)
-                    if result.status is RunStatus.failed and attempt < max_attempts:
-                        notify("retry", spec, result)
-                        launch(spec, run_id, attempt + 1)
-                    else:
-                        summary.statuses[result.status.value] += 1
+                run.first_attempt(spec)
+            run.record_jobs()
+            if detach:
+                summary.detached = True
+                return summary
+            run.follow(plan.elsewhere)
+            run.until_done()
         except BaseException:
             backend.cancel()
             raise
         finally:
             backend.close()
         return summary
+
+
+class _Launcher:
+    """Launches attempts, collects their results, retries failed ones."""
+
+    def __init__(self, campaign: Campaign, tracking: Tracking, experiment_id: str,
+                 ledger: dict[str, LedgerEntry], backend: Backend, summary: CampaignSummary,
+                 on_event: Event | None):
+        self.campaign, self.tracking, self.experiment_id = campaign, tracking, experiment_id
+        self.ledger, self.backend, self.summary = ledger, backend, summary
+        self.notify = on_event or (lambda *_: None)
+        self.max_attempts = campaign.backend.max_attempts
+        self.runs: dict[str, tuple[RunSpec, str, int]] = {}  # task id -> (spec, run id, attempt)
+        self.recorded: set[tuple[str, str]] = set()
+        self.followed: dict[str, RunSpec] = {}  # run key -> spec, live elsewhere
+        self.next_check = 0.0
+
+    def first_attempt(self, spec: RunSpec) -> None:
+        entry = self.ledger.get(spec.run_key)
+        run_id = entry.run_id if entry else self.tracking.create_run(self.experiment_id, spec)
+        self.launch(spec, run_id, (entry.attempts if entry else 0) + 1)
+
+    def launch(self, spec: RunSpec, run_id: str, attempt: int) -> None:
+        self.runs[spec.run_key] = (spec, run_id, attempt)
+        args = (spec.model_dump_json(), self.campaign.tracking_uri, run_id, attempt, str(self.campaign.run_dir(spec)),
+                self.campaign.benchmark, str(self.campaign.base_dir.resolve()))
+        self.backend.submit(Job(spec.run_key, execute_run, args))
+        self.summary.launched += 1
+        self.notify("start", spec, None)
+
+    def record_jobs(self) -> None:
+        """File each cluster job id on its run, so that nobody launches the key again
+        while the job is live."""
+        job_ids = getattr(self.backend, "job_ids", None)
+        if job_ids is None:
+            return
+        for task_id, job_id in job_ids().items():
+            spec, run_id, _ = self.runs[task_id]
+            if (run_id, job_id) not in self.recorded:
+                self.tracking.set_backend_job(run_id, f"slurm:{job_id}")
+                self.recorded.add((run_id, job_id))
+
+    def follow(self, specs: list[RunSpec]) -> None:
+        self.followed = {s.run_key: s for s in specs}
+
+    def until_done(self) -> None:
+        while self.backend.in_flight() or self.followed:
+            for done in self.backend.wait(timeout=1.0):
+                spec, run_id, attempt = self.runs.pop(done.task_id)
+                if done.error is not None:
+                    result = RunResult(status=RunStatus.failed, error=done.error)
+                    self.tracking.mark_failed(run_id, done.error)
+                else:
+                    result = RunResult.model_validate(done.value)
+                self.settle(spec, run_id, attempt, result)
+            self.record_jobs()
+            if self.followed:
+                self.check_followed()
+
+    def settle(self, spec: RunSpec, run_id: str, attempt: int, result: RunResult) -> None:
+        self.notify("end", spec, result)
+        if result.status is RunStatus.failed and attempt < self.max_attempts:
+            self.notify("retry", spec, result)
+            self.launch(spec, run_id, attempt + 1)
+        else:
+            self.summary.statuses[result.status.value] += 1
+
+    def check_followed(self) -> None:
+        # The ledger and the cluster are read every few seconds, not on every wakeup.
+        if not self.backend.in_flight():
+            time.sleep(max(0.0, self.next_check - time.monotonic()))
+        if time.monotonic() < self.next_check:
+            return
+        self.next_check = time.monotonic() + FOLLOW_POLL_S
+        ledger = self.tracking.ledger(self.experiment_id)
+        live = live_keys({k: ledger[k] for k in self.followed if k in ledger})
+        for key in [k for k in self.followed if k not in live]:
+            spec, entry = self.followed.pop(key), ledger[key]
+            if entry.status.is_outcome:
+                self.settle(spec, entry.run_id, entry.attempts, self.tracking.result_of(entry.run_id))
+                continue
+            error = f"cluster job {entry.backend_job} ended without recording an outcome"
+            self.tracking.mark_failed(entry.run_id, error)
+            self.settle(spec, entry.run_id, entry.attempts, RunResult(status=RunStatus.failed, error=error))
+        self.record_jobs()

@@ -18,18 +18,28 @@ def run(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
     workers: Optional[int] = typer.Option(None, min=1, help="worker processes (default: backend.workers)"),
     retry_failed: bool = typer.Option(False, help="launch again the runs that failed on every attempt"),
+    backend: Optional[str] = typer.Option(
+        None, help="where runs execute: local, ray or slurm (default: backend.kind of the campaign)"
+    ),
+    detach: bool = typer.Option(
+        False, help="submit the runs and return (Slurm only); `rcpforge status` follows them"
+    ),
 ) -> None:
     """Launch every run of the campaign that has no outcome yet."""
     campaign = load_campaign_or_fail(campaign_file)
+    if backend is not None:
+        campaign = _with_backend(campaign, backend)
+    from cluster.backend import BackendError
     from orchestrator.campaign import CampaignBusy, run_campaign
     from orchestrator.progress import RunProgress
 
     progress = RunProgress(console)
     try:
         summary = run_campaign(
-            campaign, workers=workers, retry_failed=retry_failed, on_event=progress.on_event, on_plan=progress.on_plan
+            campaign, workers=workers, retry_failed=retry_failed, on_event=progress.on_event,
+            on_plan=progress.on_plan, detach=detach,
         )
-    except CampaignBusy as err:
+    except (CampaignBusy, BackendError) as err:
         fail(str(err))
     except KeyboardInterrupt:
         progress.close()
@@ -37,12 +47,26 @@ def run(
         raise typer.Exit(130)
     finally:
         progress.close()
-    if summary.launched == 0:
+    if summary.detached:
+        console.print(
+            f"campaign {campaign.name}: submitted {summary.launched} runs to Slurm and detached; "
+            f"`rcpforge status {campaign_file}` shows progress"
+        )
+    elif summary.launched == 0 and not summary.plan.elsewhere:
         console.print(f"campaign {campaign.name}: nothing to launch, every run has an outcome or no attempts left")
     else:
         counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.statuses.items()))
         console.print(f"campaign {campaign.name}: launched {summary.launched} runs; {counts}")
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
+
+
+def _with_backend(campaign, kind: str):
+    from sweeps.backends import with_kind
+
+    try:
+        return campaign.model_copy(update={"backend": with_kind(campaign.backend, kind)})
+    except ValueError as err:
+        fail(str(err))
 
 
 @app.command()

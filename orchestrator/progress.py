@@ -49,10 +49,11 @@ class RunProgress:
         self.total = 0
 
     def on_plan(self, plan: Plan) -> None:
-        self.total = len(plan.launch)
+        self.total = len(plan.launch) + len(plan.elsewhere)
+        live = f", {len(plan.elsewhere)} still running on the cluster" if plan.elsewhere else ""
         self.console.print(
             f"{len(plan.specs)} runs in the campaign: {plan.done} have an outcome, "
-            f"{len(plan.gave_up)} failed with no attempts left, {len(plan.launch)} to launch"
+            f"{len(plan.gave_up)} failed with no attempts left, {len(plan.launch)} to launch{live}"
         )
         if not (self.live and self.total):
             return

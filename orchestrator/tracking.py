@@ -20,6 +20,7 @@ from trainers.tracking_schema import (
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
     TAG_ATTEMPTS,
+    TAG_BACKEND_JOB,
     TAG_BATCH_SIZE,
     TAG_CAMPAIGN,
     TAG_ERROR,
@@ -51,6 +52,9 @@ class LedgerEntry:
     run_key: str
     status: RunStatus
     attempts: int
+    backend_job: str | None = None
+    recipe: str = ""
+    batch_size: int = 0
 
 
 _log = logging.getLogger("rcpforge.tracking")
@@ -139,6 +143,9 @@ class Tracking:
                     run_key=key,
                     status=RunStatus(tags.get(TAG_STATUS, "pending")),
                     attempts=int(tags.get(TAG_ATTEMPTS, "0")),
+                    backend_job=tags.get(TAG_BACKEND_JOB),
+                    recipe=tags.get(TAG_RECIPE, ""),
+                    batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
                 )
             token = page.token
             if not token:
@@ -153,6 +160,27 @@ class Tracking:
         self.client.log_batch(run.info.run_id, params=params, tags=[RunTag(TAG_STATUS, "pending")])
         self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
+
+    def result_of(self, run_id: str) -> RunResult:
+        """The recorded result of a run that a worker finished on its own (a cluster job
+        followed by a restarted orchestrator)."""
+        run = self.client.get_run(run_id)
+        tags, metrics = run.data.tags, run.data.metrics
+
+        def whole(name: str) -> int | None:
+            return int(metrics[name]) if name in metrics else None
+
+        return RunResult(
+            status=RunStatus(tags.get(TAG_STATUS, "failed")),
+            tokens_to_target=whole(METRIC_TOKENS_TO_TARGET),
+            samples_to_target=whole(METRIC_SAMPLES_TO_TARGET),
+            tokens_trained=whole(METRIC_TOKENS_TRAINED) or 0,
+            wall_s=metrics.get(METRIC_WALL_S, 0.0),
+            error=tags.get(TAG_ERROR),
+        )
+
+    def set_backend_job(self, run_id: str, job: str) -> None:
+        self.client.set_tag(run_id, TAG_BACKEND_JOB, job)
 
     def mark_failed(self, run_id: str, error: str) -> None:
         """Record a failure that the worker could not record itself (it died)."""

@@ -8,7 +8,7 @@
     batch_sizes: [32, 128]                   # min first, max last
     seeds: 4                                 # or {default: 4, nvfp4: 8}
     hparams: {32: {lr: 0.01, warmup_tokens: 100000}, 128: {...}}
-    backend: {kind: local, workers: 2}
+    backend: {kind: local, workers: 2}       # or {kind: ray, ...}, {kind: slurm, ...}
     tracking: {uri: sqlite:///...}           # default: rcpforge-mlflow.db beside this file
 """
 
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from trainers.contract import Budget, RunSpec, Target
 from trainers.recipes import RecipeError, validate_recipe_options
 from trainers.registry import TrainerError, check_campaign_fit, validate_hparams, validate_trainer_settings
@@ -45,13 +46,6 @@ class RecipeChoice(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class LocalBackendSpec(_Strict):
-    kind: Literal["local"] = "local"
-    workers: int = Field(2, ge=1, le=512)
-    # A run that fails (crash, worker killed) is retried until it has this many attempts.
-    max_attempts: int = Field(2, ge=1, le=100)
-
-
 class TrackingSpec(_Strict):
     uri: str | None = None
 
@@ -73,11 +67,16 @@ class Campaign(_Strict):
     batch_sizes: list[int] = Field(min_length=2)
     seeds: dict[str, int]
     hparams: dict[int, dict[str, Any]]
-    backend: LocalBackendSpec = Field(default_factory=LocalBackendSpec)
+    backend: BackendSpec = Field(default_factory=LocalBackendSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rcp: RcpSpec = Field(default_factory=RcpSpec)
     # Where the campaign file lives: relative paths and the default store resolve here.
     base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend_kind(cls, value: Any) -> Any:
+        return default_kind(value)
 
     @field_validator("recipes", mode="before")
     @classmethod

@@ -20,6 +20,9 @@ TAG_SPEC = "rcpforge.spec"
 TAG_ERROR = "rcpforge.error"
 # Where an imported run came from (`rcpforge import`): the result file's path.
 TAG_SOURCE = "rcpforge.source"
+# Where the run's current attempt executes when a cluster owns it (`slurm:<job id>`), so
+# a restarted orchestrator or `rcpforge status` can tell a live job from a lost one.
+TAG_BACKEND_JOB = "rcpforge.backend_job"
 
 METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"

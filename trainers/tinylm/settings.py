@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 
 class MarkovData(BaseModel):
@@ -62,6 +62,18 @@ class TinyLMSettings(BaseModel):
     # Numeric telemetry (saturated / flushed fractions, MoR FP8 fraction) is counted on
     # this many training steps before each eval, then logged with the eval; 0: off.
     telemetry_steps: int = Field(4, ge=0)
+    # Save a checkpoint in the run's folder every this many evals and resume from it when
+    # the run starts again (a preempted or requeued cluster job). None: never.
+    checkpoint_every_evals: int | None = Field(None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_checkpointing(self, handler):
+        # Unset, it is left out of the dump, so run keys of campaigns that never set it
+        # stay what they were before the setting existed.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("checkpoint_every_evals") is None:
+            data.pop("checkpoint_every_evals", None)
+        return data
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyLMSettings:

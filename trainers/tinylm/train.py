@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
 from trainers.precision.layers import gemm_factory, residual_quantizer
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import resolve_recipe
+from trainers.tinylm import checkpoint
 from trainers.tinylm.data import Batches, EvalSet
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
@@ -81,6 +83,8 @@ class TinyLMTrainer:
         tokens, next_eval = 0, spec.budget.eval_every_tokens
 
         def result(status: RunStatus, metric: float | None, error: str | None = None) -> RunResult:
+            if folder is not None:
+                checkpoint.discard(folder)
             converged = status is RunStatus.converged
             return RunResult(
                 status=status,
@@ -93,6 +97,13 @@ class TinyLMTrainer:
             )
 
         metric: float | None = None
+        evals = 0
+        folder = Path(reporter.output_dir) if cfg.checkpoint_every_evals else None
+        if folder is not None:  # a requeued job continues where its checkpoint left off
+            loop = checkpoint.restore(folder, model, opt, data._rng)
+            if loop is not None:
+                tokens, next_eval, metric, evals = loop["tokens"], loop["next_eval"], loop["metric"], loop["evals"]
+            checkpoint.note_start(folder, tokens)
         while tokens < spec.budget.max_tokens:
             batch = torch.from_numpy(data.next(spec.batch_size))
             for group in opt.param_groups:
@@ -120,4 +131,8 @@ class TinyLMTrainer:
                 return result(RunStatus.converged, metric)
             if not np.isfinite(metrics["eval_loss"]) or metrics["eval_loss"] > cfg.diverge_loss:
                 return result(RunStatus.diverged, metric, f"eval loss {metrics['eval_loss']:.3g} at {tokens} tokens")
+            evals += 1
+            if folder is not None and evals % cfg.checkpoint_every_evals == 0:
+                loop = {"tokens": tokens, "next_eval": next_eval, "metric": metric, "evals": evals}
+                checkpoint.save(folder, model, opt, data._rng, loop)
         return result(RunStatus.not_converged, metric)

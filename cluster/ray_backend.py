@@ -1,0 +1,114 @@
+"""The Ray backend: one Ray task per job, with per-run resources and Ray's own retries.
+
+A task whose worker dies (SIGKILL, OOM, a lost node) is re-run by Ray up to
+`max_retries` times; the job is the same call with the same MLflow run, so a retry
+reattaches to it and the run is recorded once. `cancel` force-cancels every task still
+out, so nothing keeps writing after the orchestrator gave up on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from cluster.backend import BackendError, Done, Job
+
+
+def _connect(address: str, local_num_cpus: int | None) -> bool:
+    """Join or start Ray; True when this call started a connection we must shut down."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    # Workers import the job's module by name: give them the driver's import path.
+    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    kwargs: dict[str, Any] = dict(
+        include_dashboard=False, log_to_driver=False, configure_logging=False,
+        runtime_env={"env_vars": env},
+    )
+    if address == "local":
+        kwargs["num_cpus"] = local_num_cpus
+    else:
+        kwargs["address"] = address
+    try:
+        ray.init(**kwargs)
+    except Exception as err:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ValueError...
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BackendError(f"backend.address: cannot reach Ray at {address!r}: {first}") from None
+    return True
+
+
+class RayBackend:
+    def __init__(self, address: str = "local", num_cpus: float = 1.0, num_gpus: float = 0.0,
+                 max_retries: int = 3, local_num_cpus: int | None = None):
+        self._owned = _connect(address, local_num_cpus)
+        self._check_resources(num_cpus, num_gpus)
+        import ray
+
+        self._ray = ray
+        self._options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries, retry_exceptions=False)
+        self._remote = ray.remote(_call)
+        self._refs: dict[Any, str] = {}  # object ref -> task id
+
+    def _check_resources(self, num_cpus: float, num_gpus: float) -> None:
+        import ray
+
+        total = ray.cluster_resources()
+        for name, want in (("CPU", num_cpus), ("GPU", num_gpus)):
+            have = total.get(name, 0.0)
+            if want > have:
+                if self._owned:
+                    ray.shutdown()
+                field = "num_cpus" if name == "CPU" else "num_gpus"
+                raise BackendError(
+                    f"backend.{field}: a run asks for {want:g} {name}s but the Ray cluster has {have:g}; "
+                    f"lower {field} or add nodes"
+                )
+
+    def submit(self, job: Job) -> None:
+        ref = self._remote.options(**self._options, name=job.task_id).remote(job.fn, *job.args)
+        self._refs[ref] = job.task_id
+
+    def in_flight(self) -> int:
+        return len(self._refs)
+
+    def wait(self, timeout: float) -> list[Done]:
+        if not self._refs:
+            return []
+        ready, _ = self._ray.wait(list(self._refs), num_returns=1, timeout=timeout)
+        if ready:  # collect everything else that finished meanwhile too
+            ready, _ = self._ray.wait(list(self._refs), num_returns=len(self._refs), timeout=0)
+        done = []
+        for ref in ready:
+            task_id = self._refs.pop(ref)
+            try:
+                done.append(Done(task_id, value=self._ray.get(ref)))
+            except Exception as err:  # noqa: BLE001 - a dead worker or a task error: this job's error
+                done.append(Done(task_id, error=f"ray task failed: {type(err).__name__}: {err}"))
+        return done
+
+    def cancel(self) -> None:
+        for ref in list(self._refs):
+            try:
+                self._ray.cancel(ref, force=True, recursive=True)
+            except Exception:  # noqa: BLE001 - already finished or gone
+                pass
+        self._refs.clear()
+
+    def close(self) -> None:
+        if self._refs:
+            self.cancel()
+        if self._owned:
+            self._ray.shutdown()
+            self._owned = False
+
+    def __enter__(self) -> RayBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _call(fn, *args):
+    return fn(*args)

@@ -1,0 +1,183 @@
+"""The Slurm backend, through submitit: one job-array task per run.
+
+Every job is a submitit `Checkpointable`: on preemption (`scancel --signal=USR2`) or
+shortly before its time limit the job is requeued, up to `max_requeues` times, and runs
+the same call again; the trainer resumes from the checkpoint in the run's folder and the
+run's log skips the eval points already written, so MLflow gets each point once.
+
+Job states come from `squeue -t all` (finished jobs stay listed for Slurm's MinJobAge),
+so they are known without an accounting database; a job that left the queue without a
+result (killed, node failure, out of memory) is reported as this job's error.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from cluster.backend import BackendError, Done, Job
+from cluster.slurm_states import ENDED, job_states
+
+_ROOT = Path(__file__).resolve().parents[1]
+# How many polls a job may be ended (or unlisted) with no result file before it counts
+# as lost: the worker writes the result just before it exits.
+_GRACE_POLLS = 3
+
+
+class _Resumable(submitit.helpers.Checkpointable):
+    """Requeue = the same call again; the progress lives in the run's own checkpoint."""
+
+    def __call__(self, fn, *args):
+        return fn(*args)
+
+
+def _run(cmd: list[str], what: str) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise BackendError(f"backend: {what} failed: {err}") from None
+    if proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BackendError(f"backend: {what} failed: {msg[-1] if msg else f'exit code {proc.returncode}'}")
+    return proc.stdout
+
+
+def preflight(partition: str | None) -> None:
+    """What only the cluster can tell: is Slurm there, is the partition known."""
+    for tool in ("sbatch", "squeue", "sinfo"):
+        if shutil.which(tool) is None:
+            raise BackendError(
+                f"backend.kind: slurm needs `{tool}` on PATH and it is not; run on a Slurm login "
+                "node, or start the development cluster with `make slurm-up`"
+            )
+    names = {p.strip().rstrip("*") for p in _run(["sinfo", "-h", "-o", "%P"], "sinfo").split()}
+    if partition is not None and partition not in names:
+        raise BackendError(
+            f"backend.partition: no Slurm partition {partition!r}; partitions here: {', '.join(sorted(names)) or 'none'}"
+        )
+
+
+class SlurmBackend:
+    def __init__(self, folder: Path, *, partition: str | None = None, account: str | None = None,
+                 qos: str | None = None, time_min: int = 60, nodes: int = 1, gpus_per_node: int = 0,
+                 cpus_per_task: int = 1, mem_gb: float | None = None, array_parallelism: int = 64,
+                 additional_parameters: dict[str, Any] | None = None, setup: list[str] | None = None,
+                 max_requeues: int = 3, signal_delay_s: int = 60, job_name: str = "rcpforge",
+                 poll_s: float = 1.0):
+        preflight(partition)
+        self.folder = Path(folder)
+        self.poll_s = poll_s
+        self._executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm", slurm_max_num_timeout=max_requeues)
+        params: dict[str, Any] = dict(
+            timeout_min=time_min, nodes=nodes, tasks_per_node=1, cpus_per_task=cpus_per_task,
+            slurm_job_name=job_name, slurm_array_parallelism=array_parallelism,
+            slurm_signal_delay_s=signal_delay_s, slurm_setup=[*self._environment(), *(setup or [])],
+            slurm_additional_parameters=dict(additional_parameters or {}), stderr_to_stdout=True,
+        )
+        if gpus_per_node:
+            params["gpus_per_node"] = gpus_per_node
+        if mem_gb is not None:
+            params["mem_gb"] = mem_gb
+        for key, value in (("slurm_partition", partition), ("slurm_account", account), ("slurm_qos", qos)):
+            if value is not None:
+                params[key] = value
+        try:
+            self._executor.update_parameters(**params)
+        except ValueError as err:
+            raise BackendError(f"backend.additional_parameters: {str(err).splitlines()[0]}") from None
+        self._queued: list[Job] = []
+        self._jobs: dict[str, tuple[submitit.Job, int]] = {}  # task id -> (job, polls seen lost)
+        self._last_poll = 0.0
+
+    @staticmethod
+    def _environment() -> list[str]:
+        """The worker runs this interpreter (submitit's command is sys.executable) with
+        this import path, whatever the job's login environment says."""
+        paths = [str(_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+        pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+        return [f"export PYTHONPATH={shlex.quote(pythonpath)}"]
+
+    def submit(self, job: Job) -> None:
+        self._queued.append(job)
+
+    def _flush(self) -> None:
+        """Everything submitted since the last wait goes out as one job array."""
+        if not self._queued:
+            return
+        queued, self._queued = self._queued, []
+        with self._executor.batch():
+            handles = [self._executor.submit(_Resumable(), job.fn, *job.args) for job in queued]
+        for job, handle in zip(queued, handles):
+            self._jobs[job.task_id] = (handle, 0)
+
+    def job_ids(self) -> dict[str, str]:
+        """Task id -> Slurm job id of every job out, for the ledger."""
+        self._flush()
+        return {task_id: handle.job_id for task_id, (handle, _) in self._jobs.items()}
+
+    def in_flight(self) -> int:
+        return len(self._queued) + len(self._jobs)
+
+    def wait(self, timeout: float) -> list[Done]:
+        self._flush()
+        deadline = time.monotonic() + timeout
+        while self._jobs:
+            done = self._poll()
+            if done or time.monotonic() >= deadline:
+                return done
+            time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
+        return []
+
+    def _poll(self) -> list[Done]:
+        done: list[Done] = []
+        states: dict[str, str] | None = None
+        for task_id, (handle, lost) in list(self._jobs.items()):
+            if handle.paths.result_pickle.exists():
+                done.append(self._collect(task_id, handle))
+                continue
+            if states is None:
+                states = job_states([h.job_id for h, _ in self._jobs.values()])
+            state = states.get(handle.job_id, "UNLISTED").split()[0]
+            if state in ENDED or state == "UNLISTED":
+                lost += 1
+                if lost >= _GRACE_POLLS:
+                    del self._jobs[task_id]
+                    done.append(Done(task_id, error=f"slurm job {handle.job_id} ended {state} without a result; "
+                                                    f"log: {handle.paths.stdout}"))
+                    continue
+            self._jobs[task_id] = (handle, lost if state in ENDED or state == "UNLISTED" else 0)
+        return done
+
+    def _collect(self, task_id: str, handle: submitit.Job) -> Done:
+        del self._jobs[task_id]
+        try:
+            outcome, value = handle._get_outcome_and_result()  # noqa: SLF001 - no sacct needed
+        except Exception as err:  # noqa: BLE001 - unreadable result: this job's error
+            return Done(task_id, error=f"slurm job {handle.job_id}: cannot read its result: {err}")
+        if outcome == "success":
+            return Done(task_id, value=value)
+        return Done(task_id, error=f"slurm job {handle.job_id} raised:\n{value}")
+
+    def cancel(self) -> None:
+        self._queued.clear()
+        ids = [handle.job_id for handle, _ in self._jobs.values()]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
+        self._jobs.clear()
+
+    def close(self) -> None:
+        """Jobs still out keep running: Slurm owns them (see `rcpforge run --detach`)."""
+        self._flush()
+
+    def __enter__(self) -> SlurmBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

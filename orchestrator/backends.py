@@ -1,0 +1,61 @@
+"""From a campaign's `backend:` section to a running backend, and which run keys a
+cluster is still working on. The cluster packages are imported only for their kind, so
+a local campaign never imports ray or submitit."""
+
+from __future__ import annotations
+
+from cluster.backend import Backend
+from orchestrator.tracking import LedgerEntry
+from sweeps.spec import Campaign
+
+SLURM_PREFIX = "slurm:"
+
+
+def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
+    """Start the campaign's backend; a bad setting raises BackendError here, before
+    anything is submitted."""
+    spec = campaign.backend
+    if spec.kind == "ray":
+        from cluster.ray_backend import RayBackend
+
+        return RayBackend(spec.address, spec.num_cpus, spec.num_gpus, spec.max_retries, spec.local_num_cpus)
+    if spec.kind == "slurm":
+        from cluster.slurm_backend import SlurmBackend
+
+        return SlurmBackend(
+            campaign.base_dir / spec.folder, partition=spec.partition, account=spec.account, qos=spec.qos,
+            time_min=spec.time_min, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
+            cpus_per_task=spec.cpus_per_task, mem_gb=spec.mem_gb, array_parallelism=spec.array_parallelism,
+            additional_parameters=spec.additional_parameters, setup=spec.setup,
+            max_requeues=spec.max_requeues, signal_delay_s=spec.signal_delay_s,
+            job_name=f"rcpforge-{campaign.name}",
+        )
+    from cluster.local import LocalBackend
+
+    return LocalBackend(workers or spec.workers)
+
+
+def slurm_jobs(ledger: dict[str, LedgerEntry]) -> dict[str, str]:
+    """Run key -> Slurm job id, for keys without an outcome whose attempt went to Slurm."""
+    return {
+        key: e.backend_job.removeprefix(SLURM_PREFIX)
+        for key, e in ledger.items()
+        if not e.status.is_outcome and e.backend_job and e.backend_job.startswith(SLURM_PREFIX)
+    }
+
+
+def slurm_states(ledger: dict[str, LedgerEntry]) -> dict[str, str]:
+    """Run key -> Slurm state of its job (`UNLISTED` once Slurm forgot it)."""
+    jobs = slurm_jobs(ledger)
+    if not jobs:
+        return {}
+    from cluster.slurm_states import job_states
+
+    states = job_states(list(jobs.values()))
+    return {key: states.get(job, "UNLISTED").split()[0] for key, job in jobs.items()}
+
+
+def live_keys(ledger: dict[str, LedgerEntry]) -> set[str]:
+    from cluster.slurm_states import ENDED
+
+    return {key for key, state in slurm_states(ledger).items() if state not in ENDED and state != "UNLISTED"}

@@ -1,0 +1,86 @@
+"""Faults on the real one-node dev Slurm (`make slurm-up`), jobs submitted by submitit: a
+job preempted with `scancel --signal=USR2` and a job reaching its time limit are
+requeued and resume from their checkpoint (not from step 0), recorded once, with the
+same tokens-to-target as an uninterrupted run; the orchestrator SIGKILLed mid-campaign
+and started again follows the jobs still on Slurm instead of launching them twice."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections import Counter
+
+from sweeps.spec import load_campaign
+from tests.cluster.helpers import (
+    assert_clean_ledger, mid_run, runs_of, slow_campaign, start_cli, starts, uninterrupted_tokens, wait_for,
+)
+from tests.conftest import run_cli
+from tests.helpers.campaigns import write_campaign
+from trainers.tracking_schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY, TAG_STATUS
+
+
+def _check_resumed(campaign, tokens, run, tmp_path):
+    """The run was requeued by Slurm within its one attempt and resumed mid-way."""
+    _, runs = runs_of(campaign)
+    run = next(r for r in runs if r.info.run_id == run.info.run_id)
+    assert run.data.tags[TAG_ATTEMPTS] == "1"
+    begun = starts(campaign, run)
+    assert len(begun) >= 2 and begun[0] == 0 and all(b > 0 for b in begun[1:]), begun
+    assert tokens[run.data.tags[TAG_RUN_KEY]] == uninterrupted_tokens(campaign, run, tmp_path / "oracle")
+
+
+def test_preempted_job_is_requeued_and_resumes_from_its_checkpoint(slurm, tmp_path):
+    backend = {"kind": "slurm", "time_min": 10, "max_attempts": 1}
+    path = write_campaign(tmp_path, slow_campaign(backend, sleep=0.5, checkpoint_every=2))
+    campaign = load_campaign(path)
+    runs_of(campaign)  # the schema exists before two processes open the store
+    proc = start_cli("run", str(path))
+    victim = wait_for(lambda: mid_run(campaign, min_points=4), "a run with 4 eval points logged", proc)
+    job = victim.data.tags[TAG_BACKEND_JOB].removeprefix("slurm:")
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    tokens = assert_clean_ledger(campaign, n_keys=2)
+    _check_resumed(campaign, tokens, victim, tmp_path)
+
+
+def test_job_at_its_time_limit_is_requeued_and_resumes(slurm, tmp_path):
+    # Slurm signals 30 s before the 1-minute limit; the run needs more than that.
+    backend = {"kind": "slurm", "time_min": 1, "signal_delay_s": 30, "max_requeues": 4, "max_attempts": 1}
+    data = slow_campaign(backend, sleep=4.0, checkpoint_every=1)
+    data["batch_sizes"] = [32, 64]
+    data["hparams"] = {32: data["hparams"][16], 64: data["hparams"][64]}
+    path = write_campaign(tmp_path, data)
+    campaign = load_campaign(path)
+    proc = run_cli("run", str(path), timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tokens = assert_clean_ledger(campaign, n_keys=2)
+    _, runs = runs_of(campaign)
+    requeued = [r for r in runs if len(starts(campaign, r)) >= 2]
+    assert requeued, "no job reached its time limit"
+    for run in requeued:
+        _check_resumed(campaign, tokens, run, tmp_path)
+
+
+def test_orchestrator_sigkilled_then_restarted_follows_the_live_jobs(slurm, tmp_path):
+    backend = {"kind": "slurm", "time_min": 10, "array_parallelism": 2}
+    path = write_campaign(tmp_path, slow_campaign(backend, sleep=0.3, seeds=2, checkpoint_every=2))
+    campaign = load_campaign(path)
+    runs_of(campaign)
+    proc = start_cli("run", str(path))
+
+    def mid_campaign():
+        _, runs = runs_of(campaign)
+        statuses = Counter(r.data.tags.get(TAG_STATUS) for r in runs)
+        return statuses["converged"] >= 1 and statuses["running"] >= 1
+
+    wait_for(mid_campaign, "one run done and one running", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+
+    again = run_cli("run", str(path))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_clean_ledger(campaign, n_keys=4)
+    # the jobs the killed orchestrator left on Slurm were followed, not submitted again
+    _, runs = runs_of(campaign)
+    assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)

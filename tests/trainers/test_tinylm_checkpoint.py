@@ -1,0 +1,66 @@
+"""A tiny-LM run stopped mid-way and started again resumes from its checkpoint and ends
+exactly where an uninterrupted run ends (same eval values, same tokens-to-target)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweeps.expand import expand
+from sweeps.spec import parse_campaign
+from tests.helpers.campaigns import tiny_campaign
+from trainers.contract import EvalPoint
+from trainers.tinylm import checkpoint
+from trainers.tinylm.train import TinyLMTrainer
+
+
+class Stop(Exception):
+    pass
+
+
+class Recorder:
+    def __init__(self, folder: Path, stop_after: int | None = None):
+        self.output_dir, self.points, self.stop_after = folder, [], stop_after
+
+    def eval_point(self, point: EvalPoint) -> None:
+        self.points.append(point)
+        if self.stop_after is not None and len(self.points) >= self.stop_after:
+            raise Stop  # the job is killed right after this eval
+
+
+def _spec(every: int | None):
+    data = tiny_campaign(recipes=["fp8_tensorwise"], seeds=1)
+    data["trainer"] = dict(data["trainer"], checkpoint_every_evals=every)
+    return expand(parse_campaign(data))[0]
+
+
+def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path):
+    spec = _spec(every=2)
+    whole = Recorder(tmp_path / "whole")
+    whole.output_dir.mkdir()
+    reference = TinyLMTrainer().train(spec, whole)
+    assert reference.status.value == "converged" and len(whole.points) >= 6
+
+    folder = tmp_path / "cut"
+    folder.mkdir()
+    first = Recorder(folder, stop_after=5)
+    with pytest.raises(Stop):
+        TinyLMTrainer().train(spec, first)
+    assert (folder / checkpoint.FILENAME).exists()
+    second = Recorder(folder)
+    resumed = TinyLMTrainer().train(spec, second)
+
+    # checkpoints at evals 2 and 4: the second start begins after the 4th eval point
+    starts = (folder / checkpoint.STARTS).read_text().split()
+    assert starts[-1] == f"tokens={whole.points[3].tokens}"
+    assert second.points[0].tokens == whole.points[4].tokens
+    assert [p.metrics for p in second.points] == [p.metrics for p in whole.points[4:]]
+    assert resumed.tokens_to_target == reference.tokens_to_target
+    assert not (folder / checkpoint.FILENAME).exists()  # an outcome leaves no checkpoint
+
+
+def test_unset_checkpointing_keeps_the_run_key():
+    # The setting is left out of the spec unless set: old ledgers keep their keys.
+    assert "checkpoint_every_evals" not in _spec(every=None).trainer
+    assert _spec(every=None).run_key != _spec(every=3).run_key

@@ -1,0 +1,51 @@
+"""Checkpoints of a tiny-LM run: everything the training loop's future depends on (model,
+optimizer, the data stream's and torch's RNG states, the position in tokens), so a
+resumed run continues bit for bit as if it had never stopped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FILENAME = "checkpoint.pt"
+# One line per start of the run ("start tokens=N"): how a run shows it resumed.
+STARTS = "starts.log"
+
+
+def save(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_rng: Any, loop: dict) -> None:
+    state = {
+        "model": model.state_dict(),
+        "opt": opt.state_dict(),
+        "data_rng": data_rng.bit_generator.state,
+        "torch_rng": torch.get_rng_state(),
+        "loop": dict(loop),
+    }
+    tmp = folder / f"{FILENAME}.tmp"
+    torch.save(state, tmp)
+    # A job killed mid-save leaves the previous checkpoint whole.
+    os.replace(tmp, folder / FILENAME)
+
+
+def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_rng: Any) -> dict | None:
+    """Load the run's checkpoint if it has one; returns the loop state, or None."""
+    path = folder / FILENAME
+    if not path.exists():
+        return None
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    data_rng.bit_generator.state = state["data_rng"]
+    torch.set_rng_state(state["torch_rng"])
+    return state["loop"]
+
+
+def note_start(folder: Path, tokens: int) -> None:
+    with open(folder / STARTS, "a") as fh:
+        fh.write(f"start tokens={tokens}\n")
+
+
+def discard(folder: Path) -> None:
+    (folder / FILENAME).unlink(missing_ok=True)
