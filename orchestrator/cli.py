@@ -6,6 +6,7 @@ import sys
 
 from orchestrator.cli_app import app
 from orchestrator import cmd_analysis, cmd_run  # noqa: F401  (they register their commands)
+from orchestrator import cmd_tune  # noqa: F401
 
 
 def main() -> None:

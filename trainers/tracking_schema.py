@@ -18,6 +18,9 @@ TAG_TRAINER = "rcpforge.trainer"
 TAG_TARGET_METRIC = "rcpforge.target_metric"
 TAG_SPEC = "rcpforge.spec"
 TAG_ERROR = "rcpforge.error"
+# Tune runs (role tune) only: the Optuna study and trial number the run belongs to.
+TAG_TUNE_STUDY = "rcpforge.tune.study"
+TAG_TUNE_TRIAL = "rcpforge.tune.trial"
 
 METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"
