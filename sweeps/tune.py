@@ -26,7 +26,9 @@ from orchestrator.tracking import Tracking
 from sweeps.spec import Campaign
 from sweeps.tune_objective import score
 from sweeps.tune_spec import TUNE_SEED_OFFSET, TuneSpec
-from sweeps.tune_study import Cell, CellSummary, TuneError, evidence, finished, open_study, storage_url, summarize
+from sweeps.tune_study import (
+    Cell, CellSummary, TuneError, evidence, finished, grid_points, open_study, storage_url, summarize,
+)
 from sweeps.tune_table import table_path, write_hparams_table
 from sweeps.tune_worker import run_trial
 from trainers.contract import RunResult, RunSpec, RunStatus
@@ -87,6 +89,8 @@ class _CellRun:
         self.study, stale = open_study(campaign, cell, self.storage, index)
         for t in stale:
             self._close_runs(t.user_attrs.get("mlflow_run_ids", []), "the tune process stopped mid-trial")
+        if self.tune.sampler.kind == "grid":
+            trials = min(trials, len(grid_points(self.tune)))
         self.target = trials
         self.in_flight: dict[str, _Trial] = {}
         # A trainer that fails every time must not be retried forever.

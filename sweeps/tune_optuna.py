@@ -35,7 +35,9 @@ def make_sampler(tune: TuneSpec, cell_seed: int) -> optuna.samplers.BaseSampler:
     if spec.kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.kind == "grid":
-        return optuna.samplers.GridSampler(tune.grid_values(), seed=seed)
+        # The grid points are enqueued as trials (`tune_study.enqueue_grid`): Optuna's
+        # GridSampler stops the study through `Study.stop`, which ask-and-tell forbids.
+        return optuna.samplers.RandomSampler(seed=seed)
     # constant_liar: trials running side by side on several workers are not all sent to
     # the same promising spot.
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials, constant_liar=True)

@@ -122,9 +122,9 @@ class TuneSpec(_Strict):
             for name, param in self.space.items():
                 for value in param.corners():
                     try:
-                        validate_hparams(trainer_kind, {**base, name: value}, f"tune.space.{name}")
+                        validate_hparams(trainer_kind, {**base, name: value}, "tune.space")
                     except TrainerError as err:
-                        raise ValueError(f"{err} (value {value!r} of the search space, batch size {bs})") from None
+                        raise ValueError(f"{err}; the search space gives {name} = {value!r} (batch size {bs})") from None
 
     def grid_values(self) -> dict[str, list[Scalar]]:
         """Every value of each hyperparameter, for the grid sampler."""

@@ -8,6 +8,7 @@ opens it, since creating one study from several processes at once races."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -84,15 +85,32 @@ def open_study(campaign: Campaign, cell: Cell, storage: str, cell_index: int) ->
                 f"study {name} in {redact_uri(storage)} was run with another {', '.join(changed)}; its trials "
                 "would not compare: rename the campaign or set tune.storage to a new database"
             )
-    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for trial in stale:
-        if trial.state is TrialState.RUNNING:
-            study.tell(trial.number, state=TrialState.FAIL)
-    if tune.start_from_campaign and tune.sampler.kind != "grid" and not study.trials:
+        study.tell(trial.number, state=TrialState.FAIL)
+    if tune.sampler.kind == "grid":
+        _enqueue_grid(study, tune)
+    elif tune.start_from_campaign and not study.trials:
         start = _start_point(tune, campaign.hparams[cell.batch_size])
         if start:
             study.enqueue_trial(start, user_attrs={"rcpforge.start": True})
-    return study, [t for t in stale if t.state is TrialState.RUNNING]
+    return study, stale
+
+
+def grid_points(tune: TuneSpec) -> list[dict[str, Any]]:
+    values = tune.grid_values()
+    return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
+
+
+def _enqueue_grid(study: optuna.Study, tune: TuneSpec) -> None:
+    """Queue every grid point that has no finished, running or queued trial (a failed
+    one is queued again)."""
+    keep = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    seen = {json.dumps(t.params or t.system_attrs.get("fixed_params", {}), sort_keys=True)
+            for t in study.get_trials(deepcopy=False, states=keep)}
+    for point in grid_points(tune):
+        if json.dumps(point, sort_keys=True) not in seen:
+            study.enqueue_trial(point)
 
 
 def _start_point(tune: TuneSpec, base: dict[str, Any]) -> dict[str, Any]:

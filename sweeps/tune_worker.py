@@ -19,6 +19,20 @@ from sweeps.tune_spec import PrunerSpec
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun, Target
 
 
+_STORAGES: dict[str, object] = {}
+
+
+def _storage(url: str):
+    """One storage (one connection pool) per worker process and URL, reused by every
+    trial the worker runs: opening one checks the schema, which costs more than a trial's
+    reports."""
+    if url not in _STORAGES:
+        import optuna
+
+        _STORAGES[url] = optuna.storages.get_storage(url)
+    return _STORAGES[url]
+
+
 class _TrialWatch:
     """Reports eval points to the Optuna trial and asks its pruner."""
 
@@ -30,7 +44,7 @@ class _TrialWatch:
         optuna.logging.set_verbosity(logging.WARNING)
         pruner = make_pruner(PrunerSpec.model_validate_json(job["pruner"]), job["max_tokens"])
         # The sampler is never asked here; a random one costs nothing to set up.
-        study = optuna.load_study(study_name=job["study"], storage=job["storage"],
+        study = optuna.load_study(study_name=job["study"], storage=_storage(job["storage"]),
                                   sampler=optuna.samplers.RandomSampler(), pruner=pruner)
         self.trial = optuna.trial.Trial(study, job["trial_id"])
         self.target = target
