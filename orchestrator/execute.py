@@ -9,12 +9,14 @@ written here around trainers that do not log MLLOG themselves, or by the trainer
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from orchestrator.tracking import RunLog
-from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
 from trainers.mllog_writer import RESULT_FILE, MllogReporter, MllogWriter
 from trainers.registry import get_trainer
 
@@ -23,15 +25,19 @@ from trainers.registry import get_trainer
 class RunContext:
     """The reporter a trainer gets: the MLflow run log plus where the run belongs.
     `benchmark` and `campaign_dir` are extras beyond the Reporter protocol, read by
-    trainers that need them (`getattr(reporter, "campaign_dir", None)`)."""
+    trainers that need them (`getattr(reporter, "campaign_dir", None)`). A `watch`
+    sees each eval point once it is logged and may raise `StopRun` (a tuning pruner)."""
 
     log: RunLog
     output_dir: Path
     benchmark: str
     campaign_dir: Path
+    watch: Callable[[EvalPoint], None] | None = None
 
     def eval_point(self, point: EvalPoint) -> None:
         self.log.eval_point(point)
+        if self.watch is not None:
+            self.watch(point)
 
 
 def execute_run(
@@ -42,12 +48,14 @@ def execute_run(
     output_dir: str,
     benchmark: str | None = None,
     campaign_dir: str | None = None,
+    watch: Callable[[EvalPoint], None] | None = None,
 ) -> dict:
     spec = RunSpec.model_validate_json(spec_json)
     log = RunLog(tracking_uri, run_id, spec.target.metric, Path(output_dir))
     log.start(attempt)
-    context = RunContext(log, Path(output_dir), benchmark or spec.campaign, Path(campaign_dir or Path.cwd()))
+    context = RunContext(log, Path(output_dir), benchmark or spec.campaign, Path(campaign_dir or Path.cwd()), watch)
     writer = None
+    start = time.monotonic()
     try:
         trainer = get_trainer(spec.trainer_kind)
         reporter = context
@@ -55,6 +63,14 @@ def execute_run(
             writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec)
             reporter = MllogReporter(context, writer, spec.target.metric)
         result = trainer.train(spec, reporter)
+    except StopRun as stop:
+        result = RunResult(
+            status=RunStatus.pruned,
+            tokens_trained=stop.point.tokens,
+            final_metric=stop.point.metrics.get(spec.target.metric),
+            wall_s=time.monotonic() - start,
+            error=f"pruned: {stop.reason}",
+        )
     except Exception:  # noqa: BLE001 - any trainer error is recorded as the run's failure
         result = RunResult(status=RunStatus.failed, error=traceback.format_exc())
     if writer is not None:

@@ -151,10 +151,14 @@ class Tracking:
             if not token:
                 return entries
 
-    def create_run(self, experiment_id: str, spec: RunSpec) -> str:
+    def create_run(
+        self, experiment_id: str, spec: RunSpec, extra_tags: dict[str, str] | None = None, run_name: str | None = None
+    ) -> str:
+        """`extra_tags` and `run_name` are for tune runs (their study and trial)."""
         from mlflow.entities import Param, RunTag
 
-        run = self.client.create_run(experiment_id, run_name=spec.run_name, tags=spec_tags(spec))
+        tags = {**spec_tags(spec), **(extra_tags or {})}
+        run = self.client.create_run(experiment_id, run_name=run_name or spec.run_name, tags=tags)
         params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
         params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
         self.client.log_batch(run.info.run_id, params=params, tags=[RunTag(TAG_STATUS, "pending")])

@@ -10,6 +10,8 @@
     hparams: {32: {lr: 0.01, warmup_tokens: 100000}, 128: {...}}
     backend: {kind: local, workers: 2}       # or {kind: ray, ...}, {kind: slurm, ...}
     tracking: {uri: sqlite:///...}           # default: rcpforge-mlflow.db beside this file
+    tune: {space: {lr: {low: 0.001, high: 0.1, log: true}}, trials: 12}   # sweeps/tune_spec.py
+    hparams_from: hparams.bf16.yaml          # a table written by `rcpforge tune`
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from trainers.contract import Budget, RunSpec, Target
 from trainers.recipes import RecipeError, validate_recipe_options
+from sweeps.tune_spec import TuneSpec
 from trainers.registry import TrainerError, check_campaign_fit, validate_hparams, validate_trainer_settings
 
 DEFAULT_DB = "rcpforge-mlflow.db"
@@ -70,6 +73,10 @@ class Campaign(_Strict):
     backend: BackendSpec = Field(default_factory=LocalBackendSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rcp: RcpSpec = Field(default_factory=RcpSpec)
+    tune: TuneSpec | None = None
+    # A hyperparameter table written by `rcpforge tune` (`hparams.<recipe>.yaml`): its
+    # values override `hparams` per batch size; `hparams` may then be left out.
+    hparams_from: str | None = None
     # Where the campaign file lives: relative paths and the default store resolve here.
     base_dir: Path = Field(default=Path("."), exclude=True)
 
@@ -77,6 +84,22 @@ class Campaign(_Strict):
     @classmethod
     def _backend_kind(cls, value: Any) -> Any:
         return default_kind(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _load_hparams_from(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("hparams_from"):
+            return data
+        from sweeps.tune_table import load_hparams_table
+
+        table = load_hparams_table(Path(data.get("base_dir", ".")), data["hparams_from"])
+        inline = data.get("hparams") or {}
+        if not isinstance(inline, dict):
+            return data  # the field's own validation names the problem
+        merged = {int(bs) if str(bs).isdigit() else bs: dict(hp or {}) for bs, hp in inline.items()}
+        for bs, hp in table.items():
+            merged[bs] = {**merged.get(bs, {}), **hp}
+        return {**data, "hparams": merged}
 
     @field_validator("recipes", mode="before")
     @classmethod
@@ -157,6 +180,11 @@ class Campaign(_Strict):
         except TrainerError as err:
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)
+        if self.tune is not None:
+            try:
+                self.tune.check_against(self.trainer["kind"], self.hparams)
+            except ValueError as err:
+                raise ValueError(str(err)) from None
         return self
 
     # --- derived settings -------------------------------------------------------------

@@ -63,6 +63,9 @@ class RunStatus(str, Enum):
     diverged = "diverged"
     failed = "failed"
     preempted = "preempted"
+    # Stopped early by a tuning pruner (a reporter raised `StopRun`). Only `role: tune`
+    # runs end so; it is not an outcome: it never enters the campaign's statistics.
+    pruned = "pruned"
 
     @property
     def is_outcome(self) -> bool:
@@ -130,6 +133,18 @@ class Reporter(Protocol):
     output_dir: Path
 
     def eval_point(self, point: EvalPoint) -> None: ...
+
+
+class StopRun(Exception):
+    """A reporter may raise this from `eval_point` to stop the run after that eval (a
+    tuning pruner does, for a trial that cannot win). Trainers let it propagate; the
+    executor turns it into a result with status `pruned`. Campaign reporters never
+    raise it, so campaign runs are unaffected."""
+
+    def __init__(self, point: EvalPoint, reason: str):
+        super().__init__(reason)
+        self.point = point
+        self.reason = reason
 
 
 class Trainer(Protocol):

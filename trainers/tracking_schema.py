@@ -23,6 +23,9 @@ TAG_SOURCE = "rcpforge.source"
 # Where the run's current attempt executes when a cluster owns it (`slurm:<job id>`), so
 # a restarted orchestrator or `rcpforge status` can tell a live job from a lost one.
 TAG_BACKEND_JOB = "rcpforge.backend_job"
+# Tune runs (role tune) only: the Optuna study and trial number the run belongs to.
+TAG_TUNE_STUDY = "rcpforge.tune.study"
+TAG_TUNE_TRIAL = "rcpforge.tune.trial"
 
 METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"

@@ -1,0 +1,64 @@
+"""`rcpforge tune`: Optuna search of hyperparameters per (recipe, batch size)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
+
+
+@app.command()
+def tune(
+    campaign_file: Path = typer.Argument(..., help="the campaign YAML file, with a `tune:` section"),
+    recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="tune only this recipe (repeatable)"),
+    batch_size: Optional[list[int]] = typer.Option(None, "--batch-size", help="tune only this batch size (repeatable)"),
+    trials: Optional[int] = typer.Option(None, min=1, help="finished trials per cell (default: tune.trials)"),
+    workers: Optional[int] = typer.Option(None, min=1, help="trials in flight at once (default: backend.workers)"),
+) -> None:
+    """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write
+    hparams.<recipe>.yaml beside the campaign. Running it again continues the studies."""
+    campaign = load_campaign_or_fail(campaign_file)
+    from sweeps.spec import redact_uri
+    from sweeps.tune import select_cells, tune_campaign
+    from sweeps.tune_study import TuneError, storage_url
+    from sweeps.tune_table import table_path
+
+    try:
+        cells = select_cells(campaign, recipe, batch_size)
+        storage = storage_url(campaign)
+    except TuneError as err:
+        fail(str(err))
+
+    def on_event(cell, number, outcome, value) -> None:
+        if outcome == "start":
+            return
+        shown = "" if value is None else f" objective {value:,.0f}"
+        console.print(f"{cell.recipe} bs {cell.batch_size} trial {number}: {outcome}{shown}", highlight=False)
+
+    try:
+        summaries = tune_campaign(campaign, cells, trials=trials, workers=workers, on_event=on_event)
+    except TuneError as err:
+        fail(str(err))
+    except KeyboardInterrupt:
+        err_console.print("interrupted: trials in flight were stopped; `rcpforge tune` again continues the studies")
+        raise typer.Exit(130)
+    view = Table(title=f"tuning: {campaign.name} (objective: tokens-to-target, censored at the budget)")
+    for col in ("recipe", "batch size", "trials", "converged", "censored", "pruned", "failed", "best objective", "best hyperparameters"):
+        view.add_column(col, justify="left" if col in ("recipe", "best hyperparameters") else "right")
+    for s in summaries:
+        best = "-" if s.best_value is None else f"{s.best_value:,.0f}" + ("" if s.best_converged else " (censored)")
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(s.best_params.items()))
+        view.add_row(s.cell.recipe, str(s.cell.batch_size), str(s.trials), str(s.converged), str(s.censored),
+                     str(s.pruned), str(s.failed), best, params or "-")
+    console.print(view)
+    for name in sorted({s.cell.recipe for s in summaries if s.best_trial is not None}):
+        console.print(f"wrote {table_path(campaign.base_dir, name)}")
+    for s in summaries:
+        if s.best_trial is not None and not s.best_converged:
+            err_console.print(f"note: {s.cell.recipe} bs {s.cell.batch_size}: no trial converged within the budget; "
+                              "widen the search space or raise budget.max_tokens")
+    console.print(f"optuna storage: {redact_uri(storage)}")

@@ -1,0 +1,218 @@
+"""`rcpforge tune`: search hyperparameters per (recipe, batch size) on tokens-to-target.
+
+The orchestrator process owns each cell's Optuna study and drives it ask-and-tell: it
+asks a trial, creates the MLflow runs of the trial's seeds (`role: tune`, so campaign
+analysis never counts them), hands the trial to the campaign's backend as one job
+(`tune_worker.run_trial`, which runs each seed through `execute_run`), and tells the
+study the censored objective when the job is done. Up to `workers` trials are in
+flight at once. Everything a trial leaves is in the study's storage and in MLflow, so
+a killed tune loses at most the trials in flight, and running it again continues.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import optuna
+from optuna.trial import TrialState
+
+from cluster.backend import Backend, Job
+from orchestrator.campaign import make_backend
+from orchestrator.tracking import Tracking
+from sweeps.spec import Campaign
+from sweeps.tune_objective import score
+from sweeps.tune_spec import TUNE_SEED_OFFSET, TuneSpec
+from sweeps.tune_study import (
+    Cell, CellSummary, TuneError, evidence, finished, grid_points, open_study, storage_url, summarize,
+)
+from sweeps.tune_table import table_path, write_hparams_table
+from sweeps.tune_worker import run_trial
+from trainers.contract import RunResult, RunSpec, RunStatus
+from trainers.tracking_schema import TAG_STATUS, TAG_TUNE_STUDY, TAG_TUNE_TRIAL
+
+# (cell, trial number, outcome: "start", "converged", "censored", "pruned" or "failed", value)
+TuneEvent = Callable[[Cell, int, str, "float | None"], None]
+
+
+@contextmanager
+def tune_lock(campaign: Campaign) -> Iterator[None]:
+    """One tune process per campaign: it alone may declare running trials stale."""
+    lock_dir = campaign.base_dir / ".rcpforge"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    path = lock_dir / f"{campaign.name}.tune.lock"
+    with open(path, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TuneError(f"campaign {campaign.name} is already being tuned by another rcpforge process (lock {path})") from None
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+
+
+def select_cells(campaign: Campaign, recipes: list[str] | None, batch_sizes: list[int] | None) -> list[Cell]:
+    if campaign.tune is None:
+        raise TuneError(f"campaign {campaign.name} has no `tune:` section; add one with at least `space:`")
+    known = {r.name: r for r in campaign.recipes}
+    for name in recipes or []:
+        if name not in known:
+            raise TuneError(f"--recipe {name} is not among the campaign's recipes: {', '.join(known)}")
+    for bs in batch_sizes or []:
+        if bs not in campaign.batch_sizes:
+            raise TuneError(f"--batch-size {bs} is not among the campaign's batch sizes: {campaign.batch_sizes}")
+    return [
+        Cell(r.name, r.options, bs)
+        for r in campaign.recipes if not recipes or r.name in recipes
+        for bs in campaign.batch_sizes if not batch_sizes or bs in batch_sizes
+    ]
+
+
+@dataclass
+class _Trial:
+    trial: optuna.trial.Trial
+    run_ids: list[str]
+
+
+class _CellRun:
+    """Drives one cell's study until it has `trials` finished (complete or pruned)."""
+
+    def __init__(self, campaign: Campaign, cell: Cell, index: int, tracking: Tracking, experiment_id: str,
+                 backend: Backend, workers: int, trials: int, on_event: TuneEvent):
+        self.campaign, self.cell, self.tracking, self.experiment_id = campaign, cell, tracking, experiment_id
+        self.tune: TuneSpec = campaign.tune  # type: ignore[assignment]
+        self.backend, self.workers, self.on_event = backend, workers, on_event
+        self.storage = storage_url(campaign)
+        self.study, stale = open_study(campaign, cell, self.storage, index)
+        for t in stale:
+            self._close_runs(t.user_attrs.get("mlflow_run_ids", []), "the tune process stopped mid-trial")
+        if self.tune.sampler.kind == "grid":
+            trials = min(trials, len(grid_points(self.tune)))
+        self.target = trials
+        self.in_flight: dict[str, _Trial] = {}
+        # A trainer that fails every time must not be retried forever.
+        self.failures_left = max(3, trials)
+
+    def run(self) -> CellSummary:
+        while True:
+            while (len(self.in_flight) < self.workers and self.failures_left > 0
+                   and finished(self.study) + len(self.in_flight) < self.target):
+                self._launch()
+            if not self.in_flight:
+                return summarize(self.study, self.cell)
+            for done in self.backend.wait(timeout=1.0):
+                entry = self.in_flight.pop(done.task_id)
+                if done.error is not None:
+                    self._close_runs(entry.run_ids, done.error)
+                    self._fail(entry, done.error)
+                else:
+                    self._tell(entry, [RunResult.model_validate(r) for r in done.value])
+
+    def _specs(self, params: dict) -> list[RunSpec]:
+        hparams = {**self.campaign.hparams[self.cell.batch_size], **params}
+        return [
+            RunSpec(campaign=self.campaign.name, role="tune", recipe=self.cell.recipe,
+                    recipe_options=self.cell.recipe_options, batch_size=self.cell.batch_size,
+                    seed=TUNE_SEED_OFFSET + i, hparams=hparams, target=self.campaign.target,
+                    budget=self.campaign.budget, trainer=self.campaign.trainer)
+            for i in range(self.tune.seeds)
+        ]
+
+    def _launch(self) -> None:
+        from sweeps.tune_optuna import distributions
+
+        trial = self.study.ask(distributions(self.tune))
+        specs = self._specs(trial.params)
+        tags = {TAG_TUNE_STUDY: self.study.study_name, TAG_TUNE_TRIAL: str(trial.number)}
+        run_ids = [
+            self.tracking.create_run(self.experiment_id, s, tags, run_name=f"tune-t{trial.number}-{s.run_name}")
+            for s in specs
+        ]
+        trial.set_user_attr("mlflow_run_ids", run_ids)
+        folder = self.campaign.base_dir / "rcpforge-runs" / self.campaign.name / "tune" / self.study.study_name
+        job = {
+            "storage": self.storage, "study": self.study.study_name, "trial_id": trial._trial_id,
+            "pruner": self.tune.pruner.model_dump_json(), "max_tokens": self.campaign.budget.max_tokens,
+            "tracking_uri": self.campaign.tracking_uri,
+            "runs": [{"spec": s.model_dump_json(), "run_id": rid, "output_dir": str(folder / f"t{trial.number}-s{s.seed}")}
+                     for s, rid in zip(specs, run_ids)],
+        }
+        task_id = f"{self.study.study_name}#{trial.number}"
+        self.in_flight[task_id] = _Trial(trial, run_ids)
+        self.backend.submit(Job(task_id, run_trial, (job,)))
+        self.on_event(self.cell, trial.number, "start", None)
+
+    def _tell(self, entry: _Trial, results: list[RunResult]) -> None:
+        trial = entry.trial
+        trial.set_user_attr("statuses", [r.status.value for r in results])
+        trial.set_user_attr("tokens_to_target", [r.tokens_to_target for r in results])
+        failed = next((r for r in results if r.status is RunStatus.failed), None)
+        if failed is not None:
+            self._fail(entry, failed.error or "a seed failed")
+        elif any(r.status is RunStatus.pruned for r in results):
+            self.study.tell(trial, state=TrialState.PRUNED)
+            self.on_event(self.cell, trial.number, "pruned", None)
+        else:
+            s = score(results, self.campaign.target, self.campaign.budget.max_tokens)
+            trial.set_user_attr("converged", s.converged)
+            trial.set_user_attr("censored", s.censored)
+            trial.set_user_attr("mean_distance", s.mean_distance)
+            self.study.tell(trial, s.value)
+            self.on_event(self.cell, trial.number, "converged" if s.converged else "censored", s.value)
+
+    def _fail(self, entry: _Trial, error: str) -> None:
+        entry.trial.set_user_attr("error", error[-2000:])
+        self.study.tell(entry.trial, state=TrialState.FAIL)
+        self.failures_left -= 1
+        self.on_event(self.cell, entry.trial.number, "failed", None)
+
+    def _close_runs(self, run_ids: list[str], error: str) -> None:
+        """Mark failed the runs of a trial that never finished them (the worker died)."""
+        for rid in run_ids:
+            status = self.tracking.client.get_run(rid).data.tags.get(TAG_STATUS)
+            if status in (RunStatus.pending.value, RunStatus.running.value):
+                self.tracking.mark_failed(rid, error)
+
+
+def tune_campaign(
+    campaign: Campaign,
+    cells: list[Cell],
+    *,
+    trials: int | None = None,
+    workers: int | None = None,
+    on_event: TuneEvent | None = None,
+) -> list[CellSummary]:
+    """Tune every cell in turn; write `hparams.<recipe>.yaml` beside the campaign after
+    each cell. Returns each cell's summary (over all its trials, earlier runs included)."""
+    tune = campaign.tune
+    if tune is None:
+        raise TuneError(f"campaign {campaign.name} has no `tune:` section")
+    storage = storage_url(campaign)
+    workers = workers or getattr(campaign.backend, "workers", 1)
+    summaries = []
+    with tune_lock(campaign):
+        tracking = Tracking(campaign.tracking_uri)
+        experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
+        backend = make_backend(campaign, workers)
+        try:
+            every = [(r.name, bs) for r in campaign.recipes for bs in campaign.batch_sizes]
+            for cell in cells:
+                # The sampler's seed depends on the cell, not on which cells this call tunes.
+                index = every.index((cell.recipe, cell.batch_size))
+                run = _CellRun(campaign, cell, index, tracking, experiment_id, backend, workers,
+                               trials or tune.trials, on_event or (lambda *_: None))
+                summary = run.run()
+                summaries.append(summary)
+                if summary.best_trial is not None:
+                    best = {**campaign.hparams[cell.batch_size], **summary.best_params}
+                    write_hparams_table(table_path(campaign.base_dir, cell.recipe), campaign.name, cell.recipe,
+                                        {cell.batch_size: (best, evidence(summary, storage, tune))})
+        except BaseException:
+            backend.cancel()
+            raise
+        finally:
+            backend.close()
+    return summaries
