@@ -128,3 +128,7 @@ def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selecti
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+# The report builds the same selection statistics as `analyze`.
+selections_of = _selections

@@ -19,8 +19,55 @@ def settings_section(campaign: Campaign) -> Section:
     return Section("settings", "Campaign settings", preformatted=yaml.safe_dump(settings, sort_keys=False))
 
 
+def _kept_batch_sizes(runs: pa.Table, campaign: Campaign) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Per recipe, the batch sizes each pruning mode keeps (mlperf, envelope)."""
+    from analysis.rcp_set import RcpSet
+    from analysis.rcp_table import rcp_records
+
+    mlperf, envelope = {}, {}
+    for recipe in campaign.recipes:
+        records = rcp_records(runs, recipe.name, campaign.benchmark, campaign.hparams)
+        if not records:
+            continue
+        for mode, into in (("mlperf", mlperf), ("envelope", envelope)):
+            rcps = RcpSet(records, campaign.benchmark, campaign.submission_runs, prune=mode)
+            into[recipe.name] = {int(r.bs) for r in rcps.pruned.values()}
+    return mlperf, envelope
+
+
+def factor_section(found: list, reference: str) -> Section:
+    rows = [{"candidate": f.candidate, "batch_size": f.batch_size, "factor": f.factor, "ci_low": f.ci_low,
+             "ci_high": f.ci_high, "p_candidate_faster": f.prob_candidate_faster,
+             "mann_whitney_p": f.mann_whitney_p, "verdict": f.verdict} for f in found]
+    return Section(
+        "factors", f"Convergence factors against {reference}",
+        text="Olympic mean of the candidate over that of the reference at each batch size, with a 95% "
+             "stratified bootstrap interval, the probability that a candidate run is faster, and the verdict.",
+        columns=list(rows[0]) if rows else ["candidate"], rows=rows,
+        figure=plots.factor_curves(found) if rows else None, figure_caption="dashed line: parity",
+    )
+
+
+def selection_section(selections: list) -> Section:
+    rows = []
+    for s in selections:
+        best = {b["k"]: b["gain"] for b in s.best_of_k}
+        rows.append({"recipe": s.recipe, "batch_size": s.batch_size, "runs": s.runs, "n": s.n,
+                     "honest_mean": s.honest.get("mean"), "pass_prob": s.honest.get("pass_prob"),
+                     **{f"gain_best_of_{k}": v for k, v in sorted(best.items())},
+                     "runs_required": s.runs_required, "outlier_sets": len(s.outlier_sets)})
+    columns = list(rows[0]) if rows else ["recipe"]
+    return Section(
+        "selection", "Selection risk (M-of-N)",
+        text="What a submitter gains by keeping the best of K sets of N runs (relative drop of the expected "
+             "olympic mean), and the runs per submission that keep that gain under the tolerance.",
+        columns=columns, rows=rows,
+    )
+
+
 def build_sections(campaign: Campaign, runs: pa.Table, table: pa.Table, curves: pa.Table,
-                   telemetry_names: list[str]) -> list[Section]:
+                   telemetry_names: list[str], found: list | None = None, selections: list | None = None,
+                   reference: str = "bf16") -> list[Section]:
     sections = [settings_section(campaign)]
     sections.append(Section(
         "rcp-table", "RCP table",
@@ -40,10 +87,17 @@ def build_sections(campaign: Campaign, runs: pa.Table, table: pa.Table, curves: 
         "distribution", "Tokens to target at the minimum and maximum batch size",
         figure=plots.tokens_distribution(runs, edges), figure_caption="box: quartiles; dots: runs",
     ))
+    mlperf, envelope = _kept_batch_sizes(runs, campaign)
     sections.append(Section(
-        "rcp-curve", "RCP curve", text="Olympic mean of samples to converge against batch size.",
-        figure=plots.rcp_curve(table), figure_caption="log2 batch size",
+        "rcp-curve", "RCP curve and pruning",
+        text="Olympic mean of samples to converge against batch size. Hollow: removed by the checker's pruning "
+             "(mlperf mode); cross: removed by the true lower convex envelope (envelope mode).",
+        figure=plots.rcp_curve(table, mlperf, envelope), figure_caption="log2 batch size",
     ))
+    if found is not None:
+        sections.append(factor_section(found, reference))
+    if selections is not None:
+        sections.append(selection_section(selections))
     if telemetry_names:
         sections.append(Section(
             "telemetry", "Numeric telemetry",

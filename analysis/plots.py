@@ -18,6 +18,12 @@ def _tokens_axis(ax) -> None:
         lambda v, _: f"{v / 1e6:g}M" if abs(v) >= 1e6 else f"{v / 1e3:g}k" if v else "0"))
 
 
+def _batch_axis(ax, sizes) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(sizes)), [str(b) for b in sorted(set(sizes))])
+    ax.minorticks_off()
+
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -77,19 +83,22 @@ def tokens_distribution(runs: pa.Table, batch_sizes: list[int]) -> bytes:
     return _png(fig)
 
 
-def rcp_curve(table: pa.Table, kept: dict[str, set[int]] | None = None) -> bytes:
-    """Olympic mean of samples to converge against batch size, per recipe; points that
-    pruning removes are drawn hollow."""
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+def rcp_curve(table: pa.Table, kept: dict[str, set[int]] | None = None,
+              envelope: dict[str, set[int]] | None = None) -> bytes:
+    """Olympic mean of samples to converge against batch size, per recipe. Points that
+    the checker's pruning removes are drawn hollow; points that the true lower convex
+    envelope removes are crossed."""
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     rows = [r for r in table.to_pylist() if r["olympic_mean"] is not None]
     for recipe in sorted({r["recipe"] for r in rows}):
         pts = sorted((r["batch_size"], r["olympic_mean"]) for r in rows if r["recipe"] == recipe)
         line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=recipe)[0]
-        if kept is not None:
-            for bs, mean in pts:
-                if bs not in kept.get(recipe, set()):
-                    ax.scatter([bs], [mean], s=90, facecolors="white", edgecolors=line.get_color(), zorder=4)
-    ax.set_xscale("log", base=2)
+        for bs, mean in pts:
+            if kept is not None and bs not in kept.get(recipe, set()):
+                ax.scatter([bs], [mean], s=90, facecolors="white", edgecolors=line.get_color(), zorder=4)
+            if envelope is not None and bs not in envelope.get(recipe, set()):
+                ax.scatter([bs], [mean], s=60, marker="x", color="black", zorder=5)
+    _batch_axis(ax, [r["batch_size"] for r in rows])
     ax.set_xlabel("batch size")
     ax.set_ylabel("samples to converge (olympic mean)")
     ax.legend(fontsize=8)
@@ -114,5 +123,26 @@ def telemetry(runs: pa.Table, curves: pa.Table, names: list[str]) -> bytes:
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], [n.removeprefix("telemetry.") for n in names],
                   rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("fraction (last eval)")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def factor_curves(found: list) -> bytes:
+    """Convergence factor of each candidate against the reference, per batch size, with
+    its bootstrap interval; 1 is parity."""
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    for cand in sorted({f.candidate for f in found}):
+        pts = sorted((f.batch_size, f.factor, f.ci_low, f.ci_high) for f in found if f.candidate == cand and f.factor is not None)
+        if not pts:
+            continue
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        lo = [p[1] - (p[2] if p[2] is not None else p[1]) for p in pts]
+        hi = [(p[3] if p[3] is not None else p[1]) - p[1] for p in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label=cand)
+    ax.axhline(1.0, color="black", ls="--", lw=1)
+    _batch_axis(ax, [f.batch_size for f in found])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("factor (candidate / reference)")
     ax.legend(fontsize=8)
     return _png(fig)

@@ -12,8 +12,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-SECTIONS = ("settings", "rcp-table", "curves", "distribution", "rcp-curve")
-FIGURES = ("curves", "distribution", "rcp-curve")
+SECTIONS = ("settings", "rcp-table", "curves", "distribution", "rcp-curve", "factors", "selection")
+FIGURES = ("curves", "distribution", "rcp-curve", "factors")
 
 
 class _Page(HTMLParser):
@@ -21,9 +21,6 @@ class _Page(HTMLParser):
         super().__init__()
         self.sections: list[str] = []
         self.images: dict[str, str] = {}
-        self.cells: list[tuple[str, str]] = []  # (data-value, text) of numeric cells of the RCP table
-        self._in_table = False
-        self._cell: str | None = None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -31,15 +28,6 @@ class _Page(HTMLParser):
             self.sections.append(a["id"])
         elif tag == "img":
             self.images[a["id"].removeprefix("fig-")] = a["src"]
-        elif tag == "table" and a.get("id") == "table-rcp-table":
-            self._in_table = True
-        elif tag == "td" and self._in_table:
-            self._cell = a.get("data-value")
-            self.cells.append((self._cell, ""))
-
-    def handle_endtag(self, tag):
-        if tag == "table":
-            self._in_table = False
 
 
 @pytest.fixture(scope="module")
@@ -67,19 +55,77 @@ def test_every_section_and_figure_is_present_and_non_empty(report):
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
+class _Tables(HTMLParser):
+    """Every table of the page by id: its header and, per row, the exact value of each
+    numeric cell (its data-value) or the text of the others."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, dict] = {}
+        self._table = self._cell = None
+        self._row: list | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self._table = self.tables.setdefault(a.get("id", ""), {"header": [], "rows": []})
+        elif tag == "tr" and self._table is not None:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = [tag, a.get("data-value"), ""]
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2] += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            kind, value, text = self._cell
+            self._row.append(text if kind == "th" else (float(value) if value not in (None, "None") else text))
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            if self._row and all(isinstance(c, str) for c in self._row) and not self._table["header"]:
+                self._table["header"] = self._row
+            else:
+                self._table["rows"].append(dict(zip(self._table["header"], self._row)))
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+
+def test_factor_and_selection_tables_equal_analyze_outputs(report):
+    import json
+
+    out, _ = report
+    tables = _Tables()
+    tables.feed((out / "report.html").read_text())
+    factors = json.loads((out / "factors.json").read_text())["factors"]
+    shown = tables.tables["table-factors"]["rows"]
+    assert len(shown) == len(factors) > 0
+    for row, f in zip(shown, factors):
+        assert (row["candidate"], row["batch_size"]) == (f["candidate"], f["batch_size"])
+        for col, key in (("factor", "factor"), ("ci_low", "ci_low"), ("ci_high", "ci_high"),
+                         ("p_candidate_faster", "prob_candidate_faster"), ("mann_whitney_p", "mann_whitney_p")):
+            assert row[col] == f[key]
+    cells = json.loads((out / "selection.json").read_text())["cells"]
+    shown = tables.tables["table-selection"]["rows"]
+    assert len(shown) == len(cells) > 0
+    for row, cell in zip(shown, cells):
+        assert row["honest_mean"] == cell["honest"]["mean"]
+        for best in cell["best_of_k"]:
+            assert row[f"gain_best_of_{best['k']}"] == best["gain"]
 def test_table_numbers_equal_those_of_analyze(report):
     out, _ = report
-    page = _Page()
-    page.feed((out / "report.html").read_text())
-    shown = [float(v) for v, _ in page.cells if v not in (None, "None")]
-    expected = []
-    for row in csv.DictReader(open(out / "rcp_table.csv")):
-        for col in ("runs", "converged", "not_converged", "diverged", "pending_or_failed",
-                    "olympic_mean", "stdev", "min_acceptable_mean", "max_speedup"):
-            if row[col] != "":
-                expected.append(float(row[col]))
-        expected.insert(len(expected) - 9, float(row["batch_size"]))
-    assert shown == expected
+    tables = _Tables()
+    tables.feed((out / "report.html").read_text())
+    shown = tables.tables["table-rcp-table"]["rows"]
+    expected = list(csv.DictReader(open(out / "rcp_table.csv")))
+    assert len(shown) == len(expected) == 4
+    for row, want in zip(shown, expected):
+        assert row["recipe"] == want["recipe"]
+        for col, value in want.items():
+            if col != "recipe":
+                assert row[col] == (float(value) if value != "" else "-"), col
 
 
 def test_markdown_report_writes_pngs_beside_it(finished, tmp_path, cli):
@@ -118,3 +164,4 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     pixels = mpimg.imread(shot)
     assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
     assert pixels[..., :3].std() > 0.05  # not a blank page
+
