@@ -33,6 +33,10 @@ class RunContext:
     def eval_point(self, point: EvalPoint) -> None:
         self.log.eval_point(point)
 
+    def idle(self) -> None:
+        """The trainer has nothing to do for now: a chance to write pending points."""
+        self.log.flush_if_due()
+
 
 def execute_run(
     spec_json: str,
