@@ -261,6 +261,7 @@ def test_eval_points_of_an_external_program_reach_mlflow_while_it_runs(tmp_path)
 
     from orchestrator.execute import execute_run
     from orchestrator.tracking import Tracking
+    from sweeps.expand import expand
     from sweeps.spec import parse_campaign
 
     (tmp_path / "prog.py").write_text(
@@ -277,7 +278,7 @@ def test_eval_points_of_an_external_program_reach_mlflow_while_it_runs(tmp_path)
                          target={"metric": "eval_accuracy", "mode": "max", "value": 0.9})
     data["hparams"] = {16: {}, 64: {}}
     campaign = parse_campaign(data, tmp_path)
-    spec = [s for s in __import__("sweeps.expand", fromlist=["expand"]).expand(campaign) if s.batch_size == 16][0]
+    spec = next(s for s in expand(campaign) if s.batch_size == 16)
     tracking = Tracking(campaign.tracking_uri)
     run_id = tracking.create_run(tracking.open_experiment(campaign.name, tmp_path / "art"), spec)
     outcome = {}
