@@ -20,6 +20,8 @@ TAG_SPEC = "rcpforge.spec"
 TAG_ERROR = "rcpforge.error"
 # Where an imported run came from (`rcpforge import`): the result file's path.
 TAG_SOURCE = "rcpforge.source"
+# The submission_benchmark an imported result file names.
+TAG_BENCHMARK = "rcpforge.benchmark"
 
 METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"
