@@ -39,6 +39,10 @@ class RunContext:
         if self.watch is not None:
             self.watch(point)
 
+    def idle(self) -> None:
+        """The trainer has nothing to do for now: a chance to write pending points."""
+        self.log.flush_if_due()
+
 
 def execute_run(
     spec_json: str,

@@ -30,6 +30,7 @@ from trainers.tracking_schema import (
     METRIC_SAMPLES_TO_TARGET,
     TAG_ATTEMPTS,
     TAG_BATCH_SIZE,
+    TAG_BENCHMARK,
     TAG_CAMPAIGN,
     TAG_RECIPE,
     TAG_ROLE,
@@ -175,7 +176,7 @@ def _import_one(tracking: Tracking, experiment_id: str, campaign: str, path: Pat
         TAG_TRAINER: "import", TAG_TARGET_METRIC: "eval_accuracy", TAG_SOURCE: str(path.resolve()),
     }
     if reading.benchmark:
-        tags["rcpforge.benchmark"] = str(reading.benchmark)
+        tags[TAG_BENCHMARK] = str(reading.benchmark)
     client = tracking.client
     run = client.create_run(experiment_id, run_name=f"{recipe}-bs{bs}-s{seed}", tags=tags)
     run_id = run.info.run_id

@@ -245,7 +245,13 @@ class RunLog:
         self._pending.extend(Metric(k, float(v), now, point.tokens) for k, v in point.metrics.items())
         self._pending.append(Metric("samples", float(point.samples), now, point.tokens))
         self.logged_until = point.tokens
-        if time.monotonic() - self._last_flush >= self.flush_every_s:
+        self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        """Write what waits once `flush_every_s` has passed; a trainer that waits on
+        something else (an external program's output) calls it when idle, so that its
+        last points do not wait for the next one."""
+        if self._pending and time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
     def flush(self) -> None:

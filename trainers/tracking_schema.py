@@ -26,6 +26,8 @@ TAG_BACKEND_JOB = "rcpforge.backend_job"
 # Tune runs (role tune) only: the Optuna study and trial number the run belongs to.
 TAG_TUNE_STUDY = "rcpforge.tune.study"
 TAG_TUNE_TRIAL = "rcpforge.tune.trial"
+# The submission_benchmark an imported result file names.
+TAG_BENCHMARK = "rcpforge.benchmark"
 
 METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"

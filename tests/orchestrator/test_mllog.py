@@ -251,3 +251,48 @@ def test_import_of_a_submission_in_epochs(tmp_path):
         mine = [r for r in runs if r["recipe"] == folder.parent.name]
         assert {r["batch_size"] for r in mine} == {bs} and bench == "resnet"
         assert [r["samples_to_target"] if r["status"] == "converged" else 1e9 for r in mine] == epochs
+
+
+def test_eval_points_of_an_external_program_reach_mlflow_while_it_runs(tmp_path):
+    """The program logs one eval, then waits for the test: the point must be in MLflow
+    before the program goes on (polled, with a generous deadline)."""
+    import threading
+    import time
+
+    from orchestrator.execute import execute_run
+    from orchestrator.tracking import Tracking
+    from sweeps.expand import expand
+    from sweeps.spec import parse_campaign
+
+    (tmp_path / "prog.py").write_text(
+        "import json, os, sys, time\n"
+        "def log(key, value=None, **m):\n"
+        "    print(':::MLLOG ' + json.dumps({'key': key, 'value': value, 'metadata': m}), flush=True)\n"
+        "log('submission_benchmark', 'live'); log('global_batch_size', 16)\n"
+        "log('eval_accuracy', 0.5, epoch_num=100, samples_count=100)\n"
+        "deadline = time.time() + 120\n"
+        "while not os.path.exists('go') and time.time() < deadline: time.sleep(0.05)\n"
+        "log('eval_accuracy', 0.95, epoch_num=200, samples_count=200); log('run_stop', status='success')\n"
+    )
+    data = tiny_campaign(trainer={"kind": "command", "argv": ["{python}", "prog.py"]}, recipes=["bf16"], seeds=1,
+                         target={"metric": "eval_accuracy", "mode": "max", "value": 0.9})
+    data["hparams"] = {16: {}, 64: {}}
+    campaign = parse_campaign(data, tmp_path)
+    spec = next(s for s in expand(campaign) if s.batch_size == 16)
+    tracking = Tracking(campaign.tracking_uri)
+    run_id = tracking.create_run(tracking.open_experiment(campaign.name, tmp_path / "art"), spec)
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.update(execute_run(
+        spec.model_dump_json(), campaign.tracking_uri, run_id, 1, str(tmp_path / "run"), "live", str(tmp_path))))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not tracking.client.get_metric_history(run_id, "eval_accuracy") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [m.value for m in tracking.client.get_metric_history(run_id, "eval_accuracy")] == [0.5]
+        assert worker.is_alive() and not outcome  # the program is still waiting
+    finally:
+        (tmp_path / "go").touch()
+        worker.join(timeout=120)
+    assert outcome["status"] == "converged" and outcome["samples_to_target"] == 200
+    assert [m.step for m in tracking.client.get_metric_history(run_id, "eval_accuracy")] == [100, 200]

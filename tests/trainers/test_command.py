@@ -3,8 +3,6 @@ every way the issue lists. The oracle for values to converge is the RCP checker.
 
 from __future__ import annotations
 
-import json
-import os
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -74,71 +74,89 @@ def run_and_follow(
     """Run `argv`, call `on_line` with every output line (stdout and stderr together) as
     it arrives. `on_line` may raise StopProcess to end the process; past `max_wall_s`
     the process is stopped; once `done()` is true (run_stop seen) the process has
-    `grace_s` to exit by itself."""
-    start = time.monotonic()
-    deadline = start + max_wall_s
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    lines: queue.Queue = queue.Queue()
-    thread = threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True)
-    thread.start()
-    stopped_because = None
-    grace_until = None
+    `grace_s` to exit by itself. `on_idle` runs whenever the reader has caught up."""
+    run = _Followed(argv, cwd, env, grace_s)
     try:
         with open(raw_log, "wb") as raw:
-            while True:
-                now = time.monotonic()
-                if grace_until is None and done():
-                    grace_until = now + grace_s
-                if now >= deadline:
-                    stopped_because = f"wall-clock budget of {max_wall_s:g} s spent"
-                    break
-                if grace_until is not None and now >= grace_until:
-                    break  # run_stop was logged; the outcome is known, only the exit is late
-                limit = min(deadline, grace_until or deadline)
-                try:
-                    chunk = lines.get_nowait()
-                except queue.Empty:
-                    # Flush when caught up, not per line: a chatty program stays cheap
-                    # to follow, and a stalled one leaves its files complete.
-                    raw.flush()
-                    on_idle()
-                    try:
-                        chunk = lines.get(timeout=min(limit - now, 0.5))
-                    except queue.Empty:
-                        chunk = _EMPTY
-                if chunk is _EMPTY:
-                    if grace_until is None and proc.poll() is not None:
-                        # Exited, but something it started still holds the pipe open.
-                        grace_until = time.monotonic() + grace_s
-                    continue
-                if chunk is None:
-                    break
-                raw.write(chunk)
-                text = chunk.decode("latin-1").rstrip("\r\n")
-                tail.append(text)
-                try:
-                    on_line(text)
-                except StopProcess as stop:
-                    stopped_because = str(stop)
-                    break
+            stopped_because = run.follow(raw, on_line, time.monotonic() + max_wall_s, done, on_idle)
     finally:
+        run.close()
+    if stopped_because == _WALL:
+        stopped_because = f"wall-clock budget of {max_wall_s:g} s spent"
+    return ProcessEnd(run.proc.returncode, stopped_because, [_printable(t[:500]) for t in run.tail])
+
+
+_WALL = "wall"
+
+
+class _Followed:
+    """A started program, its output queue (filled by a reader thread) and its tail."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], grace_s: float):
+        self.grace_s = grace_s
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=_reader, args=(self.proc.stdout, self.lines), daemon=True)
+        self.thread.start()
+
+    def follow(self, raw, on_line, deadline: float, done, on_idle) -> str | None:
+        """Until EOF, a stop or a deadline; returns why rcpforge stopped it, if it did."""
+        grace_until = None
+        while True:
+            now = time.monotonic()
+            if grace_until is None and done():
+                grace_until = now + self.grace_s
+            if now >= deadline:
+                return _WALL
+            if grace_until is not None and now >= grace_until:
+                return None  # run_stop was logged (or it exited): only the end is late
+            chunk = self._next(raw, on_idle, min(deadline, grace_until or deadline) - now)
+            if chunk is _EMPTY:
+                if grace_until is None and self.proc.poll() is not None:
+                    # Exited, but something it started still holds the pipe open.
+                    grace_until = time.monotonic() + self.grace_s
+                continue
+            if chunk is None:
+                return None
+            raw.write(chunk)
+            text = chunk.decode("latin-1").rstrip("\r\n")
+            self.tail.append(text)
+            try:
+                on_line(text)
+            except StopProcess as stop:
+                return str(stop)
+
+    def _next(self, raw, on_idle, wait_s: float):
+        try:
+            return self.lines.get_nowait()
+        except queue.Empty:
+            # Flush when caught up, not per line: a chatty program stays cheap to
+            # follow, and a stalled one leaves its files complete.
+            raw.flush()
+            on_idle()
+        try:
+            return self.lines.get(timeout=min(wait_s, 0.5))
+        except queue.Empty:
+            return _EMPTY
+
+    def close(self) -> None:
+        proc = self.proc
         if proc.poll() is None:
-            _stop_group(proc, grace_s)
+            _stop_group(proc, self.grace_s)
         proc.wait()
-        if thread.is_alive():
+        if self.thread.is_alive():
             # Its children still hold the pipe; the group id stays reserved while they live.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        thread.join(timeout=grace_s)
+        self.thread.join(timeout=self.grace_s)
         if proc.stdout:
             proc.stdout.close()
-    return ProcessEnd(proc.returncode, stopped_because, [_printable(t[:500]) for t in tail])
 
 
 def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:

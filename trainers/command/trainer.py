@@ -121,7 +121,8 @@ class CommandTrainer:
             end = run_and_follow(
                 argv, cwd=workdir, env=env, on_line=follower.on_line, max_wall_s=cfg.max_wall_s,
                 grace_s=cfg.stop_grace_s, raw_log=output_dir / OUTPUT_LOG,
-                done=lambda: follower.reading.stop_status is not None, on_idle=follower.flush,
+                done=lambda: follower.reading.stop_status is not None,
+                on_idle=lambda: (follower.flush(), getattr(reporter, "idle", lambda: None)()),
             )
         except OSError as err:  # the program cannot be started: missing, not executable
             return RunResult(status=RunStatus.failed, error=f"cannot start {argv[0]!r} in {workdir}: {err.strerror or err}")
