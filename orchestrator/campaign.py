@@ -163,7 +163,7 @@ class _Launcher:
     def launch(self, spec: RunSpec, run_id: str, attempt: int) -> None:
         self.runs[spec.run_key] = (spec, run_id, attempt)
         args = (spec.model_dump_json(), self.campaign.tracking_uri, run_id, attempt, str(self.campaign.run_dir(spec)),
-                self.campaign.benchmark, str(self.campaign.base_dir.resolve()))
+                self.campaign.benchmark, str(self.campaign.base_dir.resolve()), None, self.campaign.backend.stall_timeout_s)
         self.backend.submit(Job(spec.run_key, execute_run, args))
         self.summary.launched += 1
         self.notify("start", spec, None)

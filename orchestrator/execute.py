@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from orchestrator.stall import Stalled, StallGuard
 from orchestrator.tracking import RunLog
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
 from trainers.mllog_writer import RESULT_FILE, MllogReporter, MllogWriter
@@ -33,9 +34,12 @@ class RunContext:
     benchmark: str
     campaign_dir: Path
     watch: Callable[[EvalPoint], None] | None = None
+    stall: StallGuard | None = None
 
     def eval_point(self, point: EvalPoint) -> None:
         self.log.eval_point(point)
+        if self.stall is not None:
+            self.stall.beat()
         if self.watch is not None:
             self.watch(point)
 
@@ -53,11 +57,13 @@ def execute_run(
     benchmark: str | None = None,
     campaign_dir: str | None = None,
     watch: Callable[[EvalPoint], None] | None = None,
+    stall_timeout_s: float | None = None,
 ) -> dict:
     spec = RunSpec.model_validate_json(spec_json)
     log = RunLog(tracking_uri, run_id, spec.target.metric, Path(output_dir))
     log.start(attempt)
-    context = RunContext(log, Path(output_dir), benchmark or spec.campaign, Path(campaign_dir or Path.cwd()), watch)
+    stall = StallGuard(stall_timeout_s)
+    context = RunContext(log, Path(output_dir), benchmark or spec.campaign, Path(campaign_dir or Path.cwd()), watch, stall)
     writer = None
     start = time.monotonic()
     try:
@@ -66,7 +72,10 @@ def execute_run(
         if not getattr(trainer, "writes_mllog", False):
             writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec)
             reporter = MllogReporter(context, writer, spec.target.metric)
-        result = trainer.train(spec, reporter)
+        with stall:
+            result = trainer.train(spec, reporter)
+    except Stalled as stalled:
+        result = RunResult(status=RunStatus.failed, wall_s=time.monotonic() - start, error=str(stalled))
     except StopRun as stop:
         result = RunResult(
             status=RunStatus.pruned,

@@ -24,6 +24,8 @@ class _Strict(BaseModel):
 class _Common(_Strict):
     # A run that fails (crash, worker killed) is retried until it has this many attempts.
     max_attempts: int = Field(2, ge=1, le=100)
+    # A run that reports no eval point for this long is stopped and recorded failed.
+    stall_timeout_s: float | None = Field(None, gt=0)
 
 
 class LocalBackendSpec(_Common):

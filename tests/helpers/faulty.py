@@ -4,6 +4,7 @@ real worker processes); other seeds train the real tiny LM."""
 from __future__ import annotations
 
 import os
+import time
 from pydantic import Field
 
 from trainers.contract import Reporter, RunResult, RunSpec
@@ -13,6 +14,7 @@ from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 class FaultySettings(TinyLMSettings):
     raise_seeds: list[int] = Field(default_factory=list)
     exit_seeds: list[int] = Field(default_factory=list)
+    hang_seeds: list[int] = Field(default_factory=list)
 
 
 class FaultyTrainer:
@@ -27,6 +29,8 @@ class FaultyTrainer:
             raise RuntimeError(f"injected failure for seed {spec.seed}")
         if spec.seed in settings["exit_seeds"]:
             os._exit(3)  # the worker process dies without reporting
-        for key in ("raise_seeds", "exit_seeds"):
+        if spec.seed in settings["hang_seeds"]:
+            time.sleep(3600)  # hangs without reporting an eval point
+        for key in ("raise_seeds", "exit_seeds", "hang_seeds"):
             settings.pop(key)
         return TinyLMTrainer().train(spec.model_copy(update={"trainer": settings}), reporter)

@@ -1,0 +1,30 @@
+"""A run that hangs without reporting an eval point is stopped after the stall timeout,
+recorded `failed` with the reason, and its worker goes on with the next run."""
+
+from __future__ import annotations
+
+from mlflow import MlflowClient
+
+from sweeps.spec import load_campaign
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from trainers.tracking_schema import TAG_ERROR, TAG_STATUS
+
+
+def test_a_hanging_run_is_stopped_and_recorded_failed(tmp_path, cli):
+    data = tiny_campaign(recipes=["bf16"], seeds=2)
+    data["trainer"] = dict(data["trainer"], kind="tests.helpers.faulty:FaultyTrainer", hang_seeds=[1])
+    data["backend"] = {"kind": "local", "workers": 2, "max_attempts": 1, "stall_timeout_s": 15}
+    path = write_campaign(tmp_path, data)
+    proc = cli("run", str(path))
+    assert proc.returncode == 0, proc.stderr
+    campaign = load_campaign(path)
+    client = MlflowClient(tracking_uri=campaign.tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name(campaign.name).experiment_id])
+    by_seed: dict[int, list] = {}
+    for run in runs:
+        by_seed.setdefault(int(run.data.tags["rcpforge.seed"]), []).append(run)
+    assert all(r.data.tags[TAG_STATUS] == "converged" for r in by_seed[0])
+    for run in by_seed[1]:
+        assert run.data.tags[TAG_STATUS] == "failed"
+        assert "stalled: no eval point for 15 s" in run.data.tags[TAG_ERROR]
+        assert run.info.status == "FAILED"
