@@ -26,6 +26,7 @@ def check(
     rcp_pass: str = typer.Option("pruned", "--rcp-pass", help="pruned (the checker's default) or full"),
     ruleset: str = typer.Option("6.0.0", "--ruleset", help="rules version when --rcps is a file"),
     bert_train_samples: bool = typer.Option(False, "--bert-train-samples", help="BERT: read train_samples"),
+    prune: str = typer.Option("mlperf", "--prune", help="mlperf (the checker's pruning) or envelope (the true lower convex envelope; a what-if)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Pass or fail a submission against RCPs, as mlperf_logging's RCP checker does."""
@@ -42,9 +43,11 @@ def check(
     else:
         fail(f"--rcps {rcps!r} is neither an RCP file nor a ruleset; rulesets: {', '.join(RULESETS)}")
     try:
-        result = check_directory(results_dir, rcp_file, ruleset, rcp_pass, bert_train_samples)
+        result = check_directory(results_dir, rcp_file, ruleset, rcp_pass, bert_train_samples, prune=prune)
     except RcpError as err:
         fail(str(err))
+    if prune != "mlperf":
+        result.warnings.append(f"--prune {prune}: the pruned pass differs from the reference checker's")
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, markup=True)
     if as_json:
