@@ -148,14 +148,15 @@ def check(
     else:
         verdict = "[green]PASSED[/green]" if result.passed else "[red]FAILED[/red]"
         console.print(f"{verdict} {result.message}", highlight=False)
-        if result.checker_error:
+        if result.checker_error and result.checker_error not in result.message:
             console.print(f"the reference checker stops on this input: {result.checker_error}", highlight=False)
-        console.print(
-            f"benchmark {result.benchmark}, batch size {result.batch_size}; olympic mean {_num(result.olympic_mean)}; "
-            f"RCP ({result.rcp_used}{', ' + result.rcp_name if result.rcp_name else ''}) mean {_num(result.rcp_mean)}, "
-            f"min acceptable mean {_num(result.min_acceptable_mean)}; normalization factor {_num(result.norm_factor, 6)}",
-            highlight=False,
-        )
+        if result.checker_error is None or result.benchmark is not None:
+            console.print(
+                f"benchmark {result.benchmark}, batch size {result.batch_size}; olympic mean {_num(result.olympic_mean)}; "
+                f"RCP ({result.rcp_used}{', ' + result.rcp_name if result.rcp_name else ''}) mean {_num(result.rcp_mean)}, "
+                f"min acceptable mean {_num(result.min_acceptable_mean)}; normalization factor {_num(result.norm_factor, 6)}",
+                highlight=False,
+            )
     raise typer.Exit(0 if result.passed else 1)
 
 
