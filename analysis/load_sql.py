@@ -1,8 +1,9 @@
 """The fast path of loading: read MLflow's SQL store (SQLite, PostgreSQL) directly.
 
 `mlflow.search_runs` builds a Python entity per run with every tag, param and metric;
-at 100,000 runs that dominates the analysis. Here a few sequential scans read only the
-tags and final metrics the table needs as plain tuples, pivoted in one pass.
+at 100,000 runs that dominates the analysis. Here the database pivots the few tags and
+final metrics the table needs (GROUP BY over sequential scans) into one row per run,
+read as plain tuples, and the params become an Arrow map column by column.
 It reads what the API path reads: active runs of the campaign's experiment carrying the
 role tag, final metrics from `latest_metrics` (NaN where MLflow stored `is_nan`)."""
 
@@ -80,8 +81,8 @@ def _pivot(dialect: str, table: str, keys: dict[str, str], extra: str = "") -> t
     hint = " NOT INDEXED" if dialect == "sqlite" else ""
     binds = {f"{table}_{i}": key for i, key in enumerate(keys.values())}
     cols = [f"MAX(CASE WHEN key = :{b} THEN value END) AS {col}" for b, col in zip(binds, keys)]
-    if extra:
-        cols += [f"MAX(CASE WHEN key = :{b} THEN {extra} END) AS {col}_{extra}" for b, col in zip(binds, keys)]
+    if extra:  # a flag column; PostgreSQL has no MAX of a boolean, so count it as 0/1
+        cols += [f"MAX(CASE WHEN key = :{b} AND {extra} THEN 1 ELSE 0 END) AS {col}_{extra}" for b, col in zip(binds, keys)]
     sql = (f"SELECT run_uuid, {', '.join(cols)} FROM {table}{hint} "
            f"WHERE key IN ({', '.join(':' + b for b in binds)}) GROUP BY run_uuid")
     return sql, binds
