@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from analysis.mllog_read import CheckerStops, read_submission
-from analysis.rcp_set import SUBMISSION_RUNS, RULESETS, RcpError, RcpSet, Record, ruleset_file, with_405b_slack
+from analysis.rcp_set import PRUNE_MODES, SUBMISSION_RUNS, RULESETS, RcpError, RcpSet, Record, ruleset_file, with_405b_slack
 
 DEFAULT_RULESET = "6.0.0"  # the checker's command-line default
 
@@ -73,10 +73,15 @@ def check_directory(
     rcp_pass: str = "pruned",
     use_train_samples: bool = False,
     rcp_bypass: bool = False,
+    prune: str = "mlperf",
 ) -> CheckResult:
-    """`rcps` is an RCP JSON file, or None for the ruleset's shipped file."""
+    """`rcps` is an RCP JSON file, or None for the ruleset's shipped file. `prune` =
+    "envelope" tests the pruned pass against the true lower convex envelope instead of
+    the checker's pruning (a what-if: only "mlperf" is the checker's verdict)."""
     if ruleset not in RULESETS:
         raise RcpError(f"ruleset {ruleset!r} is not one the checker knows; allowed: {', '.join(RULESETS)}")
+    if prune not in PRUNE_MODES:
+        raise RcpError(f"prune {prune!r} is not allowed; allowed: {', '.join(PRUNE_MODES)}")
     if rcp_pass not in ("pruned", "full"):
         raise RcpError(f"rcp pass {rcp_pass!r} is not allowed; allowed: pruned, full")
     result = CheckResult(False, "", 1.0)
@@ -93,7 +98,7 @@ def check_directory(
         return _stopped(result, f"{what} (the reference checker raises KeyError)")
     try:
         path = Path(rcps) if rcps is not None else ruleset_file(ruleset, sub.benchmark)
-        rcp_set = RcpSet.from_file(path, sub.benchmark)
+        rcp_set = RcpSet.from_file(path, sub.benchmark, prune=prune)
     except Exception as err:  # the checker raises on a missing or malformed RCP file
         return _stopped(result, f"RCPs: {type(err).__name__}: {err}")
     result.warnings += rcp_set.warnings

@@ -1,14 +1,16 @@
 """The fast path of loading: read MLflow's SQL store (SQLite, PostgreSQL) directly.
 
 `mlflow.search_runs` builds a Python entity per run with every tag, param and metric;
-at 100,000 runs that dominates the analysis. Here a few sequential scans read only the
-tags and final metrics the table needs as plain tuples, pivoted in one pass.
+at 100,000 runs that dominates the analysis. Here the database pivots the few tags and
+final metrics the table needs (GROUP BY over sequential scans) into one row per run,
+read as plain tuples, and the params become an Arrow map column by column.
 It reads what the API path reads: active runs of the campaign's experiment carrying the
 role tag, final metrics from `latest_metrics` (NaN where MLflow stored `is_nan`)."""
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -80,8 +82,8 @@ def _pivot(dialect: str, table: str, keys: dict[str, str], extra: str = "") -> t
     hint = " NOT INDEXED" if dialect == "sqlite" else ""
     binds = {f"{table}_{i}": key for i, key in enumerate(keys.values())}
     cols = [f"MAX(CASE WHEN key = :{b} THEN value END) AS {col}" for b, col in zip(binds, keys)]
-    if extra:
-        cols += [f"MAX(CASE WHEN key = :{b} THEN {extra} END) AS {col}_{extra}" for b, col in zip(binds, keys)]
+    if extra:  # a flag column; PostgreSQL has no MAX of a boolean, so count it as 0/1
+        cols += [f"MAX(CASE WHEN key = :{b} AND {extra} THEN 1 ELSE 0 END) AS {col}_{extra}" for b, col in zip(binds, keys)]
     sql = (f"SELECT run_uuid, {', '.join(cols)} FROM {table}{hint} "
            f"WHERE key IN ({', '.join(':' + b for b in binds)}) GROUP BY run_uuid")
     return sql, binds
@@ -98,22 +100,42 @@ def _runs_query(dialect: str) -> tuple[str, dict[str, Any]]:
 
 
 def load_runs_sql(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
-    from sqlalchemy import create_engine
+    from concurrent.futures import ThreadPoolExecutor
 
-    engine = create_engine(tracking_uri)
-    try:
-        with engine.connect() as conn:
-            exp = _experiment_id(conn, campaign, tracking_uri)
+    with _engine(tracking_uri) as engine, engine.connect() as conn:
+        exp = _experiment_id(conn, campaign, tracking_uri)
+    # The params read runs beside the main query: both spend most of their time in the
+    # database driver, which releases the GIL.
+    with ThreadPoolExecutor(1) as pool:
+        params = pool.submit(_read_params, tracking_uri, exp)
+        with _engine(tracking_uri) as engine, engine.connect() as conn:
             sql, binds = _runs_query(engine.dialect.name)
             rows = _fetch(engine, conn, sql, {**binds, "exp": exp, "role": role})
-            params = _fetch(engine, conn, "SELECT p.run_uuid, p.key, p.value FROM params p "
-                            "JOIN runs r ON r.run_uuid = p.run_uuid WHERE r.experiment_id = :exp", {"exp": exp})
+        return _to_table(rows, params.result())
+
+
+@contextmanager
+def _engine(uri: str):
+    """One engine per thread: a SQLite connection belongs to the thread that opened it."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(uri)
+    try:
+        yield engine
     finally:
         engine.dispose()
-    return _to_table(rows, params)
 
 
-def _to_table(rows: list[tuple], params: list[tuple]) -> pa.Table:
+def _read_params(uri: str, exp: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+    with _engine(uri) as engine, engine.connect() as conn:
+        rows = _fetch(engine, conn, "SELECT p.run_uuid, p.key, p.value FROM params p "
+                      "JOIN runs r ON r.run_uuid = p.run_uuid WHERE r.experiment_id = :exp", {"exp": exp})
+    if not rows:
+        return (pa.array([], pa.string()),) * 3
+    return tuple(pa.array(list(c), pa.string()) for c in zip(*rows))
+
+
+def _to_table(rows: list[tuple], params: tuple[pa.Array, pa.Array, pa.Array]) -> pa.Table:
     names = ["run_id", *_TAGS, *_METRICS, *(f"{c}_is_nan" for c in _METRICS)]
     raw = dict(zip(names, map(list, zip(*rows)))) if rows else {n: [] for n in names}
     columns: dict[str, Any] = {n: raw[n] for n in ("run_id", *_TAGS)}
@@ -122,17 +144,13 @@ def _to_table(rows: list[tuple], params: list[tuple]) -> pa.Table:
     for col in _METRICS:  # MLflow stores NaN as is_nan with a placeholder value
         values, nans = raw[col], raw[f"{col}_is_nan"]
         columns[col] = [math.nan if n else v for v, n in zip(values, nans)] if any(nans) else values
-    columns["hparams"] = _hparams(columns["run_id"], params)
+    columns["hparams"] = _hparams(columns["run_id"], *params)
     return sort_runs(pa.table({n: columns[n] for n in RUN_SCHEMA.names}, schema=RUN_SCHEMA))
 
 
-def _hparams(run_ids: list[str], params: list[tuple]) -> pa.MapArray:
+def _hparams(run_ids: list[str], run: pa.Array, key: pa.Array, value: pa.Array) -> pa.MapArray:
     """Each run's params as a map sorted by key, built column-wise in Arrow: a Python
     dict of lists per run costs more than all the SQL at 100,000 runs."""
-    if params:
-        run, key, value = (pa.array(list(c), pa.string()) for c in zip(*params))
-    else:
-        run = key = value = pa.array([], pa.string())
     position = pc.index_in(run, value_set=pa.array(run_ids, pa.string()))
     kept = pa.table({"pos": position, "key": key, "value": value}).filter(pc.is_valid(position))
     kept = kept.sort_by([("pos", "ascending"), ("key", "ascending"), ("value", "ascending")])

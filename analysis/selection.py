@@ -23,7 +23,8 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from analysis.stats import best_passing_of_k, expected_min_of_k, olympic_means, resample_olympic, robust_z
+from analysis.mllog_read import NOT_CONVERGED
+from analysis.stats import best_passing_of_k, expected_min_of_k, olympic_means, robust_z
 
 
 @dataclass(frozen=True)
@@ -88,34 +89,55 @@ def outlier_sets(values: Sequence[float], n: int, trim: int, z_max: float) -> li
     return [{"set": i, "olympic_mean": float(means[i]), "robust_z": float(z[i])} for i in range(count) if abs(z[i]) > z_max]
 
 
+def _valid_means(sets: np.ndarray, trim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Olympic means of the sets that are results, and which are. A set with more
+    non-converged runs than olympic scoring drops is "Insufficient convergence": it
+    fails and has no olympic mean."""
+    valid = (sets >= NOT_CONVERGED).sum(axis=1) <= trim
+    means = olympic_means(sets[valid], trim) if valid.any() else np.array([np.nan])
+    return means, valid
+
+
 def selection(recipe: str, bs: int, values: Sequence[float], n: int, trim: int,
               rcp_mean: float | None, min_acceptable: float | None, s: SelectionSettings = SelectionSettings()) -> Selection:
     rng = np.random.default_rng(s.seed)
-    sample = resample_olympic(values, n, s.draws, rng, trim)
-    honest_mean = float(sample.mean())
-    p = None if min_acceptable is None else float(np.mean(sample >= min_acceptable))
+    data = np.asarray(values, float)
+    sample, valid = _valid_means(data[rng.integers(0, len(data), size=(s.draws, n))], trim)
+    threshold = -np.inf if min_acceptable is None else min_acceptable
+    p = None if min_acceptable is None else float(np.mean(valid) * np.mean(sample >= threshold))
     q05, q50, q95 = (float(q) for q in np.quantile(sample, [0.05, 0.5, 0.95]))
     out = Selection(recipe, bs, len(values), n, rcp_mean, min_acceptable,
-                    {"mean": honest_mean, "stdev": float(sample.std()), "q05": q05, "median": q50, "q95": q95, "pass_prob": p})
-    threshold = -np.inf if min_acceptable is None else min_acceptable
+                    {"mean": float(sample.mean()), "stdev": float(sample.std()), "q05": q05, "median": q50, "q95": q95,
+                     "pass_prob": p, "insufficient_convergence_prob": float(1 - valid.mean())})
     norm = (lambda x: np.maximum(x, rcp_mean)) if rcp_mean is not None else (lambda x: x)
-    honest_norm = float(norm(sample).mean())
-    for k in s.ks:
-        p_pass, kept = best_passing_of_k(sample, threshold, k)
-        _, kept_norm = best_passing_of_k(norm(sample), threshold, k)
-        out.best_of_k.append({"k": k, "pass_prob": p_pass, "expected_olympic_mean": kept,
-                              "gain": _gain(honest_mean, kept), "gain_normalized": _gain(honest_norm, kept_norm)})
-    data = np.asarray(values, float)
+    out.best_of_k = _best_of_k(sample, valid, threshold, norm, s.ks)
+    honest, honest_norm = float(sample.mean()), float(norm(sample).mean())
     for factor in s.ms_factor:
         m = factor * n
-        draws = np.sort(data[rng.integers(0, len(data), size=(s.draws, m))], axis=1)[:, :n]
-        best = olympic_means(draws, trim)
-        out.best_n_of_m.append({"m": m, "pass_prob": float(np.mean(best >= threshold)), "expected_olympic_mean": float(best.mean()),
-                                "gain": _gain(honest_mean, float(best.mean())),
+        fastest = np.sort(data[rng.integers(0, len(data), size=(s.draws, m))], axis=1)[:, :n]
+        best, ok = _valid_means(fastest, trim)
+        out.best_n_of_m.append({"m": m, "pass_prob": float(np.mean(ok) * np.mean(best >= threshold)),
+                                "expected_olympic_mean": float(best.mean()), "gain": _gain(honest, float(best.mean())),
                                 "gain_normalized": _gain(honest_norm, float(norm(best).mean()))})
     out.runs_required, out.runs_required_gain = runs_required(values, n, trim, s)
     out.outlier_sets = outlier_sets(values, n, trim, s.outlier_z)
     return out
+
+
+def _best_of_k(sample: np.ndarray, valid: np.ndarray, threshold: float, norm, ks: Sequence[int]) -> list[dict]:
+    # Invalid sets stay among the draws as failing ones (-inf: below any threshold).
+    draws = np.full(valid.shape, -np.inf)
+    draws[valid] = sample
+    floor = threshold if np.isfinite(threshold) else np.finfo(float).min
+    normed = np.where(np.isfinite(draws), norm(draws), -np.inf)
+    honest, honest_norm = float(sample.mean()), float(norm(sample).mean())
+    rows = []
+    for k in ks:
+        p_pass, kept = best_passing_of_k(draws, floor, k)
+        _, kept_norm = best_passing_of_k(normed, floor, k)
+        rows.append({"k": k, "pass_prob": p_pass, "expected_olympic_mean": kept,
+                     "gain": _gain(honest, kept), "gain_normalized": _gain(honest_norm, kept_norm)})
+    return rows
 
 
 def selection_json(found: list[Selection], s: SelectionSettings) -> dict:

@@ -116,13 +116,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--folder", type=Path, default=None, help="keep the store here (default: a temporary folder)")
+    parser.add_argument("--reuse", action="store_true", help="measure on the store already in --folder")
     args = parser.parse_args()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="rcpforge-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / "mlflow.db"
-    db.unlink(missing_ok=True)
-    _, t_build = timed(lambda: build_store(db, args.runs))
-    print(f"store: {args.runs:,} runs in {db} ({db.stat().st_size / 2**20:.0f} MiB), built in {t_build:.1f} s")
+    if not (args.reuse and db.exists()):
+        db.unlink(missing_ok=True)
+        _, t_build = timed(lambda: build_store(db, args.runs))
+        print(f"store: {args.runs:,} runs in {db} ({db.stat().st_size / 2**20:.0f} MiB), built in {t_build:.1f} s")
+    else:
+        print(f"store: reusing {db} ({db.stat().st_size / 2**20:.0f} MiB)")
     uri = f"sqlite:///{db}"
 
     fast_runs, t_fast_load = timed(lambda: load_runs_sql(uri, CAMPAIGN))

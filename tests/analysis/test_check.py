@@ -263,3 +263,25 @@ def test_bert_train_samples(tmp_path):
         ours, expected = same(folder, ruleset="5.1.0", train_samples=train_samples)
         assert expected is not None
     assert ours.olympic_mean > 1000  # samples, not epochs
+
+
+def test_envelope_pruning_changes_the_rcp_used_where_the_modes_differ(tmp_path):
+    means = {100: 10.0, 200: 20.0, 300: 40.0, 400: 30.0, 500: 31.0}
+    rcps = rcp_file(tmp_path / "r.json", "resnet", {bs: [m - 2, m - 1, m, m, m + 1, m + 2] for bs, m in means.items()})
+    folder = write_results(tmp_path / "s", "resnet", 200, [19, 20, 21, 22, 23])
+    mlperf, _ = same(folder, rcps=rcps)  # the checker keeps 200
+    envelope = check_directory(folder, rcps, prune="envelope")
+    assert (mlperf.rcp_used, envelope.rcp_used) == ("found", "interpolated")
+    # The envelope runs from 100 straight to 500 (400 lies above that line too).
+    assert envelope.rcp_mean == pytest.approx(10.0 + (31.0 - 10.0) * (200 - 100) / (500 - 100))
+
+
+@pytest.mark.parametrize("bs,values", [(1024, [20, 21, 22, 23, 24]), (16384, [80, 81, 82, 83, 84]), (512, [10, 11, 12, 13, 14])])
+def test_rcp_bypass_equals_the_checker(tmp_path, resnet_rcps, bs, values):
+    folder = write_results(tmp_path / "r", "resnet", bs, values)
+    with open(resnet_rcps) as fh:
+        expected = checker_mod.check_directory(str(folder), "training", "6.0.0", False, False, rcp_file=fh,
+                                               rcp_pass="pruned_rcps", rcp_bypass=True)
+    ours = check_directory(folder, resnet_rcps, "6.0.0", "pruned", rcp_bypass=True)
+    assert (ours.passed, ours.message, ours.norm_factor) == tuple(expected)
+    assert ours.message.endswith("passed using rcp_bypass")

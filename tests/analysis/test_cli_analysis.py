@@ -88,3 +88,17 @@ def test_check_and_rcp_stats_commands(tmp_path, cli):
     assert [r["mean"] for r in rows] == [r["RCP Mean"] for r in checker.rcp_data.values()]
     bad = cli("check", str(folder), "--rcps", "7.7.7")
     assert bad.returncode == 2 and "neither an RCP file nor a ruleset" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_check_on_a_malformed_file_names_file_and_line_without_a_traceback(tmp_path, cli):
+    folder = write_results(tmp_path / "r", "llama31_8b", 32, [180_000.0 + 1000 * i for i in range(10)])
+    path = folder / "result_4.txt"
+    lines = path.read_text().splitlines()
+    lines[5] = lines[5][: lines[5].index('"metadata"')]  # an eval line cut mid-JSON
+    lines.append(':::MLLOG {"key": "init_sta')  # a line the checker ignores
+    path.write_text("\n".join(lines) + "\n")
+    proc = cli("check", str(folder), "--rcps", "6.1.0")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
+    assert "FAILED" in proc.stdout and f"{path}:6" in proc.stdout and "not valid JSON" in proc.stdout
+    with pytest.raises(Exception):  # the reference checker itself stops on this input
+        checker_mod.check_directory(str(folder), "training", "6.1.0", False, False, rcp_pass="pruned_rcps")

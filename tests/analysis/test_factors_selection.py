@@ -133,3 +133,14 @@ def test_analyze_runs_derives_from_published_rcps(tmp_path):
         factor = np.interp(rec["BS"], [16, 64], [1.10, 1.20])
         assert rec["Precision"] == "fp4"
         assert rec["Epochs to converge"] == pytest.approx([v * factor for v in published[name]["Epochs to converge"]])
+
+
+def test_sets_with_too_many_failures_are_insufficient_convergence():
+    # Half the runs fail: a 5-run set is invalid when 2 or more fail, P = 1 - 6/32.
+    values = [1000.0 + i for i in range(50)] + [1e9] * 50
+    s = SelectionSettings(ks=(3,), ms_factor=(2,), max_m_factor=1, draws=40_000, window_draws=100)
+    sel = selection("fp4", 16, values, 5, 1, 1030.0, 990.0, s)
+    assert sel.honest["insufficient_convergence_prob"] == pytest.approx(1 - 6 / 32, abs=0.01)
+    assert sel.honest["mean"] < 1100  # only valid sets have an olympic mean
+    p = sel.honest["pass_prob"]
+    assert sel.best_of_k[0]["pass_prob"] == pytest.approx(1 - (1 - p) ** 3, abs=0.01)
