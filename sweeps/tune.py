@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -140,7 +141,7 @@ class _CellRun:
             "runs": [{"spec": s.model_dump_json(), "run_id": rid, "output_dir": str(folder / f"t{trial.number}-s{s.seed}")}
                      for s, rid in zip(specs, run_ids)],
         }
-        task_id = f"{self.study.study_name}#{trial.number}"
+        task_id = re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.study.study_name}-t{trial.number}")
         self.in_flight[task_id] = _Trial(trial, run_ids)
         self.backend.submit(Job(task_id, run_trial, (job,)))
         self.on_event(self.cell, trial.number, "start", None)

@@ -88,20 +88,25 @@ def test_censored_trials_rank_behind_converged_ones_and_are_not_failures(tmp_pat
 
 
 def test_pruning_stops_a_hopeless_trial_before_its_budget(tmp_path):
-    campaign = _campaign(tmp_path, 61_440, {"lr": {"choices": [1e-5]}}, sampler={"kind": "grid"}, trials=1)
+    campaign = _campaign(tmp_path, 61_440, {"lr": {"choices": [1e-5]}}, sampler={"kind": "grid"}, trials=1, seeds=2)
     [summary] = tune_campaign(campaign, select_cells(campaign, None, [16]), workers=1)
     assert (summary.pruned, summary.failed, summary.best_trial) == (1, 0, None)
     [trial] = _study(campaign).trials
     assert trial.state is TrialState.PRUNED
     assert max(trial.intermediate_values) < 61_440 // 2
 
-    [[run]] = _runs_by_trial(campaign).values()
-    assert run.data.tags[TAG_STATUS] == "pruned" and run.info.status == "FINISHED"
-    steps = [m.step for m in MlflowClient(tracking_uri=campaign.tracking_uri)
-             .get_metric_history(run.info.run_id, "eval_excess_loss")]
+    client = MlflowClient(tracking_uri=campaign.tracking_uri)
+    [runs] = _runs_by_trial(campaign).values()
+    first, second = sorted(runs, key=lambda r: int(r.data.tags["rcpforge.seed"]))
+    for run in (first, second):  # pruned is not a failure
+        assert run.data.tags[TAG_STATUS] == "pruned" and run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(first.info.run_id, "eval_excess_loss")]
     assert max(steps) == max(trial.intermediate_values) < 61_440 // 2
+    # the trial's second seed is not trained once the first is pruned
+    assert client.get_metric_history(second.info.run_id, "eval_excess_loss") == []
+
     # it was truly hopeless: trained to the full budget, the same run does not converge
-    spec = RunSpec.model_validate_json(run.data.tags["rcpforge.spec"])
+    spec = RunSpec.model_validate_json(first.data.tags["rcpforge.spec"])
 
     class Quiet:
         output_dir = tmp_path / "oracle"
