@@ -62,3 +62,10 @@ def tune(
             err_console.print(f"note: {s.cell.recipe} bs {s.cell.batch_size}: no trial converged within the budget; "
                               "widen the search space or raise budget.max_tokens")
     console.print(f"optuna storage: {redact_uri(storage)}")
+    broken = [s for s in summaries if s.trials == 0 and s.failed]
+    for s in summaries:
+        if s.failed:
+            err_console.print(f"note: {s.cell.recipe} bs {s.cell.batch_size}: {s.failed} trials failed; "
+                              f"the latest: {s.last_error}", highlight=False, soft_wrap=True)
+    if broken:
+        raise typer.Exit(1)

@@ -72,7 +72,7 @@ def open_study(campaign: Campaign, cell: Cell, storage: str, cell_index: int) ->
     name = cell.study_name(campaign.name)
     study = optuna.create_study(
         study_name=name, storage=storage, direction="minimize", load_if_exists=True,
-        sampler=make_sampler(tune, cell_index), pruner=make_pruner(tune.pruner, campaign.budget.max_tokens),
+        sampler=make_sampler(tune, cell_index), pruner=make_pruner(tune.pruner, campaign.budget.max_tokens, tune.seeds == 1),
     )
     wanted = _fingerprint(campaign)
     if not study.user_attrs:
@@ -145,6 +145,7 @@ class CellSummary:
     best_params: dict[str, Any] = field(default_factory=dict)
     best_trial: int | None = None
     top: list[dict[str, Any]] = field(default_factory=list)
+    last_error: str | None = None  # the last line of the latest failed trial's error
 
 
 def summarize(study: optuna.Study, cell: Cell) -> CellSummary:
@@ -158,6 +159,9 @@ def summarize(study: optuna.Study, cell: Cell) -> CellSummary:
         pruned=sum(t.state is TrialState.PRUNED for t in trials),
         failed=sum(t.state is TrialState.FAIL for t in trials),
     )
+    failed = [t for t in trials if t.state is TrialState.FAIL and t.user_attrs.get("error")]
+    if failed:
+        out.last_error = failed[-1].user_attrs["error"].strip().splitlines()[-1]
     ranked = sorted(done, key=lambda t: (t.value, t.number))
     if ranked:
         best = ranked[0]

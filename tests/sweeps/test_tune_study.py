@@ -93,7 +93,7 @@ def test_pruning_stops_a_hopeless_trial_before_its_budget(tmp_path):
     assert (summary.pruned, summary.failed, summary.best_trial) == (1, 0, None)
     [trial] = _study(campaign).trials
     assert trial.state is TrialState.PRUNED
-    assert max(trial.intermediate_values) < 61_440 // 2
+    assert max(trial.intermediate_values) < 61_440 and len(trial.intermediate_values) < 61_440 // 4096
 
     client = MlflowClient(tracking_uri=campaign.tracking_uri)
     [runs] = _runs_by_trial(campaign).values()
@@ -101,7 +101,7 @@ def test_pruning_stops_a_hopeless_trial_before_its_budget(tmp_path):
     for run in (first, second):  # pruned is not a failure
         assert run.data.tags[TAG_STATUS] == "pruned" and run.info.status == "FINISHED"
     steps = [m.step for m in client.get_metric_history(first.info.run_id, "eval_excess_loss")]
-    assert max(steps) == max(trial.intermediate_values) < 61_440 // 2
+    assert max(steps) == max(trial.intermediate_values) < 61_440
     # the trial's second seed is not trained once the first is pruned
     assert client.get_metric_history(second.info.run_id, "eval_excess_loss") == []
 
@@ -151,3 +151,17 @@ def test_a_killed_tune_loses_only_the_trial_in_flight_and_resumes(tmp_path):
     assert [r.data.tags[TAG_STATUS] for r in runs[killed[0]]] == ["failed"]
     assert all(r.data.tags[TAG_ROLE] == "tune" for rs in runs.values() for r in rs)
     assert len(runs) == 4  # three finished trials and the one that was killed, each once
+
+
+def test_a_trainer_that_always_fails_stops_the_cell_and_says_why(tmp_path):
+    data = tiny_campaign(recipes=["bf16"], target={"metric": "eval_accuracy", "mode": "max", "value": 0.9},
+                         tune={"space": {"lr": {"low": 0.001, "high": 0.1, "log": True}}, "trials": 10})
+    path = write_campaign(tmp_path, data)
+    result = run_cli("tune", str(path), "--batch-size", "16", "--workers", "1")
+    assert result.returncode == 1
+    assert "3 trials failed" in result.stderr and "eval_accuracy" in result.stderr
+    campaign = load_campaign(path)
+    study = _study(campaign)
+    assert [t.state for t in study.trials] == [TrialState.FAIL] * 3  # stopped after 3 in a row, not 10
+    runs = _runs_by_trial(campaign)
+    assert all(r.data.tags[TAG_STATUS] == "failed" for rs in runs.values() for r in rs)
