@@ -16,7 +16,7 @@ def tune(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file, with a `tune:` section"),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="tune only this recipe (repeatable)"),
     batch_size: Optional[list[int]] = typer.Option(None, "--batch-size", help="tune only this batch size (repeatable)"),
-    trials: Optional[int] = typer.Option(None, min=1, help="finished trials per cell (default: tune.trials)"),
+    trials: Optional[int] = typer.Option(None, min=1, help="finished trials per cell, earlier runs of the study included (default: tune.trials)"),
     workers: Optional[int] = typer.Option(None, min=1, help="trials in flight at once (default: backend.workers)"),
 ) -> None:
     """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write

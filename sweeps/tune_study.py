@@ -22,6 +22,13 @@ from sweeps.tune_optuna import make_pruner, make_sampler
 from sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
 
 _SPACE_ATTR = "rcpforge.space"
+_WHAT = {
+    "rcpforge.fixed": "value of an unsearched hyperparameter or recipe option",
+    _SPACE_ATTR: "search space or tune seeds",
+    "rcpforge.target": "target",
+    "rcpforge.budget": "budget",
+    "rcpforge.trainer": "trainer settings",
+}
 
 
 class TuneError(ValueError):
@@ -49,12 +56,15 @@ class Cell:
         return f"{campaign}.{self.recipe}.bs{self.batch_size}"
 
 
-def _fingerprint(campaign: Campaign) -> dict[str, str]:
-    """What the objective depends on besides the trial's hyperparameters: a study must
-    not mix trials scored against another target, budget or model."""
+def _fingerprint(campaign: Campaign, cell: Cell) -> dict[str, str]:
+    """What the objective depends on besides the searched hyperparameters: a study must
+    not mix trials scored against another target, budget, model, recipe option or value
+    of a hyperparameter it does not search."""
     tune = campaign.tune
     assert tune is not None
+    fixed = {k: v for k, v in campaign.hparams[cell.batch_size].items() if k not in tune.space}
     return {
+        "rcpforge.fixed": json.dumps({"hparams": fixed, "recipe_options": cell.recipe_options}, sort_keys=True),
         _SPACE_ATTR: json.dumps(tune.model_dump(mode="json", include={"space", "seeds"}), sort_keys=True),
         "rcpforge.target": campaign.target.model_dump_json(),
         "rcpforge.budget": campaign.budget.model_dump_json(),
@@ -74,12 +84,12 @@ def open_study(campaign: Campaign, cell: Cell, storage: str, cell_index: int) ->
         study_name=name, storage=storage, direction="minimize", load_if_exists=True,
         sampler=make_sampler(tune, cell_index), pruner=make_pruner(tune.pruner, campaign.budget.max_tokens, tune.seeds == 1),
     )
-    wanted = _fingerprint(campaign)
+    wanted = _fingerprint(campaign, cell)
     if not study.user_attrs:
         for key, value in wanted.items():
             study.set_user_attr(key, value)
     else:
-        changed = [k.removeprefix("rcpforge.") for k in wanted if study.user_attrs.get(k) != wanted[k]]
+        changed = [_WHAT[k] for k in wanted if study.user_attrs.get(k) != wanted[k]]
         if changed:
             raise TuneError(
                 f"study {name} in {redact_uri(storage)} was run with another {', '.join(changed)}; its trials "

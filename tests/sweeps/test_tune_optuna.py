@@ -70,6 +70,18 @@ def test_a_study_refuses_another_budget_and_a_running_trial_left_behind_fails(tm
     with pytest.raises(TuneError) as info:
         open_study(changed, cell, storage_url(changed), 0)
     assert "budget" in str(info.value) and "\n" not in str(info.value)
+    # warmup_tokens is not searched: another value of it makes other trials
+    hparams = {16: {"lr": 0.01, "warmup_tokens": 0}, 64: {"lr": 0.02, "warmup_tokens": 8192}}
+    changed = parse_campaign(tiny_campaign(recipes=["bf16"], hparams=hparams, tune=campaign.tune.model_dump()),
+                             base_dir=tmp_path)
+    with pytest.raises(TuneError) as info:
+        open_study(changed, cell, storage_url(changed), 0)
+    assert "unsearched hyperparameter" in str(info.value)
+    # another start value of the searched lr is fine: the study continues
+    hparams = {16: {"lr": 0.02, "warmup_tokens": 8192}, 64: {"lr": 0.02, "warmup_tokens": 8192}}
+    same = parse_campaign(tiny_campaign(recipes=["bf16"], hparams=hparams, tune=campaign.tune.model_dump()),
+                          base_dir=tmp_path)
+    assert open_study(same, cell, storage_url(same), 0)[0].study_name == study.study_name
 
 
 def test_optuna_storage_must_not_be_the_mlflow_store(tmp_path):
