@@ -36,15 +36,16 @@ def tokens_trained(campaign) -> int:
     return total
 
 
-def outcomes(campaign) -> dict[float, str]:
-    """lr -> converged / censored / pruned, from the study."""
+def outcomes(campaign) -> dict[float, tuple[str, float | None]]:
+    """lr -> (converged / censored / pruned, objective), from the study."""
     import optuna
 
     from sweeps.tune_study import storage_url
 
     study = optuna.load_study(study_name=f"{campaign.name}.bf16.bs16", storage=storage_url(campaign))
-    return {t.params["lr"]: "pruned" if t.state.name == "PRUNED" else
-            "converged" if t.user_attrs.get("converged") else "censored" for t in study.trials}
+    return {t.params["lr"]: ("pruned" if t.state.name == "PRUNED" else
+                             "converged" if t.user_attrs.get("converged") else "censored", t.value)
+            for t in study.trials}
 
 
 def one(folder: Path, pruner: str, workers: int, max_tokens: int) -> tuple[int, float, dict, int, dict]:
@@ -71,9 +72,13 @@ def main() -> None:
         print(f"{name:>10}: {tokens:>9,} tokens trained, {wall:6.1f} s wall, {n_pruned} pruned, best {best}")
     print(f"ratio hopeless / none: tokens {pruned[0] / base[0]:.3f}, wall {pruned[1] / base[1]:.3f}; "
           f"same best: {pruned[2] == base[2]}")
-    wrong = sorted(lr for lr, o in pruned[4].items() if o == "pruned" and base[4][lr] == "converged")
-    print(f"pruned trials that converge within the budget when not pruned: {len(wrong)} {wrong}")
-    print("per lr (none / hopeless): " + ", ".join(f"{lr:g} {base[4][lr]}/{pruned[4][lr]}" for lr in GRID))
+    best_unpruned = min(v for o, v in base[4].values() if o == "converged")
+    lost = sorted(lr for lr, (o, _) in pruned[4].items() if o == "pruned" and base[4][lr][0] == "converged")
+    beaten = [lr for lr in lost if base[4][lr][1] <= best_unpruned]
+    print(f"pruned trials that converge when not pruned: {len(lost)} {lost}, their tokens-to-target unpruned "
+          f"{[base[4][lr][1] for lr in lost]} against the best {best_unpruned:,.0f}; "
+          f"as good as the best: {len(beaten)}")
+    print("per lr (none / hopeless): " + ", ".join(f"{lr:g} {base[4][lr][0]}/{pruned[4][lr][0]}" for lr in GRID))
 
 
 if __name__ == "__main__":
