@@ -16,7 +16,7 @@ def tune(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file, with a `tune:` section"),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="tune only this recipe (repeatable)"),
     batch_size: Optional[list[int]] = typer.Option(None, "--batch-size", help="tune only this batch size (repeatable)"),
-    trials: Optional[int] = typer.Option(None, min=1, help="finished trials per cell (default: tune.trials)"),
+    trials: Optional[int] = typer.Option(None, min=1, help="finished trials per cell, earlier runs of the study included (default: tune.trials)"),
     workers: Optional[int] = typer.Option(None, min=1, help="trials in flight at once (default: backend.workers)"),
 ) -> None:
     """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write
@@ -62,3 +62,10 @@ def tune(
             err_console.print(f"note: {s.cell.recipe} bs {s.cell.batch_size}: no trial converged within the budget; "
                               "widen the search space or raise budget.max_tokens")
     console.print(f"optuna storage: {redact_uri(storage)}")
+    broken = [s for s in summaries if s.trials == 0 and s.failed]
+    for s in summaries:
+        if s.failed:
+            err_console.print(f"note: {s.cell.recipe} bs {s.cell.batch_size}: {s.failed} trials failed; "
+                              f"the latest: {s.last_error}", highlight=False, soft_wrap=True)
+    if broken:
+        raise typer.Exit(1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -33,6 +34,8 @@ from sweeps.tune_table import table_path, write_hparams_table
 from sweeps.tune_worker import run_trial
 from trainers.contract import RunResult, RunSpec, RunStatus
 from trainers.tracking_schema import TAG_STATUS, TAG_TUNE_STUDY, TAG_TUNE_TRIAL
+
+MAX_FAILURES_IN_A_ROW = 3
 
 # (cell, trial number, outcome: "start", "converged", "censored", "pruned" or "failed", value)
 TuneEvent = Callable[[Cell, int, str, "float | None"], None]
@@ -93,8 +96,9 @@ class _CellRun:
             trials = min(trials, len(grid_points(self.tune)))
         self.target = trials
         self.in_flight: dict[str, _Trial] = {}
-        # A trainer that fails every time must not be retried forever.
-        self.failures_left = max(3, trials)
+        # A trainer that fails every time must not be retried forever: the cell stops
+        # after this many failed trials in a row.
+        self.failures_left = MAX_FAILURES_IN_A_ROW
 
     def run(self) -> CellSummary:
         while True:
@@ -136,11 +140,12 @@ class _CellRun:
         job = {
             "storage": self.storage, "study": self.study.study_name, "trial_id": trial._trial_id,
             "pruner": self.tune.pruner.model_dump_json(), "max_tokens": self.campaign.budget.max_tokens,
+            "single_seed": self.tune.seeds == 1,
             "tracking_uri": self.campaign.tracking_uri,
             "runs": [{"spec": s.model_dump_json(), "run_id": rid, "output_dir": str(folder / f"t{trial.number}-s{s.seed}")}
                      for s, rid in zip(specs, run_ids)],
         }
-        task_id = f"{self.study.study_name}#{trial.number}"
+        task_id = re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.study.study_name}-t{trial.number}")
         self.in_flight[task_id] = _Trial(trial, run_ids)
         self.backend.submit(Job(task_id, run_trial, (job,)))
         self.on_event(self.cell, trial.number, "start", None)
@@ -154,6 +159,7 @@ class _CellRun:
             self._fail(entry, failed.error or "a seed failed")
         elif any(r.status is RunStatus.pruned for r in results):
             self.study.tell(trial, state=TrialState.PRUNED)
+            self.failures_left = MAX_FAILURES_IN_A_ROW
             self.on_event(self.cell, trial.number, "pruned", None)
         else:
             s = score(results, self.campaign.target, self.campaign.budget.max_tokens)
@@ -161,6 +167,7 @@ class _CellRun:
             trial.set_user_attr("censored", s.censored)
             trial.set_user_attr("mean_distance", s.mean_distance)
             self.study.tell(trial, s.value)
+            self.failures_left = MAX_FAILURES_IN_A_ROW
             self.on_event(self.cell, trial.number, "converged" if s.converged else "censored", s.value)
 
     def _fail(self, entry: _Trial, error: str) -> None:

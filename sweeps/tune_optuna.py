@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from sweeps.tune_spec import PrunerSpec, SamplerSpec, TuneSpec
 
@@ -44,40 +44,54 @@ def make_sampler(tune: TuneSpec, cell_seed: int) -> optuna.samplers.BaseSampler:
 
 
 class HopelessPruner(optuna.pruners.BasePruner):
-    """Prunes a trial that cannot reach the target within the budget, judged from its
-    best distance so far: if even a straight line through the progress of the last
-    `window` evals (optimistic for a loss curve that flattens) does not reach distance 0
-    by `max_tokens`, more training will not either. A trial with no progress over the
-    window is pruned too."""
+    """Prunes a trial that cannot win or cannot reach the target within the budget.
 
-    def __init__(self, max_tokens: int, window: int = 3, warmup_evals: int = 3):
+    - It cannot win: with one seed per trial, once it has trained as many tokens as the
+      best converged trial needed and is still short of the target, it can only finish
+      behind that trial. This rule is exact.
+    - It cannot reach the target in the budget: from `min_fraction` of the budget on,
+      even the fastest progress the trial ever made (the best distance so far, over any
+      `window` consecutive evals), kept up until `max_tokens`, would not close the
+      distance. Loss curves can sit on a plateau and then drop, so this judges no earlier
+      than `min_fraction` of the budget and uses the fastest rate, not the latest one."""
+
+    def __init__(self, max_tokens: int, window: int = 3, min_fraction: float = 0.5, single_seed: bool = True):
         self.max_tokens = max_tokens
         self.window = window
-        self.warmup_evals = warmup_evals
+        self.min_fraction = min_fraction
+        self.single_seed = single_seed
 
-    def prune(self, study: Study, trial: FrozenTrial) -> bool:
+    def prune(self, study: Study | None, trial: FrozenTrial) -> bool:
         steps = sorted(trial.intermediate_values)
-        if len(steps) <= max(self.warmup_evals, self.window):
+        if not steps:
             return False
         best, running = [], float("inf")
         for s in steps:
             running = min(running, trial.intermediate_values[s])
             best.append(running)
-        now, before = best[-1], best[-1 - self.window]
-        if now <= 0:
+        if best[-1] <= 0:
             return False
-        rate = (before - now) / (steps[-1] - steps[-1 - self.window])
-        if rate <= 0:
+        if study is not None and self.single_seed and steps[-1] >= _best_converged(study):
             return True
-        return steps[-1] + now / rate > self.max_tokens
+        if steps[-1] < self.min_fraction * self.max_tokens or len(steps) <= self.window:
+            return False
+        rate = max((best[i - self.window] - best[i]) / (steps[i] - steps[i - self.window])
+                   for i in range(self.window, len(steps)))
+        return rate <= 0 or steps[-1] + best[-1] / rate > self.max_tokens
 
 
-def make_pruner(spec: PrunerSpec, max_tokens: int) -> optuna.pruners.BasePruner:
+def _best_converged(study: Study) -> float:
+    """Tokens-to-target of the best trial whose seeds all converged (inf if none)."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return min((t.value for t in done if t.user_attrs.get("converged")), default=float("inf"))
+
+
+def make_pruner(spec: PrunerSpec, max_tokens: int, single_seed: bool = True) -> optuna.pruners.BasePruner:
     if spec.kind == "none":
         return optuna.pruners.NopPruner()
     if spec.kind == "median":
         return _MedianAfter(spec)
-    return HopelessPruner(max_tokens, spec.window, spec.warmup_evals)
+    return HopelessPruner(max_tokens, spec.window, spec.min_fraction, single_seed)
 
 
 class _MedianAfter(optuna.pruners.BasePruner):

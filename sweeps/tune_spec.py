@@ -84,14 +84,17 @@ class SamplerSpec(_Strict):
 
 
 class PrunerSpec(_Strict):
-    """`hopeless`: stop a run once even an optimistic straight-line extrapolation of its
-    recent progress (best distance to the target over the last `window` evals) cannot
-    reach the target within the budget. `median`: Optuna's median rule against earlier
-    trials at the same number of tokens. The first `warmup_evals` evals never prune."""
+    """`hopeless`: stop a trial that cannot win (one seed per trial: it has trained as
+    many tokens as the best converged trial needed, short of the target) or cannot reach
+    the target within the budget (judged from `min_fraction` of the budget on: even its
+    fastest progress over `window` evals would not get there). `median`: Optuna's median
+    rule against earlier trials at the same number of tokens, after `warmup_evals` evals
+    and `startup_trials` finished trials. `none`: every trial runs to its end."""
 
     kind: Literal["hopeless", "median", "none"] = "hopeless"
-    warmup_evals: int = Field(3, ge=0)
     window: int = Field(3, ge=1)
+    min_fraction: float = Field(0.5, gt=0.0, le=1.0)
+    warmup_evals: int = Field(3, ge=0)
     startup_trials: int = Field(2, ge=0)
 
 

@@ -22,6 +22,13 @@ from sweeps.tune_optuna import make_pruner, make_sampler
 from sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
 
 _SPACE_ATTR = "rcpforge.space"
+_WHAT = {
+    "rcpforge.fixed": "value of an unsearched hyperparameter or recipe option",
+    _SPACE_ATTR: "search space or tune seeds",
+    "rcpforge.target": "target",
+    "rcpforge.budget": "budget",
+    "rcpforge.trainer": "trainer settings",
+}
 
 
 class TuneError(ValueError):
@@ -49,12 +56,15 @@ class Cell:
         return f"{campaign}.{self.recipe}.bs{self.batch_size}"
 
 
-def _fingerprint(campaign: Campaign) -> dict[str, str]:
-    """What the objective depends on besides the trial's hyperparameters: a study must
-    not mix trials scored against another target, budget or model."""
+def _fingerprint(campaign: Campaign, cell: Cell) -> dict[str, str]:
+    """What the objective depends on besides the searched hyperparameters: a study must
+    not mix trials scored against another target, budget, model, recipe option or value
+    of a hyperparameter it does not search."""
     tune = campaign.tune
     assert tune is not None
+    fixed = {k: v for k, v in campaign.hparams[cell.batch_size].items() if k not in tune.space}
     return {
+        "rcpforge.fixed": json.dumps({"hparams": fixed, "recipe_options": cell.recipe_options}, sort_keys=True),
         _SPACE_ATTR: json.dumps(tune.model_dump(mode="json", include={"space", "seeds"}), sort_keys=True),
         "rcpforge.target": campaign.target.model_dump_json(),
         "rcpforge.budget": campaign.budget.model_dump_json(),
@@ -72,14 +82,14 @@ def open_study(campaign: Campaign, cell: Cell, storage: str, cell_index: int) ->
     name = cell.study_name(campaign.name)
     study = optuna.create_study(
         study_name=name, storage=storage, direction="minimize", load_if_exists=True,
-        sampler=make_sampler(tune, cell_index), pruner=make_pruner(tune.pruner, campaign.budget.max_tokens),
+        sampler=make_sampler(tune, cell_index), pruner=make_pruner(tune.pruner, campaign.budget.max_tokens, tune.seeds == 1),
     )
-    wanted = _fingerprint(campaign)
+    wanted = _fingerprint(campaign, cell)
     if not study.user_attrs:
         for key, value in wanted.items():
             study.set_user_attr(key, value)
     else:
-        changed = [k.removeprefix("rcpforge.") for k in wanted if study.user_attrs.get(k) != wanted[k]]
+        changed = [_WHAT[k] for k in wanted if study.user_attrs.get(k) != wanted[k]]
         if changed:
             raise TuneError(
                 f"study {name} in {redact_uri(storage)} was run with another {', '.join(changed)}; its trials "
@@ -145,6 +155,7 @@ class CellSummary:
     best_params: dict[str, Any] = field(default_factory=dict)
     best_trial: int | None = None
     top: list[dict[str, Any]] = field(default_factory=list)
+    last_error: str | None = None  # the last line of the latest failed trial's error
 
 
 def summarize(study: optuna.Study, cell: Cell) -> CellSummary:
@@ -158,6 +169,9 @@ def summarize(study: optuna.Study, cell: Cell) -> CellSummary:
         pruned=sum(t.state is TrialState.PRUNED for t in trials),
         failed=sum(t.state is TrialState.FAIL for t in trials),
     )
+    failed = [t for t in trials if t.state is TrialState.FAIL and t.user_attrs.get("error")]
+    if failed:
+        out.last_error = failed[-1].user_attrs["error"].strip().splitlines()[-1]
     ranked = sorted(done, key=lambda t: (t.value, t.number))
     if ranked:
         best = ranked[0]

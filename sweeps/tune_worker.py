@@ -42,7 +42,7 @@ class _TrialWatch:
         from sweeps.tune_optuna import make_pruner
 
         optuna.logging.set_verbosity(logging.WARNING)
-        pruner = make_pruner(PrunerSpec.model_validate_json(job["pruner"]), job["max_tokens"])
+        pruner = make_pruner(PrunerSpec.model_validate_json(job["pruner"]), job["max_tokens"], job["single_seed"])
         # The sampler is never asked here; a random one costs nothing to set up.
         study = optuna.load_study(study_name=job["study"], storage=_storage(job["storage"]),
                                   sampler=optuna.samplers.RandomSampler(), pruner=pruner)
@@ -68,7 +68,9 @@ class _SeedWatch:
         from sweeps.tune_optuna import HopelessPruner
 
         spec = PrunerSpec.model_validate_json(job["pruner"])
-        self.rule = HopelessPruner(job["max_tokens"], spec.window, spec.warmup_evals) if spec.kind == "hopeless" else None
+        # Only the budget half of the rule: "cannot win" compares whole trials.
+        self.rule = (HopelessPruner(job["max_tokens"], spec.window, spec.min_fraction, single_seed=False)
+                     if spec.kind == "hopeless" else None)
         self.curve = _Curve()
         self.target = target
 
@@ -82,7 +84,7 @@ class _SeedWatch:
 
 
 def run_trial(job: dict[str, Any]) -> list[dict]:
-    """`job`: storage, study, trial_id, pruner (JSON), max_tokens, tracking_uri and runs,
+    """`job`: storage, study, trial_id, pruner (JSON), max_tokens, single_seed, tracking_uri and runs,
     a list of {spec (JSON), run_id, output_dir}, seed by seed. Returns each seed's result."""
     results: list[dict] = []
     for i, run in enumerate(job["runs"]):

@@ -135,11 +135,12 @@ class Reporter(Protocol):
     def eval_point(self, point: EvalPoint) -> None: ...
 
 
-class StopRun(Exception):
+class StopRun(BaseException):
     """A reporter may raise this from `eval_point` to stop the run after that eval (a
     tuning pruner does, for a trial that cannot win). Trainers let it propagate; the
     executor turns it into a result with status `pruned`. Campaign reporters never
-    raise it, so campaign runs are unaffected."""
+    raise it, so campaign runs are unaffected. A BaseException, like KeyboardInterrupt,
+    so that a trainer's own `except Exception` cleanup does not swallow it."""
 
     def __init__(self, point: EvalPoint, reason: str):
         super().__init__(reason)

@@ -87,9 +87,14 @@ def test_two_workers_tune_one_study_without_errors_or_duplicates(tuned):
         trial = trials[int(run.data.tags[TAG_TUNE_TRIAL])]
         assert RunSpec.model_validate_json(run.data.tags[TAG_SPEC]).hparams["lr"] == trial.params["lr"]
         assert run.data.tags["rcpforge.status"] in ("converged", "not_converged", "pruned")
-    # the two workers really ran trials side by side
-    spans = sorted((r.info.start_time, r.info.end_time) for r in runs)
-    assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    # the two workers really trained side by side: eval points carry the time they were
+    # made, and two trials' spans of eval points overlap
+    spans = []
+    for run in runs:
+        stamps = [m.timestamp for m in client.get_metric_history(run.info.run_id, "eval_excess_loss")]
+        spans.append((min(stamps), max(stamps)))
+    spans.sort()
+    assert any(b_first < a_last for (_, a_last), (b_first, _) in zip(spans, spans[1:]))
 
 
 def test_tuned_table_feeds_a_campaign_and_tune_runs_stay_out_of_it(tuned):

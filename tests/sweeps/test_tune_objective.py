@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import optuna
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -84,26 +85,44 @@ def _line(start: float, per_eval: float, evals: int) -> _Curve:
     return _Curve({(i + 1) * STEP: start - per_eval * i for i in range(evals)})
 
 
-def test_hopeless_rule_keeps_a_run_whose_trend_reaches_the_target_in_budget():
-    rule = HopelessPruner(max_tokens=BUDGET, window=3, warmup_evals=3)
-    # distance 0.5, falling 0.05 per eval: 0 after 10 more evals, at (5+10)*4096 = 61,440 < 100,000
-    assert not rule.prune(None, _line(0.7, 0.05, 5))
+RULE = HopelessPruner(max_tokens=BUDGET, window=3, min_fraction=0.5)
+HALF = 13  # evals: 13 * 4096 = 53,248 tokens, past half the budget
 
 
-def test_hopeless_rule_prunes_a_run_whose_trend_misses_the_budget():
-    rule = HopelessPruner(max_tokens=BUDGET, window=3, warmup_evals=3)
-    # distance 0.9, falling 0.01 per eval: needs 90 more evals, far past 100,000 tokens
-    assert rule.prune(None, _line(0.94, 0.01, 5))
-    # a plateau: no progress over the window
-    assert rule.prune(None, _Curve({(i + 1) * STEP: 0.6 for i in range(5)}))
+def test_budget_rule_keeps_a_run_whose_fastest_progress_reaches_the_target_in_budget():
+    # distance falls 0.01 per eval, 0.9 -> 0.78 after 13 evals: 78 more evals needed,
+    # far past 100,000 tokens -> hopeless; at 0.05 per eval it is not
+    assert RULE.prune(None, _line(0.9, 0.01, HALF))
+    assert not RULE.prune(None, _line(0.9, 0.05, HALF))
+    # the judgement uses the fastest window ever, not the latest one: a fast start
+    # (0.1 per eval) followed by a slow stretch still gets the benefit of the doubt
+    curve = {(i + 1) * STEP: 0.9 - 0.1 * i for i in range(5)} | {(i + 1) * STEP: 0.5 - 0.001 * (i - 4) for i in range(5, HALF)}
+    # oracle: 0.1 per 4,096 tokens from distance 0.492 at 53,248 tokens -> reaches 0 by ~73,400 < 100,000
+    assert HALF * STEP + 0.492 / (0.1 / STEP) < BUDGET
+    assert not RULE.prune(None, _Curve(curve))
 
 
-def test_hopeless_rule_judges_the_best_distance_so_far_and_waits_for_warmup():
-    rule = HopelessPruner(max_tokens=BUDGET, window=3, warmup_evals=3)
-    assert not rule.prune(None, _Curve({STEP: 0.6, 2 * STEP: 0.6, 3 * STEP: 0.6}))  # still warming up
-    # a noisy jump up does not hide progress: the best-so-far still falls fast enough
-    noisy = _Curve({STEP: 0.9, 2 * STEP: 0.7, 3 * STEP: 0.95, 4 * STEP: 0.5, 5 * STEP: 0.4})
-    # best: 0.9, 0.7, 0.7, 0.5, 0.4 -> over 3 evals 0.9 -> 0.4: reaches 0 at 20,480 + 0.4 / (0.5 / 12,288)
-    assert 5 * STEP + 0.4 / (0.5 / (3 * STEP)) < BUDGET
-    assert not rule.prune(None, noisy)
-    assert not rule.prune(None, _Curve({STEP: 0.9, 2 * STEP: 0.5, 3 * STEP: 0.2, 4 * STEP: 0.1, 5 * STEP: 0.0}))
+def test_budget_rule_never_judges_a_plateau_before_min_fraction_of_the_budget():
+    flat = _Curve({(i + 1) * STEP: 1.6 for i in range(12)})  # 49,152 tokens < 50,000
+    assert not RULE.prune(None, flat)
+    flat.intermediate_values[HALF * STEP] = 1.6
+    assert RULE.prune(None, flat)  # no progress at all, past half the budget
+
+
+def _study_with_converged(tokens: float):
+    study = optuna.create_study(direction="minimize")
+    study.add_trial(optuna.trial.create_trial(
+        params={}, distributions={}, value=tokens, user_attrs={"converged": True}))
+    study.add_trial(optuna.trial.create_trial(  # a censored trial does not count as a winner
+        params={}, distributions={}, value=2 * BUDGET * 1.1, user_attrs={"converged": False}))
+    return study
+
+
+def test_cannot_win_rule_prunes_once_past_the_best_converged_trial():
+    study = _study_with_converged(28_672)
+    behind = _Curve({(i + 1) * STEP: 0.5 for i in range(7)})  # 28,672 tokens, short of the target
+    assert RULE.prune(study, behind)
+    assert not RULE.prune(study, _Curve({(i + 1) * STEP: 0.5 for i in range(6)}))  # 24,576: may still win
+    # with several seeds per trial, one seed past the best mean proves nothing
+    assert not HopelessPruner(BUDGET, single_seed=False).prune(study, behind)
+    assert not RULE.prune(optuna.create_study(), behind)  # no converged trial yet

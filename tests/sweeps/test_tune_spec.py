@@ -125,3 +125,10 @@ def test_cli_names_an_unknown_recipe_and_a_missing_tune_section(tmp_path, cli):
     result = cli("tune", str(path))
     assert result.returncode == 2 and "no `tune:` section" in result.stderr
     assert not (tmp_path / "rcpforge-optuna.db").exists()
+
+
+def test_the_tune_example_is_valid():
+    from tests.conftest import ROOT
+
+    campaign = load_campaign(ROOT / "sweeps/examples/tune.yaml")
+    assert set(campaign.tune.space) == {"lr", "warmup_tokens"} and campaign.tune.space["warmup_tokens"].is_int

@@ -4,6 +4,7 @@ and a real Optuna SQLite storage. Censored trials, pruning, and resume after a k
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 
 import optuna
+import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
@@ -22,6 +24,20 @@ from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract import RunSpec
 from trainers.registry import get_trainer
 from trainers.tracking_schema import TAG_ROLE, TAG_STATUS, TAG_TUNE_TRIAL
+
+
+@pytest.fixture(scope="module")
+def _mlflow_template(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mlflow") / "rcpforge-mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_store(tmp_path, _mlflow_template):
+    """Each test starts from a copy of an empty MLflow store (the default one beside the
+    campaign file): creating the schema costs about 3 s of CPU."""
+    shutil.copy(_mlflow_template, tmp_path / "rcpforge-mlflow.db")
 
 
 def _campaign(tmp_path, budget: int, space: dict, **tune):
@@ -88,20 +104,25 @@ def test_censored_trials_rank_behind_converged_ones_and_are_not_failures(tmp_pat
 
 
 def test_pruning_stops_a_hopeless_trial_before_its_budget(tmp_path):
-    campaign = _campaign(tmp_path, 61_440, {"lr": {"choices": [1e-5]}}, sampler={"kind": "grid"}, trials=1)
+    campaign = _campaign(tmp_path, 61_440, {"lr": {"choices": [1e-5]}}, sampler={"kind": "grid"}, trials=1, seeds=2)
     [summary] = tune_campaign(campaign, select_cells(campaign, None, [16]), workers=1)
     assert (summary.pruned, summary.failed, summary.best_trial) == (1, 0, None)
     [trial] = _study(campaign).trials
     assert trial.state is TrialState.PRUNED
-    assert max(trial.intermediate_values) < 61_440 // 2
+    assert max(trial.intermediate_values) < 61_440 and len(trial.intermediate_values) < 61_440 // 4096
 
-    [[run]] = _runs_by_trial(campaign).values()
-    assert run.data.tags[TAG_STATUS] == "pruned" and run.info.status == "FINISHED"
-    steps = [m.step for m in MlflowClient(tracking_uri=campaign.tracking_uri)
-             .get_metric_history(run.info.run_id, "eval_excess_loss")]
-    assert max(steps) == max(trial.intermediate_values) < 61_440 // 2
+    client = MlflowClient(tracking_uri=campaign.tracking_uri)
+    [runs] = _runs_by_trial(campaign).values()
+    first, second = sorted(runs, key=lambda r: int(r.data.tags["rcpforge.seed"]))
+    for run in (first, second):  # pruned is not a failure
+        assert run.data.tags[TAG_STATUS] == "pruned" and run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(first.info.run_id, "eval_excess_loss")]
+    assert max(steps) == max(trial.intermediate_values) < 61_440
+    # the trial's second seed is not trained once the first is pruned
+    assert client.get_metric_history(second.info.run_id, "eval_excess_loss") == []
+
     # it was truly hopeless: trained to the full budget, the same run does not converge
-    spec = RunSpec.model_validate_json(run.data.tags["rcpforge.spec"])
+    spec = RunSpec.model_validate_json(first.data.tags["rcpforge.spec"])
 
     class Quiet:
         output_dir = tmp_path / "oracle"
@@ -146,3 +167,17 @@ def test_a_killed_tune_loses_only_the_trial_in_flight_and_resumes(tmp_path):
     assert [r.data.tags[TAG_STATUS] for r in runs[killed[0]]] == ["failed"]
     assert all(r.data.tags[TAG_ROLE] == "tune" for rs in runs.values() for r in rs)
     assert len(runs) == 4  # three finished trials and the one that was killed, each once
+
+
+def test_a_trainer_that_always_fails_stops_the_cell_and_says_why(tmp_path):
+    data = tiny_campaign(recipes=["bf16"], target={"metric": "eval_accuracy", "mode": "max", "value": 0.9},
+                         tune={"space": {"lr": {"low": 0.001, "high": 0.1, "log": True}}, "trials": 10})
+    path = write_campaign(tmp_path, data)
+    result = run_cli("tune", str(path), "--batch-size", "16", "--workers", "1")
+    assert result.returncode == 1
+    assert "3 trials failed" in result.stderr and "eval_accuracy" in result.stderr
+    campaign = load_campaign(path)
+    study = _study(campaign)
+    assert [t.state for t in study.trials] == [TrialState.FAIL] * 3  # stopped after 3 in a row, not 10
+    runs = _runs_by_trial(campaign)
+    assert all(r.data.tags[TAG_STATUS] == "failed" for rs in runs.values() for r in rs)
