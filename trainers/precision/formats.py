@@ -68,7 +68,7 @@ def stochastic_round(y: torch.Tensor, f: ElementFormat, generator: torch.Generat
     closeness, so the expected value is y (before saturation)."""
     a = y.abs()
     ulp = _ulp(a, f)
-    u = torch.rand(a.shape, generator=generator, dtype=torch.float32)
+    u = torch.rand(a.shape, generator=generator, dtype=torch.float32, device=a.device)
     q = torch.floor(a / ulp + u).mul_(ulp).clamp_(max=f.max)
     return q.copysign_(y)
 

@@ -61,6 +61,8 @@ class QuantizedGemm:
     def quantize(self, t: torch.Tensor, which: str) -> torch.Tensor:
         """Fake-quantize a 2-D operand copy along its last dimension."""
         q: OperandQuant = getattr(self.recipe, which)
+        if self.generator.device != t.device:  # stochastic rounding draws on t's device
+            self.generator = torch.Generator(t.device).manual_seed(self.generator.initial_seed())
         tel = self.telemetry if self.telemetry is not None and self.telemetry.active else None
         if q.scaling == "mor":
             opts = self.recipe.opts
@@ -107,7 +109,10 @@ class QuantizedGemm:
 
 
 class _QuantizedLinear(torch.autograd.Function):
+    # Inside, autocast is off on both device types: the GEMMs run on the fake-quantized
+    # FP32 operands with FP32 accumulation (or on real FP8 operands).
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
     def forward(ctx, x, weight, bias, gemm: QuantizedGemm):
         shape = x.shape
@@ -128,6 +133,7 @@ class _QuantizedLinear(torch.autograd.Function):
         return out.reshape(*shape[:-1], -1)
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dy):
         gemm: QuantizedGemm = ctx.gemm
