@@ -6,6 +6,7 @@ does not saturate, so every value is clamped before any cast). NaN stays NaN."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +23,7 @@ class ElementFormat:
     @property
     def emax(self) -> int:
         """Exponent of the largest power of two in the format (OCP MX `emax_elem`)."""
-        return int(torch.tensor(self.max).log2().floor())
+        return math.floor(math.log2(self.max))
 
 
 FORMATS: dict[str, ElementFormat] = {
