@@ -53,15 +53,15 @@ def _rne(y: torch.Tensor, f: ElementFormat) -> torch.Tensor:
     than casting to float8 and back, and it covers E2M1, which torch cannot cast to.
     Overwrites y (a float32 temporary)."""
     a = y.abs().clamp_(max=f.max)  # NaN stays NaN, inf saturates
-    e = (a.view(torch.int32) >> 23).clamp_(min=f.emin + 127)
-    ulp = ((e - f.mbits) << 23).view(torch.float32)
+    ulp = _ulp(a, f)
     return a.div_(ulp).round_().mul_(ulp).copysign_(y)
 
 
 def _ulp(a: torch.Tensor, f: ElementFormat) -> torch.Tensor:
-    """Grid spacing of the format at |value| a (subnormal spacing below the normals)."""
-    _, e = torch.frexp(a)  # a = m * 2^e with m in [0.5, 1)
-    return torch.exp2((torch.clamp(e - 1, min=f.emin) - f.mbits).float())
+    """Grid spacing of the format at |value| a >= 0 (the subnormal spacing below the
+    normals), from the float32 exponent bits (torch.frexp is 10x slower on CPU)."""
+    e = (a.view(torch.int32) >> 23).clamp_(min=f.emin + 127)
+    return ((e - f.mbits) << 23).view(torch.float32)
 
 
 def stochastic_round(y: torch.Tensor, f: ElementFormat, generator: torch.Generator | None) -> torch.Tensor:
