@@ -33,6 +33,6 @@ def hadamard_last_dim(t: torch.Tensor) -> torch.Tensor:
     operands' product to stay unchanged."""
     n = t.shape[-1]
     pad = -n % SIZE
-    h = _H32 if t.dtype == torch.float32 else hadamard_matrix(t.dtype)
+    h = (_H32 if t.dtype == torch.float32 else hadamard_matrix(t.dtype)).to(t.device)
     v = F.pad(t, (0, pad)) if pad else t
     return (v.reshape(*v.shape[:-1], -1, SIZE) @ h).reshape(v.shape)

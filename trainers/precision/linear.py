@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from trainers.precision import gpu
 from trainers.precision.hadamard import hadamard_last_dim
-from trainers.precision.quantize import fake_quant, mor_quantize, quantize_with_scale
+from trainers.precision.quantize import Quantized, fake_quant_factored, mor_quantize, quantize_with_scale
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
 
@@ -32,13 +32,13 @@ class _Delayed:
         self.fmax, self.margin = fmax, margin
         self.history = torch.zeros(history_len)
         self.step = 0
-        self.scale = torch.tensor(1.0)
+        self.scale = 1.0
 
     def update(self, amax: torch.Tensor) -> None:
         if bool(torch.isfinite(amax) & (amax > 0)):
             self.history[self.step % len(self.history)] = amax
             self.step += 1
-            self.scale = self.fmax / self.history.max() / 2.0**self.margin
+            self.scale = float(self.fmax / self.history.max() / 2.0**self.margin)
 
 
 class QuantizedGemm:
@@ -59,8 +59,14 @@ class QuantizedGemm:
         self.real_fp8 = real_fp8
 
     def quantize(self, t: torch.Tensor, which: str) -> torch.Tensor:
+        """Fake-quantize a 2-D operand copy along its last dimension (dequantized)."""
+        return self.quantize_factored(t, which).dequant()
+
+    def quantize_factored(self, t: torch.Tensor, which: str) -> Quantized:
         """Fake-quantize a 2-D operand copy along its last dimension."""
         q: OperandQuant = getattr(self.recipe, which)
+        if self.generator.device != t.device:  # stochastic rounding draws on t's device
+            self.generator = torch.Generator(t.device).manual_seed(self.generator.initial_seed())
         tel = self.telemetry if self.telemetry is not None and self.telemetry.active else None
         if q.scaling == "mor":
             opts = self.recipe.opts
@@ -68,7 +74,7 @@ class QuantizedGemm:
             out, kept, units = mor_quantize(t, opts.threshold, q.block)
             if tel is not None:
                 tel.add_mor(self.name, kept, units)
-            return out
+            return Quantized(out, exact=False)
         if q.scaling == "delayed":
             return self._quantize_delayed(t, which, q, tel)
         if q.scaling == "tensorwise":
@@ -77,12 +83,14 @@ class QuantizedGemm:
             block, mode = t.shape[-1], q.scale_mode
         else:
             block, mode = q.block, q.scale_mode
-        out, counts = fake_quant(t, q.fmt, block, mode, q.rounding, self.generator, tel is not None)
+        out, counts = fake_quant_factored(t, q.fmt, block, mode, q.rounding, self.generator, tel is not None)
+        if q.scaling == "channelwise":  # per-row FP32 scales: not BF16-exact
+            out = Quantized(out.core, exact=False)
         if tel is not None:
             tel.add(which, counts)
         return out
 
-    def _quantize_delayed(self, t, which, q, tel) -> torch.Tensor:
+    def _quantize_delayed(self, t, which, q, tel) -> Quantized:
         state = self._delayed.get(which)
         if state is None:
             opts = self.recipe.opts
@@ -95,11 +103,11 @@ class QuantizedGemm:
             tel.add(which, counts)
         return out
 
-    def operand_t(self, hp: torch.Tensor, quantized: torch.Tensor, which: str) -> torch.Tensor:
+    def operand_t(self, hp: torch.Tensor, quantized: Quantized, which: str) -> Quantized:
         """The copy of an operand for a GEMM that contracts over its first dimension,
         laid out with that dimension last."""
         if getattr(self.recipe, which).per_gemm:
-            return self.quantize(hp.t().contiguous(), which)
+            return self.quantize_factored(hp.t().contiguous(), which)
         return quantized.t()
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -107,7 +115,10 @@ class QuantizedGemm:
 
 
 class _QuantizedLinear(torch.autograd.Function):
+    # Inside, autocast is off on both device types: the GEMMs run on the fake-quantized
+    # FP32 operands with FP32 accumulation (or on real FP8 operands).
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
     def forward(ctx, x, weight, bias, gemm: QuantizedGemm):
         shape = x.shape
@@ -119,15 +130,17 @@ class _QuantizedLinear(torch.autograd.Function):
             ctx.save_for_backward(*saved)
             ctx.real = True
         else:
-            xq, wq = gemm.quantize(x2, "x"), gemm.quantize(w, "w")
-            ctx.save_for_backward(x2, w, xq, wq)
+            xq, wq = gemm.quantize_factored(x2, "x"), gemm.quantize_factored(w, "w")
+            ctx.save_for_backward(x2, w)
+            ctx.quantized = (xq, wq)
             ctx.real = False
-            out = xq @ wq.t()
+            out = _mm(xq, wq)
         if bias is not None:
             out = out + bias.float()
         return out.reshape(*shape[:-1], -1)
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dy):
         gemm: QuantizedGemm = ctx.gemm
@@ -135,26 +148,36 @@ class _QuantizedLinear(torch.autograd.Function):
         if ctx.real:
             dx, dw = gpu.backward(gemm, dy2, ctx.saved_tensors)
         else:
-            dx, dw = _backward_emulated(gemm, dy2, *ctx.saved_tensors)
+            dx, dw = _backward_emulated(gemm, dy2, *ctx.saved_tensors, *ctx.quantized)
+            del ctx.quantized
         db = dy2.sum(0) if ctx.has_bias else None
         return dx.reshape(ctx.shape), dw, db, None
 
 
-def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq, wq):
+def _mm(a: Quantized, b: Quantized) -> torch.Tensor:
+    """a @ b^T. BF16-exact operands multiply on the fast BF16 path (FP32 accumulation,
+    the output rounded to BF16 as a hardware low-precision GEMM does; the per-tensor
+    FP32 factors are applied to the output); others in FP32."""
+    if a.exact and b.exact:
+        out = (a.core.bfloat16() @ b.core.bfloat16().t()).float()
+        factor = a.multiplier * b.multiplier / (a.divisor * b.divisor)
+        return out.mul_(factor) if factor != 1.0 else out
+    return a.dequant() @ b.dequant().t()
+
+
+def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quantized):
     recipe = gemm.recipe
-    dyq = gemm.quantize(dy2, "dy")
+    dyq = gemm.quantize_factored(dy2, "dy")
     # dgrad dX = dY . W contracts over the output features: W's copy has them last
-    dx = dyq @ gemm.operand_t(w, wq, "w").t()
+    dx = _mm(dyq, gemm.operand_t(w, wq, "w"))
     # wgrad dW = dY^T . X contracts over the tokens
     if recipe.wgrad_hp:
         return dx, dy2.t() @ x2
     if recipe.hadamard_wgrad:
-        a = gemm.quantize(hadamard_last_dim(dy2.t().contiguous()), "dy")
-        b = gemm.quantize(hadamard_last_dim(x2.t().contiguous()), "x")
-        return dx, a @ b.t()
-    a = gemm.operand_t(dy2, dyq, "dy")
-    b = gemm.operand_t(x2, xq, "x")
-    return dx, a @ b.t()
+        a = gemm.quantize_factored(hadamard_last_dim(dy2.t().contiguous()), "dy")
+        b = gemm.quantize_factored(hadamard_last_dim(x2.t().contiguous()), "x")
+        return dx, _mm(a, b)
+    return dx, _mm(gemm.operand_t(dy2, dyq, "dy"), gemm.operand_t(x2, xq, "x"))
 
 
 def linear_for(

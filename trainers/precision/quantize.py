@@ -49,16 +49,41 @@ def _round(y, fmt, rounding, generator, want_counts) -> tuple[torch.Tensor, Coun
     return q, (_counts(y, fmt, q) if want_counts else None)
 
 
+@dataclass
+class Quantized:
+    """A fake-quantized tensor as `core / divisor * multiplier`. With `exact`, `core` is
+    representable in BF16 (grid values times power-of-two or E4M3 block scales) and the
+    per-tensor FP32 factors can be applied to a GEMM's output instead (NUMERICS.md,
+    "emulating without losing anything"); otherwise `core` is the FP32 dequantized
+    tensor and the factors are 1."""
+
+    core: torch.Tensor
+    divisor: float = 1.0
+    multiplier: float = 1.0
+    exact: bool = True
+
+    def dequant(self) -> torch.Tensor:
+        out = self.core
+        if self.divisor != 1.0:
+            out = out / self.divisor
+        if self.multiplier != 1.0:
+            out = out * self.multiplier
+        return out
+
+    def t(self) -> Quantized:
+        return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact)
+
+
 def quantize_with_scale(
-    x: torch.Tensor, fmt: str, scale: torch.Tensor | float, *, rounding: str = "rne",
+    x: torch.Tensor, fmt: str, scale: float, *, rounding: str = "rne",
     generator: torch.Generator | None = None, counts: bool = False,
-) -> tuple[torch.Tensor, Counts | None]:
+) -> tuple[Quantized, Counts | None]:
     """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed)."""
     q, c = _round(x.float() * scale, fmt, rounding, generator, counts)
-    return q.div_(scale), c
+    return Quantized(q, divisor=scale), c
 
 
-def fake_quant(
+def fake_quant_factored(
     x: torch.Tensor,
     fmt: str,
     block: Block = None,
@@ -66,8 +91,8 @@ def fake_quant(
     rounding: str = "rne",
     generator: torch.Generator | None = None,
     counts: bool = False,
-) -> tuple[torch.Tensor, Counts | None]:
-    """`quantize` plus the counts; see there."""
+) -> tuple[Quantized, Counts | None]:
+    """`quantize` in factored form, plus the counts; see there."""
     f = get_format(fmt)
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"unknown scale_mode {scale_mode!r}; valid: {', '.join(SCALE_MODES)}")
@@ -82,17 +107,32 @@ def fake_quant(
     if scale_mode in ("fp32", "pow2"):
         s = block_fp32_scale(amax, f.max, scale_mode == "pow2")
         q, c = _round(g.view * s, fmt, rounding, generator, counts)
-        return g.restore(q.div_(s)), c
+        return Quantized(g.restore(q.div_(s)), exact=scale_mode == "pow2"), c
     if nvfp4:
-        s_g = nvfp4_global_scale(x.abs().amax())
-        d = nvfp4_block_scale(amax, s_g, clamp=scale_mode == "nvfp4_clamped").mul_(s_g)
+        s_g = nvfp4_global_scale(amax.amax())
+        s_b = nvfp4_block_scale(amax, s_g, clamp=scale_mode == "nvfp4_clamped")
+        d = s_b * s_g
         # a block scale flushed to zero flushes its block (x / inf = 0, and 0 * 0 = 0)
-        y = g.view / d.masked_fill(d == 0, float("inf"))
-    else:
-        d = e8m0_scale(amax, f, scale_mode)
-        y = g.view / d
-    q, c = _round(y, fmt, rounding, generator, counts)
-    return g.restore(q.mul_(d)), c
+        y = g.view / d.masked_fill_(d == 0, float("inf"))
+        q, c = _round(y, fmt, rounding, generator, counts)
+        return Quantized(g.restore(q.mul_(s_b)), multiplier=s_g), c
+    d = e8m0_scale(amax, f, scale_mode)
+    q, c = _round(g.view / d, fmt, rounding, generator, counts)
+    return Quantized(g.restore(q.mul_(d))), c
+
+
+def fake_quant(
+    x: torch.Tensor,
+    fmt: str,
+    block: Block = None,
+    scale_mode: str = "floor",
+    rounding: str = "rne",
+    generator: torch.Generator | None = None,
+    counts: bool = False,
+) -> tuple[torch.Tensor, Counts | None]:
+    """`quantize` plus the counts; see there."""
+    q, c = fake_quant_factored(x, fmt, block, scale_mode, rounding, generator, counts)
+    return q.dequant(), c
 
 
 def quantize(

@@ -96,7 +96,14 @@ class Grouped:
         self._padded = flat.shape
 
     def amax(self) -> torch.Tensor:
-        return self.view.abs().amax(dim=self.dims, keepdim=True)
+        a = self.view.abs()
+        if self.dims == -1:
+            if a.shape[-1] <= 16:  # CPU reductions over 16 contiguous floats are slow
+                rows, nb, b = a.shape
+                return F.max_pool1d(a.view(1, rows, nb * b), b).view(rows, nb, 1)
+            return a.amax(dim=-1, keepdim=True)
+        # tiles: reduce across rows first (vectorized over columns), then within rows
+        return a.amax(dim=1, keepdim=True).amax(dim=3, keepdim=True)
 
     def restore(self, v: torch.Tensor) -> torch.Tensor:
         v = v.reshape(self._padded)

@@ -107,7 +107,10 @@ def test_each_gemm_quantizes_along_its_contraction_dimension(name):
     out, gx, gw, _ = _run(QuantizedGemm(resolve_recipe(name, options)), x, w, b, dy)
     ref_out, ref_dx, ref_dw = _oracle_grads(x, w, dy, *ORACLES[name])
     for got, ref in ((out - b, ref_out), (gx, ref_dx), (gw, ref_dw)):
-        assert _rel(got, ref) < 1e-5, name  # FP32 accumulation of the same operands
+        # the same operands, FP32 accumulation; BF16-exact operands run as a BF16 GEMM
+        # whose output is rounded to BF16 (2^-9). A wrongly oriented operand copy is off
+        # by its format's error instead (above 1e-2).
+        assert _rel(got, ref) < 3e-3, name
 
 
 def test_nvfp4_stochastic_rounding_is_seeded_per_layer():
@@ -126,9 +129,9 @@ def test_delayed_scaling_uses_the_history_and_keeps_the_scale_on_zero_amax():
     first = gemm.quantize(x, "x")  # scale 1 before any history: plain E4M3 rounding
     assert torch.equal(first, x)  # 1, -3 and 0.5 are E4M3 values
     state = gemm._delayed["x"]
-    assert state.scale.item() == pytest.approx(448 / 3 / 2)
+    assert state.scale == pytest.approx(448 / 3 / 2)
     gemm.quantize(torch.zeros(1, 3), "x")  # a zero amax is not recorded
-    assert state.scale.item() == pytest.approx(448 / 3 / 2)
+    assert state.scale == pytest.approx(448 / 3 / 2)
     big = torch.tensor([[0.1, 9.0, 0.0]])
     tel = Telemetry()
     tel.active = True
@@ -138,9 +141,9 @@ def test_delayed_scaling_uses_the_history_and_keeps_the_scale_on_zero_amax():
     summary = tel.summary()
     assert summary["telemetry.x.saturated_frac"] == pytest.approx(1 / 3)
     gemm.quantize(torch.tensor([[1.0, 1.0, 1.0]]), "x")  # history of 2: max(9, 1)
-    assert state.scale.item() == pytest.approx(448 / 9 / 2)
+    assert state.scale == pytest.approx(448 / 9 / 2)
     gemm.quantize(torch.tensor([[1.0, 1.0, 1.0]]), "x")  # 9 rolled out of the history
-    assert state.scale.item() == pytest.approx(448 / 1 / 2)
+    assert state.scale == pytest.approx(448 / 1 / 2)
 
 
 def test_telemetry_flushed_fraction_matches_an_oracle():
@@ -189,20 +192,24 @@ def test_mor_keeps_fp8_where_the_relative_error_is_small():
 
 
 @pytest.mark.parametrize("name", ["fp8_tensorwise", "fp8_rowwise"])
-def test_real_fp8_gemm_path_agrees_with_the_emulation(name):
+def test_real_fp8_gemm_path_agrees_with_the_emulation(name, monkeypatch):
     """The `torch._scaled_mm` path (CUDA cc >= 9.0) run on CPU, where torch 2.13 supports
     tensorwise and rowwise scaling: same operands, so only the BF16 output rounding
     differs."""
     recipe = resolve_recipe(name)
     x, w, b, dy = _problem(5, m=64, k=64, n=32)
+    calls = []
+    scaled_mm = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: calls.append(1) or scaled_mm(*a, **k))
     try:
         real = _run(QuantizedGemm(recipe, real_fp8=True), x, w, b, dy)
     except (RuntimeError, NotImplementedError) as err:
         pytest.skip(f"torch._scaled_mm unavailable on this CPU build: {err}")
+    assert len(calls) == 3  # forward, dgrad and wgrad ran as real FP8 GEMMs
     emulated = _run(QuantizedGemm(recipe), x, w, b, dy)
+    assert len(calls) == 3
     for r, e in zip(real[:3], emulated[:3]):
         assert _rel(r, e.double()) < 2**-7
-        assert not torch.equal(r, e)  # it really ran the other path
 
 
 def test_bf16_last_blocks_and_residual_ablation():
