@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from orchestrator.cli_app import app
-from orchestrator import cmd_analysis, cmd_run  # noqa: F401  (they register their commands)
+from orchestrator import cmd_analysis, cmd_run, cmd_status  # noqa: F401  (they register their commands)
 
 
 def main() -> None:
