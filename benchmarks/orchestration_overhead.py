@@ -1,0 +1,102 @@
+"""Per-run orchestration overhead (launch, tracking, collection) of a no-op trainer:
+rcpforge on the local and the Ray backend, side by side with Ray Tune running the same
+no-op trainable (`tune.Tuner` with `num_samples`), all in this one run.
+
+    PYTHONPATH=. python benchmarks/orchestration_overhead.py [--runs 1000] [--workers 2]
+
+rcpforge's figure includes what a campaign does for every run: an MLflow run created
+with its tags and params, the worker's status updates, its eval point and final metrics,
+the ledger read. Ray's start-up (about 5 s) is paid once before any timing, by both Ray
+figures. Per-run overhead = wall time / runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def campaign_data(runs: int, backend: dict) -> dict:
+    return {
+        "name": "overhead",
+        "trainer": {"kind": "benchmarks.noop_trainer:NoopTrainer"},
+        "target": {"metric": "eval_loss", "mode": "min", "value": 1.0},
+        "budget": {"max_tokens": 4096, "eval_every_tokens": 1024},
+        "recipes": ["bf16"],
+        "batch_sizes": [16, 32],
+        "seeds": runs // 2,
+        "hparams": {16: {"lr": 0.1}, 32: {"lr": 0.1}},
+        "backend": backend,
+    }
+
+
+def time_rcpforge(runs: int, backend: dict) -> float:
+    from orchestrator.campaign import run_campaign
+    from sweeps.spec import parse_campaign
+
+    with tempfile.TemporaryDirectory() as folder:
+        campaign = parse_campaign(campaign_data(runs, backend), Path(folder))
+        from orchestrator.tracking import Tracking
+
+        Tracking(campaign.tracking_uri).client.search_experiments()  # the schema, outside the timing
+        start = time.perf_counter()
+        summary = run_campaign(campaign)
+        wall = time.perf_counter() - start
+    assert summary.statuses["converged"] == runs, summary.statuses
+    return wall
+
+
+def _noop_trainable(config):
+    return {"eval_loss": 0.0}
+
+
+def time_tune(runs: int) -> float:
+    from ray import tune
+
+    with tempfile.TemporaryDirectory() as folder:
+        tuner = tune.Tuner(
+            _noop_trainable,
+            param_space={"seed": tune.randint(0, 2**31)},
+            tune_config=tune.TuneConfig(num_samples=runs),
+            run_config=tune.RunConfig(storage_path=folder, name="overhead", verbose=0),
+        )
+        start = time.perf_counter()
+        results = tuner.fit()
+        wall = time.perf_counter() - start
+    assert len(results) == runs and not results.errors
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tune-runs", type=int, default=None,
+                        help="trials for Ray Tune (default: --runs); its per-run figure is what is compared")
+    args = parser.parse_args()
+    import ray
+
+    print(f"{args.runs} no-op runs, {os.cpu_count()} CPUs")
+    figures = {"rcpforge local": time_rcpforge(args.runs, {"kind": "local", "workers": args.workers})}
+    ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    figures["rcpforge ray"] = time_rcpforge(args.runs, {"kind": "ray", "num_cpus": 1})
+    tune_runs = args.tune_runs or args.runs
+    figures["ray tune"] = time_tune(tune_runs)
+    ray.shutdown()
+    counts = {"rcpforge local": args.runs, "rcpforge ray": args.runs, "ray tune": tune_runs}
+    base = figures["ray tune"] / tune_runs
+    for name, wall in figures.items():
+        per_run = wall / counts[name]
+        print(f"{name:15s} {counts[name]:5d} runs {wall:8.2f} s total  {per_run * 1000:8.2f} ms/run  "
+              f"Ray Tune / this = {base / per_run:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
