@@ -31,10 +31,21 @@ _GRACE_POLLS = 3
 
 
 class _Resumable(submitit.helpers.Checkpointable):
-    """Requeue = the same call again; the progress lives in the run's own checkpoint."""
+    """Requeue = the same call again; the progress lives in the run's own checkpoint.
+    A job function may say what a requeue means to it (`fn.on_requeue(*args)`, e.g. the
+    run's ledger entry reads `preempted` until the job runs again)."""
 
     def __call__(self, fn, *args):
         return fn(*args)
+
+    def checkpoint(self, fn, *args):
+        hook = getattr(fn, "on_requeue", None)
+        if hook is not None:
+            try:
+                hook(*args)
+            except Exception:  # noqa: BLE001 - the requeue matters more than the note
+                pass
+        return super().checkpoint(fn, *args)
 
 
 class SlurmBackend:
