@@ -10,9 +10,11 @@ import subprocess
 from cluster.backend import BackendError
 
 # States after which no result will come (a requeued job goes back to PENDING instead).
+# PREEMPTED is left out: under PreemptMode=REQUEUE it is a passing state; a job preempted
+# for good is caught once Slurm stops listing it.
 ENDED = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED",
+    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
 })
 
 
