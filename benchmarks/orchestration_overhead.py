@@ -83,19 +83,20 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    print(f"{args.runs} no-op runs, {os.cpu_count()} CPUs")
-    figures = {"rcpforge local": time_rcpforge(args.runs, {"kind": "local", "workers": args.workers})}
-    ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    figures["rcpforge ray"] = time_rcpforge(args.runs, {"kind": "ray", "num_cpus": 1})
+    print(f"{args.runs} no-op runs ({args.tune_runs or args.runs} for Ray Tune), {os.cpu_count()} CPUs", flush=True)
     tune_runs = args.tune_runs or args.runs
-    figures["ray tune"] = time_tune(tune_runs)
+    figures: dict[str, float] = {}
+
+    def report(name: str, wall: float, runs: int) -> None:
+        figures[name] = wall / runs
+        ratio = f"  Ray Tune / this = {figures['ray tune'] / figures[name]:5.2f}x" if "ray tune" in figures else ""
+        print(f"{name:15s} {runs:5d} runs {wall:8.2f} s total  {wall / runs * 1000:8.2f} ms/run{ratio}", flush=True)
+
+    ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    report("ray tune", time_tune(tune_runs), tune_runs)
+    report("rcpforge ray", time_rcpforge(args.runs, {"kind": "ray", "num_cpus": 1}), args.runs)
     ray.shutdown()
-    counts = {"rcpforge local": args.runs, "rcpforge ray": args.runs, "ray tune": tune_runs}
-    base = figures["ray tune"] / tune_runs
-    for name, wall in figures.items():
-        per_run = wall / counts[name]
-        print(f"{name:15s} {counts[name]:5d} runs {wall:8.2f} s total  {per_run * 1000:8.2f} ms/run  "
-              f"Ray Tune / this = {base / per_run:5.2f}x")
+    report("rcpforge local", time_rcpforge(args.runs, {"kind": "local", "workers": args.workers}), args.runs)
 
 
 if __name__ == "__main__":
