@@ -14,6 +14,8 @@ CONF=/etc/slurm/slurm.conf
 STATE=/var/lib/rcpforge-slurm
 LOGS=/var/log/rcpforge-slurm
 
+running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
 install_packages() {
     if command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v sbatch >/dev/null; then
         return
@@ -62,7 +64,8 @@ EOF
 }
 
 start_munge() {
-    if pgrep -u munge -x munged >/dev/null; then return; fi
+    # (no pgrep: procps is not in a minimal Debian image)
+    if running /run/munge/munged.pid; then return; fi
     mkdir -p /run/munge /var/log/munge /var/lib/munge /etc/munge
     if [ ! -s /etc/munge/munge.key ]; then
         dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
@@ -71,8 +74,6 @@ start_munge() {
     chmod 700 /etc/munge && chmod 400 /etc/munge/munge.key
     su -s /bin/sh munge -c "/usr/sbin/munged"
 }
-
-running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start() {
     install_packages
