@@ -6,7 +6,7 @@
 # `squeue -t all`, which keeps finished jobs for MinJobAge seconds.
 #
 #   cluster/dev/slurm.sh start    install if needed, start (idempotent)
-#   cluster/dev/slurm.sh stop     stop the daemons this script started
+#   cluster/dev/slurm.sh stop     stop the daemons this script starts (munged too)
 #   cluster/dev/slurm.sh status   daemons and `sinfo`
 set -euo pipefail
 
@@ -103,6 +103,7 @@ stop() {
         for _ in $(seq 1 20); do running "$pidfile" || break; sleep 0.25; done
         if running "$pidfile"; then kill "$(cat "$pidfile")"; fi
     done
+    if running /run/munge/munged.pid; then kill "$(cat /run/munge/munged.pid)"; fi
     echo "slurm stopped"
 }
 
