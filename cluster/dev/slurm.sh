@@ -101,7 +101,7 @@ stop() {
     fi
     for pidfile in "$STATE/slurmd.pid" "$STATE/slurmctld.pid"; do
         for _ in $(seq 1 20); do running "$pidfile" || break; sleep 0.25; done
-        if running "$pidfile"; then kill "$(cat "$pidfile")"; fi
+        if running "$pidfile"; then kill "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null || true; fi
     done
     if running /run/munge/munged.pid; then kill "$(cat /run/munge/munged.pid)"; fi
     echo "slurm stopped"
