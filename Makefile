@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo test clean
+.PHONY: install demo test clean slurm-up slurm-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
+
+# A real one-node Slurm on this machine (Debian, root): the Slurm tests run against it.
+slurm-up:
+	cluster/dev/slurm.sh start
+
+slurm-down:
+	cluster/dev/slurm.sh stop
 
 clean:
 	rm -rf $(VENV) demo-out sweeps/examples/rcpforge-mlflow.db sweeps/examples/mlartifacts sweeps/examples/.rcpforge

@@ -9,10 +9,29 @@ out, so nothing keeps writing after the orchestrator gave up on it.
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
 from typing import Any
 
 from cluster.backend import BackendError, Done, Job
+
+
+def check_reachable(address: str) -> None:
+    """Ray retries an unreachable head for minutes; a plain TCP connect answers in
+    seconds, before anything is submitted."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err) or type(err).__name__
+        raise BackendError(
+            f"backend.address: cannot reach Ray at {address!r} ({reason}); start a head there "
+            "(`ray start --head`), fix the address, or use address: local"
+        ) from None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _connect(address: str, local_num_cpus: int | None) -> bool:
@@ -30,6 +49,8 @@ def _connect(address: str, local_num_cpus: int | None) -> bool:
     if address == "local":
         kwargs["num_cpus"] = local_num_cpus
     else:
+        if address != "auto":
+            check_reachable(address)
         kwargs["address"] = address
     try:
         ray.init(**kwargs)
@@ -85,7 +106,9 @@ class RayBackend:
             try:
                 done.append(Done(task_id, value=self._ray.get(ref)))
             except Exception as err:  # noqa: BLE001 - a dead worker or a task error: this job's error
-                done.append(Done(task_id, error=f"ray task failed: {type(err).__name__}: {err}"))
+                # Ray colours its tracebacks; the error is stored in a tag, plain.
+                text = _ANSI.sub("", str(err))
+                done.append(Done(task_id, error=f"ray task failed: {type(err).__name__}: {text}"))
         return done
 
     def cancel(self) -> None:

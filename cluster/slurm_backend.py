@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import submitit
 
 from cluster.backend import BackendError, Done, Job
-from cluster.slurm_states import ENDED, job_states
+from cluster.slurm_states import ENDED, job_states, preflight
 
 _ROOT = Path(__file__).resolve().parents[1]
 # How many polls a job may be ended (or unlisted) with no result file before it counts
@@ -32,36 +31,21 @@ _GRACE_POLLS = 3
 
 
 class _Resumable(submitit.helpers.Checkpointable):
-    """Requeue = the same call again; the progress lives in the run's own checkpoint."""
+    """Requeue = the same call again; the progress lives in the run's own checkpoint.
+    A job function may say what a requeue means to it (`fn.on_requeue(*args)`, e.g. the
+    run's ledger entry reads `preempted` until the job runs again)."""
 
     def __call__(self, fn, *args):
         return fn(*args)
 
-
-def _run(cmd: list[str], what: str) -> str:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise BackendError(f"backend: {what} failed: {err}") from None
-    if proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BackendError(f"backend: {what} failed: {msg[-1] if msg else f'exit code {proc.returncode}'}")
-    return proc.stdout
-
-
-def preflight(partition: str | None) -> None:
-    """What only the cluster can tell: is Slurm there, is the partition known."""
-    for tool in ("sbatch", "squeue", "sinfo"):
-        if shutil.which(tool) is None:
-            raise BackendError(
-                f"backend.kind: slurm needs `{tool}` on PATH and it is not; run on a Slurm login "
-                "node, or start the development cluster with `make slurm-up`"
-            )
-    names = {p.strip().rstrip("*") for p in _run(["sinfo", "-h", "-o", "%P"], "sinfo").split()}
-    if partition is not None and partition not in names:
-        raise BackendError(
-            f"backend.partition: no Slurm partition {partition!r}; partitions here: {', '.join(sorted(names)) or 'none'}"
-        )
+    def checkpoint(self, fn, *args):
+        hook = getattr(fn, "on_requeue", None)
+        if hook is not None:
+            try:
+                hook(*args)
+            except Exception:  # noqa: BLE001 - the requeue matters more than the note
+                pass
+        return super().checkpoint(fn, *args)
 
 
 class SlurmBackend:

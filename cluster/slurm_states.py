@@ -1,16 +1,20 @@
-"""Slurm job states without an accounting database: `squeue -t all` lists finished jobs
-too, for Slurm's MinJobAge (300 s by default). Plain subprocess calls, no submitit, so
-the orchestrator and `rcpforge status` can ask cheaply."""
+"""Asking Slurm, cheaply (plain subprocess calls, no submitit): is it there, which
+partitions does it have, and job states without an accounting database (`squeue -t
+all` lists finished jobs too, for Slurm's MinJobAge, 300 s by default)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 
+from cluster.backend import BackendError
+
 # States after which no result will come (a requeued job goes back to PENDING instead).
+# PREEMPTED is left out: under PreemptMode=REQUEUE it is a passing state; a job preempted
+# for good is caught once Slurm stops listing it.
 ENDED = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED",
+    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
 })
 
 
@@ -28,3 +32,29 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
         job_id, _, state = line.partition("|")
         states[job_id.strip()] = state.strip()
     return states
+
+
+def _run(cmd: list[str], what: str) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise BackendError(f"backend: {what} failed: {err}") from None
+    if proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BackendError(f"backend: {what} failed: {msg[-1] if msg else f'exit code {proc.returncode}'}")
+    return proc.stdout
+
+
+def preflight(partition: str | None) -> None:
+    """What only the cluster can tell: is Slurm there, is the partition known."""
+    for tool in ("sbatch", "squeue", "sinfo"):
+        if shutil.which(tool) is None:
+            raise BackendError(
+                f"backend.kind: slurm needs `{tool}` on PATH and it is not; run on a Slurm login "
+                "node, or start the development cluster with `make slurm-up`"
+            )
+    names = {p.strip().rstrip("*") for p in _run(["sinfo", "-h", "-o", "%P"], "sinfo").split()}
+    if partition is not None and partition not in names:
+        raise BackendError(
+            f"backend.partition: no Slurm partition {partition!r}; partitions here: {', '.join(sorted(names)) or 'none'}"
+        )

@@ -11,6 +11,20 @@ from sweeps.spec import Campaign
 SLURM_PREFIX = "slurm:"
 
 
+def check_backend(campaign: Campaign) -> None:
+    """The quick checks of what only the cluster can tell (is Slurm there, the partition,
+    is the Ray head reachable), before the tracking store or the cluster is touched."""
+    spec = campaign.backend
+    if spec.kind == "slurm":
+        from cluster.slurm_states import preflight
+
+        preflight(spec.partition)
+    elif spec.kind == "ray" and spec.address not in ("local", "auto"):
+        from cluster.ray_backend import check_reachable
+
+        check_reachable(spec.address)
+
+
 def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
     """Start the campaign's backend; a bad setting raises BackendError here, before
     anything is submitted."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from cluster.backend import Backend, BackendError, Job
-from orchestrator.backends import live_keys, make_backend
+from orchestrator.backends import check_backend, live_keys, make_backend
 from orchestrator.execute import execute_run
 from orchestrator.tracking import LedgerEntry, Tracking
 from sweeps.expand import expand
@@ -110,6 +110,7 @@ def run_campaign(
             f"--detach needs backend.kind slurm, not {campaign.backend.kind}: local workers and "
             "Ray tasks stop with the orchestrator"
         )
+    check_backend(campaign)
     with campaign_lock(campaign):
         tracking = Tracking(campaign.tracking_uri)
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)

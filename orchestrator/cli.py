@@ -6,7 +6,7 @@ import sys
 
 from orchestrator.cli_app import app
 # each module registers its commands on `app`
-from orchestrator import cmd_analysis, cmd_mllog, cmd_report, cmd_run, cmd_tune  # noqa: F401
+from orchestrator import cmd_analysis, cmd_mllog, cmd_report, cmd_run, cmd_status, cmd_tune  # noqa: F401
 
 
 def main() -> None:

@@ -91,3 +91,15 @@ def execute_run(
     log.log_artifact(context.output_dir / RESULT_FILE)
     log.finish(result)
     return result.model_dump(mode="json")
+
+
+def _note_requeue(spec_json: str, tracking_uri: str, run_id: str, attempt: int, output_dir: str) -> None:
+    """The job was preempted or hit its time limit and is requeued by the cluster: the
+    run reads `preempted` (never an outcome) until the requeued job starts it again."""
+    from orchestrator.tracking import mark_preempted
+
+    mark_preempted(tracking_uri, run_id)
+
+
+# Backends that requeue jobs (Slurm) call this before the requeue.
+execute_run.on_requeue = _note_requeue  # type: ignore[attr-defined]

@@ -196,6 +196,10 @@ class Tracking:
         self.client.set_terminated(run_id, status="FAILED")
 
 
+def mark_preempted(uri: str, run_id: str) -> None:
+    _client(uri).set_tag(run_id, TAG_STATUS, RunStatus.preempted.value)
+
+
 def spec_tags(spec: RunSpec) -> dict[str, str]:
     return {
         TAG_CAMPAIGN: spec.campaign,

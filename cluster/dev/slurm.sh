@@ -6,13 +6,15 @@
 # `squeue -t all`, which keeps finished jobs for MinJobAge seconds.
 #
 #   cluster/dev/slurm.sh start    install if needed, start (idempotent)
-#   cluster/dev/slurm.sh stop     stop the daemons this script started
+#   cluster/dev/slurm.sh stop     stop the daemons this script starts (munged too)
 #   cluster/dev/slurm.sh status   daemons and `sinfo`
 set -euo pipefail
 
 CONF=/etc/slurm/slurm.conf
 STATE=/var/lib/rcpforge-slurm
 LOGS=/var/log/rcpforge-slurm
+
+running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 install_packages() {
     if command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v sbatch >/dev/null; then
@@ -62,7 +64,8 @@ EOF
 }
 
 start_munge() {
-    if pgrep -u munge -x munged >/dev/null; then return; fi
+    # (no pgrep: procps is not in a minimal Debian image)
+    if running /run/munge/munged.pid; then return; fi
     mkdir -p /run/munge /var/log/munge /var/lib/munge /etc/munge
     if [ ! -s /etc/munge/munge.key ]; then
         dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
@@ -71,8 +74,6 @@ start_munge() {
     chmod 700 /etc/munge && chmod 400 /etc/munge/munge.key
     su -s /bin/sh munge -c "/usr/sbin/munged"
 }
-
-running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start() {
     install_packages
@@ -100,8 +101,9 @@ stop() {
     fi
     for pidfile in "$STATE/slurmd.pid" "$STATE/slurmctld.pid"; do
         for _ in $(seq 1 20); do running "$pidfile" || break; sleep 0.25; done
-        if running "$pidfile"; then kill "$(cat "$pidfile")"; fi
+        if running "$pidfile"; then kill "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null || true; fi
     done
+    if running /run/munge/munged.pid; then kill "$(cat /run/munge/munged.pid)"; fi
     echo "slurm stopped"
 }
 

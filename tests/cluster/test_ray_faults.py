@@ -59,3 +59,21 @@ def test_orchestrator_sigkilled_mid_campaign_then_restarted(ray_address, tmp_pat
     again = run_cli("run", str(path))
     assert again.returncode == 0, again.stdout + again.stderr
     assert_clean_ledger(campaign, n_keys=4)
+
+
+def test_ctrl_c_cancels_the_tasks_and_a_rerun_finishes_cleanly(ray_address, tmp_path):
+    backend = {"kind": "ray", "address": ray_address}
+    path = write_campaign(tmp_path, slow_campaign(backend, sleep=0.4, checkpoint_every=None))
+    campaign = load_campaign(path)
+    runs_of(campaign)
+    proc = start_cli("run", str(path))
+    wait_for(lambda: mid_run(campaign, min_points=2), "a run with 2 eval points logged", proc)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "runs in flight were stopped" in out
+
+    # a task left running would write the same points as the rerun: the ledger shows it
+    again = run_cli("run", str(path))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_clean_ledger(campaign, n_keys=2)

@@ -6,9 +6,12 @@ and started again follows the jobs still on Slurm instead of launching them twic
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections import Counter
+
+import pytest
 
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import (
@@ -44,15 +47,23 @@ def test_preempted_job_is_requeued_and_resumes_from_its_checkpoint(slurm, tmp_pa
     _check_resumed(campaign, tokens, victim, tmp_path)
 
 
+# Slurm checks time limits about every 30 s, so its "signal N s before the limit" comes
+# up to a minute early: with 1-minute limits a job that takes 10 s to import torch on a
+# busy 2-core machine was signalled before it trained (seen: 5 requeues, no progress).
+# With 2-minute limits the test is reliable but takes 3-4 minutes: opt in.
+@pytest.mark.skipif(
+    os.environ.get("RCPFORGE_SLOW_SLURM") != "1",
+    reason="takes 3-4 minutes (2-minute Slurm time limits); set RCPFORGE_SLOW_SLURM=1 to run it",
+)
 def test_job_at_its_time_limit_is_requeued_and_resumes(slurm, tmp_path):
-    # Slurm signals 30 s before the 1-minute limit; the run needs more than that.
-    backend = {"kind": "slurm", "time_min": 1, "signal_delay_s": 30, "max_requeues": 4, "max_attempts": 1}
-    data = slow_campaign(backend, sleep=4.0, checkpoint_every=1)
+    # Slurm signals about 60 s before the 2-minute limit; the run needs more than that.
+    backend = {"kind": "slurm", "time_min": 2, "signal_delay_s": 60, "max_requeues": 4, "max_attempts": 1}
+    data = slow_campaign(backend, sleep=8.0, checkpoint_every=1)
     data["batch_sizes"] = [32, 64]
     data["hparams"] = {32: data["hparams"][16], 64: data["hparams"][64]}
     path = write_campaign(tmp_path, data)
     campaign = load_campaign(path)
-    proc = run_cli("run", str(path), timeout=400)
+    proc = run_cli("run", str(path), timeout=580)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tokens = assert_clean_ledger(campaign, n_keys=2)
     _, runs = runs_of(campaign)

@@ -1,0 +1,103 @@
+"""Per-run orchestration overhead (launch, tracking, collection) of a no-op trainer:
+rcpforge on the local and the Ray backend, side by side with Ray Tune running the same
+no-op trainable (`tune.Tuner` with `num_samples`), all in this one run.
+
+    PYTHONPATH=. python benchmarks/orchestration_overhead.py [--runs 1000] [--workers 2]
+
+rcpforge's figure includes what a campaign does for every run: an MLflow run created
+with its tags and params, the worker's status updates, its eval point and final metrics,
+the ledger read. Ray's start-up (about 5 s) is paid once before any timing, by both Ray
+figures. Per-run overhead = wall time / runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def campaign_data(runs: int, backend: dict) -> dict:
+    return {
+        "name": "overhead",
+        "trainer": {"kind": "benchmarks.noop_trainer:NoopTrainer"},
+        "target": {"metric": "eval_loss", "mode": "min", "value": 1.0},
+        "budget": {"max_tokens": 4096, "eval_every_tokens": 1024},
+        "recipes": ["bf16"],
+        "batch_sizes": [16, 32],
+        "seeds": runs // 2,
+        "hparams": {16: {"lr": 0.1}, 32: {"lr": 0.1}},
+        "backend": backend,
+    }
+
+
+def time_rcpforge(runs: int, backend: dict) -> float:
+    from orchestrator.campaign import run_campaign
+    from sweeps.spec import parse_campaign
+
+    with tempfile.TemporaryDirectory() as folder:
+        campaign = parse_campaign(campaign_data(runs, backend), Path(folder))
+        from orchestrator.tracking import Tracking
+
+        Tracking(campaign.tracking_uri).client.search_experiments()  # the schema, outside the timing
+        start = time.perf_counter()
+        summary = run_campaign(campaign)
+        wall = time.perf_counter() - start
+    assert summary.statuses["converged"] == runs, summary.statuses
+    return wall
+
+
+def _noop_trainable(config):
+    return {"eval_loss": 0.0}
+
+
+def time_tune(runs: int) -> float:
+    from ray import tune
+
+    with tempfile.TemporaryDirectory() as folder:
+        tuner = tune.Tuner(
+            _noop_trainable,
+            param_space={"seed": tune.randint(0, 2**31)},
+            tune_config=tune.TuneConfig(num_samples=runs),
+            run_config=tune.RunConfig(storage_path=folder, name="overhead", verbose=0),
+        )
+        start = time.perf_counter()
+        results = tuner.fit()
+        wall = time.perf_counter() - start
+    assert len(results) == runs and not results.errors
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tune-runs", type=int, default=None,
+                        help="trials for Ray Tune (default: --runs); its per-run figure is what is compared")
+    args = parser.parse_args()
+    import ray
+
+    print(f"{args.runs} no-op runs ({args.tune_runs or args.runs} for Ray Tune), {os.cpu_count()} CPUs", flush=True)
+    tune_runs = args.tune_runs or args.runs
+    figures: dict[str, float] = {}
+
+    def report(name: str, wall: float, runs: int) -> None:
+        figures[name] = wall / runs
+        ratio = f"  Ray Tune / this = {figures['ray tune'] / figures[name]:5.2f}x" if "ray tune" in figures else ""
+        print(f"{name:15s} {runs:5d} runs {wall:8.2f} s total  {wall / runs * 1000:8.2f} ms/run{ratio}", flush=True)
+
+    ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    report("ray tune", time_tune(tune_runs), tune_runs)
+    report("rcpforge ray", time_rcpforge(args.runs, {"kind": "ray", "num_cpus": 1}), args.runs)
+    ray.shutdown()
+    report("rcpforge local", time_rcpforge(args.runs, {"kind": "local", "workers": args.workers}), args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Submit and leave (`rcpforge run --detach`), then read progress back with `rcpforge
+status` from the tracking store and Slurm; a later `rcpforge run` follows the jobs still
+on Slurm instead of submitting them again."""
+
+from __future__ import annotations
+
+import json
+
+from sweeps.spec import load_campaign
+from tests.cluster.helpers import assert_clean_ledger, runs_of, slow_campaign
+from tests.conftest import run_cli
+from tests.helpers.campaigns import write_campaign
+from trainers.tracking_schema import TAG_ATTEMPTS, TAG_BACKEND_JOB
+
+COLUMNS = ("pending", "running", "converged", "not_converged", "diverged", "failed")
+
+
+def _status(path) -> list[dict]:
+    proc = run_cli("status", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["cells"]
+
+
+def test_detach_then_status_then_follow(slurm, tmp_path):
+    backend = {"kind": "slurm", "time_min": 10}
+    path = write_campaign(tmp_path, slow_campaign(backend, sleep=1.0, checkpoint_every=None))
+    campaign = load_campaign(path)
+
+    before = _status(path)
+    assert [(c["recipe"], c["batch_size"], c["runs"], c["pending"]) for c in before] == [("bf16", 16, 1, 1), ("bf16", 64, 1, 1)]
+
+    detached = run_cli("run", str(path), "--detach")
+    assert detached.returncode == 0, detached.stderr
+    assert "submitted 2 runs to Slurm and detached" in detached.stdout
+    _, runs = runs_of(campaign)
+    jobs = {r.data.tags[TAG_BACKEND_JOB] for r in runs}
+    assert len(jobs) == 2 and all(j.startswith("slurm:") for j in jobs)
+
+    cells = _status(path)
+    for cell in cells:
+        assert sum(cell[c] for c in COLUMNS) == cell["runs"] == 1
+        # a run still out has its job's state; a finished one is counted as converged
+        assert cell["converged"] == 1 or sum(cell["slurm"].values()) == 1, cell
+
+    followed = run_cli("run", str(path))
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert "0 to launch" in followed.stdout
+    assert_clean_ledger(campaign, n_keys=2)
+    _, runs = runs_of(campaign)
+    assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)  # never submitted twice
+    assert [c["converged"] for c in _status(path)] == [1, 1]

@@ -1,0 +1,45 @@
+"""Ledger semantics across backends (logic only, no cluster): a key has at most one
+outcome; failed and preempted are retried and never counted; a key whose cluster job is
+still live is followed, never launched twice."""
+
+from __future__ import annotations
+
+from sweeps.expand import expand
+from sweeps.spec import parse_campaign
+from orchestrator.campaign import make_plan
+from orchestrator.status import _column
+from orchestrator.tracking import LedgerEntry
+from tests.helpers.campaigns import tiny_campaign
+from trainers.contract import RunStatus
+
+
+def _specs():
+    return expand(parse_campaign(tiny_campaign(recipes=["bf16"], seeds=3)))
+
+
+def test_plan_over_every_status():
+    specs = _specs()  # 6 keys
+    status = [RunStatus.converged, RunStatus.diverged, RunStatus.failed, RunStatus.preempted, RunStatus.running]
+    ledger = {
+        s.run_key: LedgerEntry(f"run{i}", s.run_key, st, attempts=2, backend_job=f"slurm:{i}")
+        for i, (s, st) in enumerate(zip(specs, status))
+    }
+    live = {specs[4].run_key}  # the running one's job is still on Slurm
+    plan = make_plan(specs, ledger, max_attempts=2, retry_failed=False, live=live)
+    assert plan.done == 2
+    assert [s.run_key for s in plan.gave_up] == [specs[2].run_key]  # failed, no attempts left
+    assert [s.run_key for s in plan.elsewhere] == [specs[4].run_key]
+    # preempted (not live) and never-seen keys are launched; outcomes never are
+    assert [s.run_key for s in plan.launch] == [specs[3].run_key, specs[5].run_key]
+    retried = make_plan(specs, ledger, max_attempts=2, retry_failed=True, live=live)
+    assert [s.run_key for s in retried.launch] == [specs[2].run_key, specs[3].run_key, specs[5].run_key]
+
+
+def test_status_columns_use_the_slurm_state():
+    assert _column(RunStatus.converged, None) == "converged"
+    assert _column(RunStatus.running, "RUNNING") == "running"
+    assert _column(RunStatus.pending, "PENDING") == "pending"
+    assert _column(RunStatus.preempted, "PENDING") == "pending"  # requeued, waits to start again
+    # the job ended without an outcome: counted failed (it will be retried), not running
+    assert _column(RunStatus.running, "NODE_FAIL") == "failed"
+    assert _column(RunStatus.running, "UNLISTED") == "failed"
