@@ -37,3 +37,12 @@ def finished(tmp_path_factory):
     assert first.returncode == 0, first.stderr
     second = run_cli("run", str(path))
     return path, load_campaign(path), first, second
+
+
+def missing_service(reason: str) -> None:
+    """A test needs a service that is not here: skip on a developer's machine, but fail in
+    CI (CI=true), whose .ci/run installs and starts every service: a skip there would
+    pass a test that never ran."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI must provide it: see .ci/run)")
+    pytest.skip(reason)

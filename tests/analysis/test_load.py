@@ -140,9 +140,14 @@ def postgres_uri():
     import subprocess
     import tempfile
 
-    pytest.importorskip("psycopg2")
+    from tests.conftest import missing_service
+
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        missing_service("psycopg2 is not installed (the test extra has psycopg2-binary)")
     if not (shutil.which("initdb") and shutil.which("pg_ctl")):
-        pytest.skip("PostgreSQL is not installed")
+        missing_service("PostgreSQL is not installed (apt-get install postgresql)")
     folder = tempfile.mkdtemp(prefix="rcpforge-pg-")
     as_postgres = ["su", "postgres", "-s", "/bin/sh", "-c"] if os.geteuid() == 0 else ["/bin/sh", "-c"]
     if os.geteuid() == 0:

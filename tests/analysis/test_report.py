@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -146,9 +145,9 @@ def _chromium() -> str | None:
 def test_report_renders_in_headless_chromium(report, tmp_path):
     browser = _chromium()
     if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's chromium (see .ci/run) for the rendering test")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        from tests.conftest import missing_service
+
+        missing_service("chromium is not installed (apt-get install chromium)")
     out, _ = report
     shot = tmp_path / "shot.png"
     proc = subprocess.run(

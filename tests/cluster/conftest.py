@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from tests.conftest import missing_service
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
@@ -30,7 +32,7 @@ def slurm_ready() -> str | None:
 def slurm() -> None:
     reason = slurm_ready()
     if reason:
-        pytest.skip(reason)
+        missing_service(reason)
 
 
 @pytest.fixture(scope="session")
