@@ -20,12 +20,14 @@ except Exception as err:  # torchao is a test-only extra
     _SKIP = f"torchao cannot be imported ({type(err).__name__}: {err}); pip install --no-deps torchao==0.18.0"
     print(_SKIP)
 
+
 @pytest.fixture(autouse=True)
 def _torchao_present():
     if _SKIP is not None:
         from tests.conftest import missing_service
 
         missing_service(_SKIP)
+
 
 DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "e2m1": torch.float4_e2m1fn_x2}
 
