@@ -1,5 +1,5 @@
 """How fast the `command` trainer follows a program's output, against just draining the
-pipe; and how fast `trainers.mllog` reads a result file, against the RCP checker's own
+pipe; and how fast `analysis.mllog_read.follow_file` reads a result file, against the RCP checker's own
 `read_submission_file`. Prints lines per second and the ratios.
 
     PYTHONPATH=. python benchmarks/mllog_follow.py [--lines 200000]
@@ -19,7 +19,7 @@ from mlperf_logging.rcp_checker import rcp_checker
 
 from trainers.command.trainer import CommandTrainer
 from trainers.contract import Budget, EvalPoint, RunSpec, Target
-from trainers.mllog import read_result_file
+from analysis.mllog_read import follow_file
 from trainers.registry import validate_trainer_settings
 
 PROGRAM = '''
@@ -72,7 +72,7 @@ def main() -> None:
 
         path = tmp / "run" / "result.txt"
         t0 = time.perf_counter()
-        mine = read_result_file(path)
+        mine = follow_file(path)
         read_mine = time.perf_counter() - t0
         t0 = time.perf_counter()
         theirs = rcp_checker.read_submission_file(str(path), "6.0.0", False)
@@ -83,7 +83,7 @@ def main() -> None:
     print(f"drain the pipe only (baseline): {drain:.2f} s, {n / drain:,.0f} lines/s")
     print(f"command trainer following:      {follow:.2f} s, {n / follow:,.0f} lines/s, ratio {follow / drain:.2f}x the baseline")
     print(f"rcp_checker.read_submission_file (baseline): {read_checker:.3f} s")
-    print(f"trainers.mllog.read_result_file:             {read_mine:.3f} s, ratio {read_mine / read_checker:.2f}x the checker")
+    print(f"analysis.mllog_read.follow_file:              {read_mine:.3f} s, ratio {read_mine / read_checker:.2f}x the checker")
 
 
 if __name__ == "__main__":
