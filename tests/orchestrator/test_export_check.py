@@ -81,16 +81,26 @@ def test_checker_and_rcpforge_check_agree_on_every_exported_directory(exported, 
     campaign, results, _, out = exported
     rcp_file = out / f"rcps_{campaign.name}_bf16.json"
     runs, benchmark = campaign.submission_runs, campaign.benchmark
+    variants = _variants(rcp_file, tmp_path)
+    folders = sorted(results.glob("*/bs*"))
+    assert len(folders) == 4
+    # Every directory against the RCPs as written; then one directory per other branch
+    # (the fp8 directories, checked against RCPs of the bf16 recipe).
+    cases = [(folder, "as written") for folder in folders] + [
+        (results / "fp8_tensorwise" / "bs16", "only bs 64"),
+        (results / "fp8_tensorwise" / "bs64", "only bs 16"),
+        (results / "fp8_tensorwise" / "bs16", "bs 8 and 128"),
+    ]
     messages = set()
-    for variant, rcps in _variants(rcp_file, tmp_path).items():
-        for folder in sorted(results.glob("*/bs*")):
-            theirs, their_rc = _checker(benchmark, runs, folder, rcps, tmp_path / "checker.log")
-            ours, our_rc = _ours(folder, rcps, runs)
-            where = f"{folder.relative_to(results)} against {variant}"
-            assert (ours["passed"], ours["message"]) == (theirs["passed"], theirs["message"]), where
-            assert ours["norm_factor"] == pytest.approx(theirs["norm_factor"], rel=1e-12), where
-            assert our_rc == their_rc == (0 if theirs["passed"] else 1), where
-            messages.add(theirs["message"])
+    for folder, variant in cases:
+        rcps = variants[variant]
+        theirs, their_rc = _checker(benchmark, runs, folder, rcps, tmp_path / "checker.log")
+        ours, our_rc = _ours(folder, rcps, runs)
+        where = f"{folder.relative_to(results)} against {variant}"
+        assert (ours["passed"], ours["message"]) == (theirs["passed"], theirs["message"]), where
+        assert ours["norm_factor"] == pytest.approx(theirs["norm_factor"], rel=1e-12), where
+        assert our_rc == their_rc == (0 if theirs["passed"] else 1), where
+        messages.add(theirs["message"])
     assert "RCP found" in messages
     assert "RCP Interpolation" in messages
     assert messages & {"Missing RCP, please submit RCP with BS = 16", "Missing RCP, please submit RCP with BS = 64",
