@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
@@ -175,20 +176,21 @@ def check(
     if prune != "mlperf":
         result.warnings.append(f"--prune {prune}: the pruned pass differs from the reference checker's")
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, markup=True)
+        # Warnings quote the files' text: escaped, so "[/x]" in a file is not rich markup.
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, markup=True)
     if as_json:
         print(json.dumps(result.to_json()))
     else:
         verdict = "[green]PASSED[/green]" if result.passed else "[red]FAILED[/red]"
-        console.print(f"{verdict} {result.message}", highlight=False)
+        console.print(f"{verdict} {escape(result.message)}", highlight=False)
         if result.checker_error and result.checker_error not in result.message:
-            console.print(f"the reference checker stops on this input: {result.checker_error}", highlight=False)
+            console.print(f"the reference checker stops on this input: {result.checker_error}", highlight=False, markup=False)
         if result.checker_error is None or result.benchmark is not None:
             console.print(
                 f"benchmark {result.benchmark}, batch size {result.batch_size}; olympic mean {_num(result.olympic_mean)}; "
                 f"RCP ({result.rcp_used}{', ' + result.rcp_name if result.rcp_name else ''}) mean {_num(result.rcp_mean)}, "
                 f"min acceptable mean {_num(result.min_acceptable_mean)}; normalization factor {_num(result.norm_factor, 6)}",
-                highlight=False,
+                highlight=False, markup=False,  # the benchmark and RCP names come from the files
             )
     raise typer.Exit(0 if result.passed else 1)
 
