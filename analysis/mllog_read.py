@@ -128,40 +128,45 @@ class MllogReader:
         if self.keep_lines:
             self.lines.append(text)
         try:
-            self.apply(text[len(TOKEN):])
+            self.apply(text[len(TOKEN):], event)
         except Exception:  # noqa: BLE001 - whatever the checker would raise on, skip the line
             self.unreadable += 1
         return event
 
     # --- the checker's rule ---------------------------------------------------------------
 
-    def apply(self, body: str) -> None:
+    def apply(self, body: str, event: dict[str, Any] | None = None) -> None:
         """One MLLOG line's JSON text, as the checker handles it: substring tests in its
-        order; raises where the checker raises."""
+        order; raises where the checker raises. `event` is the line already decoded (a
+        dict), so it is not parsed again; without it the text is parsed where the
+        checker parses it, and raises where the checker would."""
+        def load() -> Any:
+            return event if event is not None else json.loads(body)
+
         if "global_batch_size" in body:
-            self.batch_size = json.loads(body)["value"]
+            self.batch_size = load()["value"]
             if not _is_number(self.batch_size):
                 self.warn(f"global_batch_size is {self.batch_size!r}, not a number")
         if "submission_benchmark" in body:
-            self.benchmark = json.loads(body)["value"]
+            self.benchmark = load()["value"]
             if self.benchmark != "bert" and self.use_train_samples:
                 self.use_train_samples = False
         is_eval = "eval_error" in body or "eval_accuracy" in body
         if self.benchmark == "stable_diffusion" and is_eval:
-            record = json.loads(body)
+            record = load()
             unit = "step_num" if self.ruleset == "3.1.0" else "samples_count"
             step, metric = record["metadata"][unit], record["metadata"]["metric"]
             self.sd_evals[step][metric] = record["value"]
         elif self.benchmark in SAMPLES_BENCHMARKS and is_eval:
-            record = json.loads(body)
+            record = load()
             self._set_eval(record["metadata"]["samples_count"], "samples_count")
             record["value"]  # the checker reads it, and stops when it is missing
         elif not self.use_train_samples and is_eval:
-            self._set_eval(round(json.loads(body)["metadata"]["epoch_num"], 3), "epoch_num")
+            self._set_eval(round(load()["metadata"]["epoch_num"], 3), "epoch_num")
         elif self.use_train_samples and "train_samples" in body:
-            self._set_eval(json.loads(body)["value"], "train_samples")
-        if "run_stop" in body and json.loads(body)["key"] == "run_stop":
-            self._run_stop(json.loads(body)["metadata"]["status"])
+            self._set_eval(load()["value"], "train_samples")
+        if "run_stop" in body and load()["key"] == "run_stop":
+            self._run_stop(load()["metadata"]["status"])
 
     def _set_eval(self, value: Any, what: str) -> None:
         if not _is_number(value):
@@ -208,11 +213,12 @@ def read_result_file(path: str, ruleset: str, use_train_samples: bool = False) -
         text = mllog_text(raw)
         if text is None or not text.startswith(TOKEN):
             continue
+        event = _event(text)
         try:
-            reader.apply(text[len(TOKEN):])
+            reader.apply(text[len(TOKEN):], event)
         except Exception as err:  # the checker would raise here: say where and why
             raise CheckerStops(f"{path}:{line_no}", _describe(err)) from err
-        if _event(text) is None:
+        if event is None:
             warnings.append(f"{path}:{line_no}: MLLOG line is not valid JSON; ignored, as the checker ignores it")
     if not reader.saw_run_stop:
         warnings.append(f"{path}: no run_stop; counted as not converged ({NOT_CONVERGED:g}), as the checker does")
