@@ -18,7 +18,7 @@ KEYS = ["submission_benchmark", "global_batch_size", "eval_accuracy", "eval_erro
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-10, 10**12), st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from(["success", "aborted", "resnet", "bert", "llama31_8b", "stable_diffusion", "FID", "CLIP", "[/red]", "[bold"]),
-    st.text(max_size=8),
+    st.text(max_size=8), st.lists(st.integers(0, 9), max_size=2), st.dictionaries(st.sampled_from(["a", "FID"]), st.integers(), max_size=1),
 )
 metadata = st.dictionaries(st.sampled_from(["epoch_num", "samples_count", "status", "step_num", "metric", "file"]), scalars, max_size=4)
 records = st.fixed_dictionaries({"key": st.sampled_from(KEYS), "value": scalars, "metadata": metadata})
