@@ -74,10 +74,13 @@ def check_directory(
     use_train_samples: bool = False,
     rcp_bypass: bool = False,
     prune: str = "mlperf",
+    submission_runs: int | None = None,
 ) -> CheckResult:
     """`rcps` is an RCP JSON file, or None for the ruleset's shipped file. `prune` =
     "envelope" tests the pruned pass against the true lower convex envelope instead of
-    the checker's pruning (a what-if: only "mlperf" is the checker's verdict)."""
+    the checker's pruning (a what-if: only "mlperf" is the checker's verdict).
+    `submission_runs` registers the run count of a benchmark the checker does not know
+    (a campaign's own), as a submitter adds it to the checker's `submission_runs`."""
     if ruleset not in RULESETS:
         raise RcpError(f"ruleset {ruleset!r} is not one the checker knows; allowed: {', '.join(RULESETS)}")
     if prune not in PRUNE_MODES:
@@ -93,12 +96,13 @@ def check_directory(
     if not sub.files:
         return _stopped(result, f"no result_*.txt files in {results_dir} (the reference checker raises KeyError)")
     # The checker loads the RCPs before it looks at the batch size or convergence.
-    if sub.benchmark not in SUBMISSION_RUNS:
+    if sub.benchmark not in SUBMISSION_RUNS and not (submission_runs and isinstance(sub.benchmark, str)):
         what = sub.mismatch or f"benchmark {sub.benchmark!r} has no run count in the checker"
         return _stopped(result, f"{what} (the reference checker raises KeyError)")
     try:
         path = Path(rcps) if rcps is not None else ruleset_file(ruleset, sub.benchmark)
-        rcp_set = RcpSet.from_file(path, sub.benchmark, prune=prune)
+        runs = SUBMISSION_RUNS.get(sub.benchmark, submission_runs)
+        rcp_set = RcpSet.from_file(path, sub.benchmark, prune=prune, submission_runs=runs)
     except Exception as err:  # the checker raises on a missing or malformed RCP file
         return _stopped(result, f"RCPs: {type(err).__name__}: {err}")
     result.warnings += rcp_set.warnings

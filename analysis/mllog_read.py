@@ -1,21 +1,26 @@
-"""Read a submission's `result_*.txt` files the way the MLCommons RCP checker does
-(`read_submission_file` / `get_submission_epochs`), quirks included: lines are found by
-substring, not by key; `epoch_num` is rounded to 3 digits; the LLM benchmarks count
-`samples_count`; the value is the last eval before a successful `run_stop`; a file
-without one counts as 1e9; files are read as latin-1.
+"""The one reader of `:::MLLOG` result files, replaying the MLCommons RCP checker
+(`read_submission_file` / `get_submission_epochs`, mlperf-logging 4.1.68), quirks
+included: lines are found by substring, not by key; `epoch_num` is rounded to 3 digits;
+the LLM benchmarks count `samples_count`; BERT may count `train_samples`; stable
+diffusion's FID/CLIP rule; the value is the last eval before a successful `run_stop`; a
+file without one counts as 1e9; files are read as latin-1.
 
-Where the checker itself would stop with an exception (bad JSON on a line it parses, a
-missing key, a non-numeric epoch), `CheckerStops` names the file, the line and why; the
-lines it does not parse are only warned about."""
+Two ways in, one state machine (`MllogReader`):
+- per line, for following a live process (`MllogReader.feed`): a line the checker would
+  crash on (a half-written line, an eval without the unit it needs) is counted as
+  unreadable and skipped;
+- per file, for `rcpforge check` (`read_result_file`): where the checker itself would
+  stop with an exception, `CheckerStops` names the file, the line and why; lines it does
+  not parse are only warned about."""
 
 from __future__ import annotations
 
 import glob
 import json
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 TOKEN = ":::MLLOG "
@@ -32,6 +37,39 @@ class CheckerStops(Exception):
         self.where, self.reason = where, reason
 
 
+def mllog_text(line: str) -> str | None:
+    """The line from its last MLLOG token on, stripped, or None. The checker's
+    `re.sub(".*" + TOKEN, TOKEN, line)` keeps the same text: its greedy `.*` reaches the
+    last token of a line that has no newline before its end; `rfind` does it in linear
+    time (the regex rescans the rest of the line from every position)."""
+    at = line.rfind(TOKEN)
+    if at < 0:
+        return None
+    return line[at:].strip()
+
+
+def _event(text: str) -> dict[str, Any] | None:
+    try:
+        event = json.loads(text[len(TOKEN):])
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The event of one output line, or None when the line carries none or its JSON is
+    cut off or malformed."""
+    text = mllog_text(line)
+    if text is None or not text.startswith(TOKEN):
+        return None
+    return _event(text)
+
+
+def convergence_unit(benchmark: str | None) -> str:
+    """The eval metadata field the checker reads the value to converge from."""
+    return "samples_count" if benchmark in SAMPLES_BENCHMARKS else "epoch_num"
+
+
 def _describe(err: BaseException) -> str:
     if isinstance(err, json.JSONDecodeError):
         return f"not valid JSON ({err.msg} at column {err.colno})"
@@ -44,6 +82,115 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+class MllogReader:
+    """The state the checker keeps while it walks one file's lines."""
+
+    def __init__(self, ruleset: str = "6.0.0", use_train_samples: bool = False, keep_lines: bool = True,
+                 warn: Callable[[str], None] | None = None):
+        self.ruleset, self.use_train_samples = ruleset, use_train_samples
+        self.warn = warn or (lambda msg: None)
+        self.benchmark: Any = None
+        self.batch_size: Any = -1
+        self.last_eval: Any = None  # the checker's `conv_epoch`
+        self.have_eval = False
+        self.stop_status: Any = None  # status of the last run_stop line
+        self.value_to_converge: Any = None  # set by a successful run_stop (may be non-numeric)
+        self.succeeded = False  # the last run_stop was a success the checker accepts
+        self.saw_run_stop = False
+        self.sd_evals: dict = defaultdict(dict)
+        self.unreadable = 0  # lines with the token that the checker could not have read
+        self.keep_lines = keep_lines  # a live follower writes them to a file instead
+        self.lines: list[str] = []  # the readable MLLOG lines, token first
+        self.last_text: str | None = None  # the last readable MLLOG line, token first
+
+    @property
+    def converged(self) -> bool:
+        return self.succeeded
+
+    @property
+    def epochs(self) -> Any:
+        """The checker's value for this file: the value to converge, or 1e9."""
+        return self.value_to_converge if self.converged else NOT_CONVERGED
+
+    # --- per line (live) ------------------------------------------------------------------
+
+    def feed(self, line: str) -> dict[str, Any] | None:
+        """Take one output line; return its event when it is a readable MLLOG line. A line
+        the checker would crash on is counted in `unreadable` instead."""
+        text = mllog_text(line)
+        if text is None or not text.startswith(TOKEN):
+            return None
+        event = _event(text)
+        if event is None:
+            self.unreadable += 1
+            return None
+        self.last_text = text
+        if self.keep_lines:
+            self.lines.append(text)
+        try:
+            self.apply(text[len(TOKEN):], event)
+        except Exception:  # noqa: BLE001 - whatever the checker would raise on, skip the line
+            self.unreadable += 1
+        return event
+
+    # --- the checker's rule ---------------------------------------------------------------
+
+    def apply(self, body: str, event: dict[str, Any] | None = None) -> None:
+        """One MLLOG line's JSON text, as the checker handles it: substring tests in its
+        order; raises where the checker raises. `event` is the line already decoded (a
+        dict), so it is not parsed again; without it the text is parsed where the
+        checker parses it, and raises where the checker would."""
+        def load() -> Any:
+            return event if event is not None else json.loads(body)
+
+        if "global_batch_size" in body:
+            self.batch_size = load()["value"]
+            if not _is_number(self.batch_size):
+                self.warn(f"global_batch_size is {self.batch_size!r}, not a number")
+        if "submission_benchmark" in body:
+            self.benchmark = load()["value"]
+            if self.benchmark != "bert" and self.use_train_samples:
+                self.use_train_samples = False
+        is_eval = "eval_error" in body or "eval_accuracy" in body
+        if self.benchmark == "stable_diffusion" and is_eval:
+            record = load()
+            unit = "step_num" if self.ruleset == "3.1.0" else "samples_count"
+            step, metric = record["metadata"][unit], record["metadata"]["metric"]
+            self.sd_evals[step][metric] = record["value"]
+        elif self.benchmark in SAMPLES_BENCHMARKS and is_eval:
+            record = load()
+            self._set_eval(record["metadata"]["samples_count"], "samples_count")
+            record["value"]  # the checker reads it, and stops when it is missing
+        elif not self.use_train_samples and is_eval:
+            self._set_eval(round(load()["metadata"]["epoch_num"], 3), "epoch_num")
+        elif self.use_train_samples and "train_samples" in body:
+            self._set_eval(load()["value"], "train_samples")
+        if "run_stop" in body and load()["key"] == "run_stop":
+            self._run_stop(load()["metadata"]["status"])
+
+    def _set_eval(self, value: Any, what: str) -> None:
+        if not _is_number(value):
+            self.warn(f"{what} is {value!r}, not a finite number; the checker keeps it as it is")
+        self.last_eval, self.have_eval = value, True
+
+    def _run_stop(self, status: Any) -> None:
+        self.saw_run_stop = True
+        self.stop_status, self.value_to_converge, self.succeeded = status, None, False
+        if status != "success":
+            return
+        if self.benchmark == "stable_diffusion":
+            passing = [s for s, r in self.sd_evals.items() if r["FID"] <= 90.0 and r["CLIP"] >= 0.15]
+            if not passing:
+                raise ValueError("no eval passes the stable diffusion criteria before run_stop")
+            self.last_eval, self.have_eval = min(passing), True
+        if not self.have_eval:
+            raise ValueError("run_stop with status success before any eval value")
+        self.value_to_converge, self.succeeded = self.last_eval, True
+
+
+# --- per file (check, import) -----------------------------------------------------------
+
+
 @dataclass
 class FileReading:
     not_converged: int = 1
@@ -53,94 +200,40 @@ class FileReading:
     warnings: list[str] = field(default_factory=list)
 
 
-class _Reader:
-    """The state the checker keeps while it walks one file's lines."""
-
-    def __init__(self, ruleset: str, use_train_samples: bool, warn: Callable[[str], None]):
-        self.ruleset, self.use_train_samples, self.warn = ruleset, use_train_samples, warn
-        self.out = FileReading()
-        self.conv: Any = None
-        self.have_conv = False
-        self.sd_evals: dict = defaultdict(dict)
-
-    def _set_conv(self, value: Any, what: str) -> None:
-        if not _is_number(value):
-            self.warn(f"{what} is {value!r}, not a finite number; the checker keeps it as it is")
-        self.conv, self.have_conv = value, True
-
-    def feed(self, text: str) -> None:
-        out = self.out
-        if "global_batch_size" in text:
-            out.bs = json.loads(text)["value"]
-            if not _is_number(out.bs):
-                self.warn(f"global_batch_size is {out.bs!r}, not a number")
-        if "submission_benchmark" in text:
-            out.benchmark = json.loads(text)["value"]
-            if out.benchmark != "bert" and self.use_train_samples:
-                self.use_train_samples = False
-        is_eval = "eval_error" in text or "eval_accuracy" in text
-        if out.benchmark == "stable_diffusion" and is_eval:
-            record = json.loads(text)
-            unit = "step_num" if self.ruleset == "3.1.0" else "samples_count"
-            step, metric = record["metadata"][unit], record["metadata"]["metric"]
-            self.sd_evals[step][metric] = record["value"]
-        elif out.benchmark in SAMPLES_BENCHMARKS and is_eval:
-            record = json.loads(text)
-            self._set_conv(record["metadata"]["samples_count"], "samples_count")
-            record["value"]  # the checker reads it, and stops when it is missing
-        elif not self.use_train_samples and is_eval:
-            self._set_conv(round(json.loads(text)["metadata"]["epoch_num"], 3), "epoch_num")
-        elif self.use_train_samples and "train_samples" in text:
-            self._set_conv(json.loads(text)["value"], "train_samples")
-        if "run_stop" in text and json.loads(text)["key"] == "run_stop":
-            self._run_stop(json.loads(text)["metadata"]["status"])
-
-    def _run_stop(self, status: Any) -> None:
-        out = self.out
-        if status != "success":
-            out.not_converged, out.epochs = 1, NOT_CONVERGED
-            return
-        out.not_converged = 0
-        if out.benchmark == "stable_diffusion":
-            passing = [s for s, r in self.sd_evals.items() if r["FID"] <= 90.0 and r["CLIP"] >= 0.15]
-            if not passing:
-                raise ValueError("no eval passes the stable diffusion criteria before run_stop")
-            self.conv, self.have_conv = min(passing), True
-        if not self.have_conv:
-            raise ValueError("run_stop with status success before any eval value")
-        out.epochs = self.conv
-
-
 def read_result_file(path: str, ruleset: str, use_train_samples: bool = False) -> FileReading:
-    """One file as the checker reads it; warnings name the file and line."""
+    """One file as the checker reads it; warnings name the file and line; `CheckerStops`
+    where the checker raises."""
     warnings: list[str] = []
     line_no = 0
-    reader = _Reader(ruleset, use_train_samples, lambda msg: warnings.append(f"{path}:{line_no}: {msg}"))
+    reader = MllogReader(ruleset, use_train_samples, keep_lines=False,
+                         warn=lambda msg: warnings.append(f"{path}:{line_no}: {msg}"))
     with open(path, "r", encoding="latin-1") as fh:
         lines = fh.readlines()
-    saw_run_stop = False
     for line_no, raw in enumerate(lines, 1):
-        if TOKEN not in raw:
+        text = mllog_text(raw)
+        if text is None or not text.startswith(TOKEN):
             continue
-        line = re.sub(".*" + TOKEN, TOKEN, raw).strip()
-        if not line.startswith(TOKEN):
-            continue
-        text = line[len(TOKEN):]
+        event = _event(text)
         try:
-            reader.feed(text)
+            reader.apply(text[len(TOKEN):], event)
         except Exception as err:  # the checker would raise here: say where and why
             raise CheckerStops(f"{path}:{line_no}", _describe(err)) from err
-        try:
-            saw_run_stop |= json.loads(text).get("key") == "run_stop"
-        except (json.JSONDecodeError, AttributeError):
+        if event is None:
             warnings.append(f"{path}:{line_no}: MLLOG line is not valid JSON; ignored, as the checker ignores it")
-    out = reader.out
-    if not saw_run_stop:
+    if not reader.saw_run_stop:
         warnings.append(f"{path}: no run_stop; counted as not converged ({NOT_CONVERGED:g}), as the checker does")
-    elif out.not_converged:
+    elif not reader.converged:
         warnings.append(f"{path}: run did not converge; counted as {NOT_CONVERGED:g}")
-    out.warnings = warnings
-    return out
+    return FileReading(int(not reader.converged), reader.epochs, reader.batch_size, reader.benchmark, warnings)
+
+
+def follow_file(path: str | Path, keep_lines: bool = True) -> MllogReader:
+    """A file read line by line as a live follower reads it (unreadable lines skipped)."""
+    reader = MllogReader(keep_lines=keep_lines)
+    with open(path, encoding="latin-1") as fh:
+        for line in fh:
+            reader.feed(line)
+    return reader
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """How fast the `command` trainer follows a program's output, against just draining the
-pipe; and how fast `trainers.mllog` reads a result file, against the RCP checker's own
+pipe; and how fast `analysis.mllog_read` reads a result file (the live per-line API and the
+file API of `check`), against the RCP checker's own
 `read_submission_file`. Prints lines per second and the ratios.
 
     PYTHONPATH=. python benchmarks/mllog_follow.py [--lines 200000]
@@ -19,7 +20,7 @@ from mlperf_logging.rcp_checker import rcp_checker
 
 from trainers.command.trainer import CommandTrainer
 from trainers.contract import Budget, EvalPoint, RunSpec, Target
-from trainers.mllog import read_result_file
+from analysis.mllog_read import follow_file, read_result_file
 from trainers.registry import validate_trainer_settings
 
 PROGRAM = '''
@@ -72,18 +73,23 @@ def main() -> None:
 
         path = tmp / "run" / "result.txt"
         t0 = time.perf_counter()
-        mine = read_result_file(path)
+        mine = follow_file(path)
         read_mine = time.perf_counter() - t0
         t0 = time.perf_counter()
         theirs = rcp_checker.read_submission_file(str(path), "6.0.0", False)
         read_checker = time.perf_counter() - t0
         assert theirs[1] == mine.value_to_converge
+        t0 = time.perf_counter()
+        checked = read_result_file(str(path), "6.0.0")
+        read_check = time.perf_counter() - t0
+        assert (checked.not_converged, checked.epochs, checked.bs, checked.benchmark) == theirs
 
     print(f"program output: {n} lines ({n // 2} MLLOG eval lines), {reporter.points} eval points reported")
     print(f"drain the pipe only (baseline): {drain:.2f} s, {n / drain:,.0f} lines/s")
     print(f"command trainer following:      {follow:.2f} s, {n / follow:,.0f} lines/s, ratio {follow / drain:.2f}x the baseline")
     print(f"rcp_checker.read_submission_file (baseline): {read_checker:.3f} s")
-    print(f"trainers.mllog.read_result_file:             {read_mine:.3f} s, ratio {read_mine / read_checker:.2f}x the checker")
+    print(f"analysis.mllog_read.follow_file (live API):   {read_mine:.3f} s, ratio {read_mine / read_checker:.2f}x the checker")
+    print(f"analysis.mllog_read.read_result_file (check): {read_check:.3f} s, ratio {read_check / read_checker:.2f}x the checker")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The analysis commands: `analyze` (what a campaign's runs mean), `export` (the runs as
-a table), `check` (a submission against RCPs) and `rcp-stats` (the RCPs' statistics),
+a table and/or as MLCommons results directories), `check` (a submission against RCPs) and `rcp-stats` (the RCPs' statistics),
 the last two exactly as the MLCommons checker computes them."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
@@ -82,15 +83,43 @@ def _load_or_fail(campaign):
 @app.command()
 def export(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
-    parquet: Path = typer.Option(..., "--parquet", help="write the runs table (one row per run) to this Parquet file"),
+    parquet: Path = typer.Option(None, "--parquet", help="write the runs table (one row per run) to this Parquet file"),
+    results: Path = typer.Option(None, "--results", help="write MLCommons results directories <recipe>/bs<batch size>/result_<i>.txt under this folder"),
 ) -> None:
-    """Export a campaign's runs as a table."""
+    """Export a campaign's runs as a table (--parquet) and/or as MLCommons results directories (--results)."""
+    if parquet is None and results is None:
+        fail("export: give --parquet FILE, --results DIR, or both")
     campaign = load_campaign_or_fail(campaign_file)
-    from analysis.load import write_parquet
+    if parquet is not None:
+        from analysis.load import write_parquet
 
-    runs = _load_or_fail(campaign)
-    write_parquet(runs, parquet)
-    console.print(f"wrote {parquet} ({runs.num_rows} runs)")
+        runs = _load_or_fail(campaign)
+        write_parquet(runs, parquet)
+        console.print(f"wrote {parquet} ({runs.num_rows} runs)")
+    if results is not None:
+        _export_results(campaign, campaign_file, results)
+
+
+def _export_results(campaign, campaign_file: Path, results: Path) -> None:
+    from analysis.load import NoSuchCampaign
+    from orchestrator.mllog_results import ResultsError, export_results
+
+    try:
+        cells = export_results(campaign.tracking_uri, campaign.name, results, campaign.run_dir)
+    except (NoSuchCampaign, ResultsError) as err:
+        fail(str(err))
+    if not cells:
+        fail(f"campaign {campaign.name} has no run with an outcome yet; run `rcpforge run {campaign_file}` first")
+    for cell in cells:
+        console.print(f"{cell.folder}: {cell.files} result files ({cell.recipe}, batch size {cell.batch_size})")
+        if cell.left_out:
+            err_console.print(f"note: {cell.recipe} bs {cell.batch_size}: {cell.left_out} runs without an outcome left out")
+    console.print(
+        f"check one with: rcpforge check DIR --rcps RCP_FILE --submission-runs {campaign.submission_runs}, or "
+        f"python -m mlperf_logging.rcp_checker DIR --rcp_usage training --custom_rcps RCP_FILE "
+        f"(benchmark {campaign.benchmark} must be known to the checker's submission_runs)",
+        highlight=False,
+    )
 
 
 def _print_table(table, title: str) -> None:
@@ -121,6 +150,10 @@ def check(
     bert_train_samples: bool = typer.Option(False, "--bert-train-samples", help="BERT: read train_samples"),
     prune: str = typer.Option("mlperf", "--prune", help="mlperf (the checker's pruning) or envelope (the true lower convex envelope; a what-if)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    submission_runs: int = typer.Option(
+        None, "--submission-runs", min=1,
+        help="runs per submission of a benchmark the checker does not know (a campaign's own, e.g. rcp.submission_runs)",
+    ),
 ) -> None:
     """Pass or fail a submission against RCPs, as mlperf_logging's RCP checker does."""
     from analysis.check import check_directory
@@ -136,26 +169,28 @@ def check(
     else:
         fail(f"--rcps {rcps!r} is neither an RCP file nor a ruleset; rulesets: {', '.join(RULESETS)}")
     try:
-        result = check_directory(results_dir, rcp_file, ruleset, rcp_pass, bert_train_samples, prune=prune)
+        result = check_directory(results_dir, rcp_file, ruleset, rcp_pass, bert_train_samples, prune=prune,
+                                 submission_runs=submission_runs)
     except RcpError as err:
         fail(str(err))
     if prune != "mlperf":
         result.warnings.append(f"--prune {prune}: the pruned pass differs from the reference checker's")
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, markup=True)
+        # Warnings quote the files' text: escaped, so "[/x]" in a file is not rich markup.
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, markup=True)
     if as_json:
         print(json.dumps(result.to_json()))
     else:
         verdict = "[green]PASSED[/green]" if result.passed else "[red]FAILED[/red]"
-        console.print(f"{verdict} {result.message}", highlight=False)
+        console.print(f"{verdict} {escape(result.message)}", highlight=False)
         if result.checker_error and result.checker_error not in result.message:
-            console.print(f"the reference checker stops on this input: {result.checker_error}", highlight=False)
+            console.print(f"the reference checker stops on this input: {result.checker_error}", highlight=False, markup=False)
         if result.checker_error is None or result.benchmark is not None:
             console.print(
                 f"benchmark {result.benchmark}, batch size {result.batch_size}; olympic mean {_num(result.olympic_mean)}; "
                 f"RCP ({result.rcp_used}{', ' + result.rcp_name if result.rcp_name else ''}) mean {_num(result.rcp_mean)}, "
                 f"min acceptable mean {_num(result.min_acceptable_mean)}; normalization factor {_num(result.norm_factor, 6)}",
-                highlight=False,
+                highlight=False, markup=False,  # the benchmark and RCP names come from the files
             )
     raise typer.Exit(0 if result.passed else 1)
 

@@ -1,5 +1,5 @@
-"""`rcpforge import` (results directories into the tracking store) and
-`rcpforge export-results` (a campaign's runs as MLCommons results directories)."""
+"""`rcpforge import`: results directories into the tracking store. (Their export is
+`rcpforge export --results`, in cmd_analysis.py.)"""
 
 from __future__ import annotations
 
@@ -8,33 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
-
-
-@app.command("export-results")
-def export_results_cmd(
-    campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
-    results: Path = typer.Option(..., "--results", help="folder for <recipe>/bs<batch size>/result_<i>.txt"),
-) -> None:
-    """Write one MLCommons results directory per (recipe, batch size) of a campaign."""
-    campaign = load_campaign_or_fail(campaign_file)
-    from analysis.load import NoSuchCampaign
-    from orchestrator.mllog_results import ResultsError, export_results
-
-    try:
-        cells = export_results(campaign.tracking_uri, campaign.name, results, campaign.run_dir)
-    except (NoSuchCampaign, ResultsError) as err:
-        fail(str(err))
-    if not cells:
-        fail(f"campaign {campaign.name} has no run with an outcome yet; run `rcpforge run {campaign_file}` first")
-    for cell in cells:
-        console.print(f"{cell.folder}: {cell.files} result files ({cell.recipe}, batch size {cell.batch_size})")
-        if cell.left_out:
-            err_console.print(f"note: {cell.recipe} bs {cell.batch_size}: {cell.left_out} runs without an outcome left out")
-    console.print(
-        f"check one with: python -m mlperf_logging.rcp_checker DIR --rcp_usage training --custom_rcps RCP_FILE "
-        f"(benchmark {campaign.benchmark} must be known to the checker's submission_runs)"
-    )
+from orchestrator.cli_app import app, console, fail
 
 
 @app.command("import")

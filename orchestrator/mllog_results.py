@@ -24,7 +24,7 @@ from pathlib import Path
 
 from orchestrator.tracking import Tracking
 from trainers.contract import RunSpec, RunStatus
-from trainers.mllog import read_result_file
+from analysis.mllog_read import follow_file
 from trainers.mllog_writer import RESULT_FILE
 from trainers.tracking_schema import (
     METRIC_SAMPLES_TO_TARGET,
@@ -142,7 +142,7 @@ def import_results(folders: list[Path], campaign: str, tracking_uri: str, recipe
     plans = []
     for folder in folders:
         for path in result_files(folder):
-            reading = read_result_file(path)
+            reading = follow_file(path)
             if not isinstance(reading.batch_size, (int, float)) or reading.batch_size <= 0:
                 raise ResultsError(f"{path}: no global_batch_size line; the checker cannot use this file either")
             plans.append((path, reading, recipe or folder.resolve().parent.name))
@@ -194,7 +194,7 @@ def _import_one(tracking: Tracking, experiment_id: str, campaign: str, path: Pat
 
 def _curve(reading) -> list[tuple[int, float]]:
     """The eval_accuracy points, stepped by samples_count (or by their order)."""
-    from trainers.mllog import parse_line
+    from analysis.mllog_read import parse_line
 
     points: dict[int, float] = {}
     for i, line in enumerate(reading.lines):

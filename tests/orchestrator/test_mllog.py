@@ -62,7 +62,7 @@ def exported(tiny, tmp_path_factory):
     path, _ = tiny
     folder = tmp_path_factory.mktemp("exported")
     results, out = folder / "results", folder / "analysis"
-    proc = run_cli("export-results", str(path), "--results", str(results))
+    proc = run_cli("export", str(path), "--results", str(results))
     assert proc.returncode == 0, proc.stderr
     assert run_cli("analyze", str(path), "--out", str(out)).returncode == 0
     return results, out
@@ -162,7 +162,7 @@ def test_the_example_external_trainer_as_a_campaign(tmp_path):
         assert value == run["samples_to_target"] == run["tokens_to_target"]
         curve = client.get_metric_history(run["run_id"], "eval_accuracy")
         assert max(m.step for m in curve) == value and curve[-1].value >= 0.91
-    assert run_cli("export-results", str(tmp_path / "command.yaml"), "--results", str(tmp_path / "res")).returncode == 0
+    assert run_cli("export", str(tmp_path / "command.yaml"), "--results", str(tmp_path / "res")).returncode == 0
     for bs in (16, 128):
         files = [str(p) for p in (tmp_path / "res" / "bf16" / f"bs{bs}").glob("result_*.txt")]
         got_bs, epochs, _ = rcp_checker.get_submission_epochs(files, "6.0.0", False)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from mlperf_logging.rcp_checker import rcp_checker
 
 from trainers.contract import Budget, EvalPoint, RunResult, RunSpec, RunStatus, Target
-from trainers.mllog import SAMPLES_BENCHMARKS, read_result_file
+from analysis.mllog_read import SAMPLES_BENCHMARKS
+from analysis.mllog_read import follow_file as read_result_file
 from trainers.mllog_writer import MllogWriter
 
 

@@ -2,7 +2,7 @@
 
 Outcome, in this order:
 - a `run_stop` with status `success`: converged, with the value to converge exactly as
-  `mlperf_logging.rcp_checker` reads it (`trainers/mllog.py`);
+  `mlperf_logging.rcp_checker` reads it (`analysis/mllog_read.py`);
 - a `run_stop` with any other status (MLLOG has `aborted`): not_converged;
 - a budget spent before any run_stop: the process is stopped, not_converged. The budgets
   of an external program are the wall-clock `max_wall_s` of the trainer settings and the
@@ -18,6 +18,7 @@ The process's readable MLLOG lines are the run's `result.txt`; all its output is
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from typing import Any
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
 from trainers.command.settings import CommandSettings, env_name, substitute
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
-from trainers.mllog import TOKEN, CheckerReading
+from analysis.mllog_read import TOKEN, MllogReader
 from trainers.mllog_writer import RESULT_FILE
 
 OUTPUT_LOG = "output.log"
@@ -50,7 +51,7 @@ class _Follower:
 
     def __init__(self, spec: RunSpec, cfg: CommandSettings, reporter: Reporter, result_file: Path):
         self.spec, self.cfg, self.reporter = spec, cfg, reporter
-        self.reading = CheckerReading(keep_lines=False)
+        self.reading = MllogReader(keep_lines=False)
         self.evals = 0
         self.last: EvalPoint | None = None
         self._out = open(result_file, "w", encoding="latin-1")
@@ -131,6 +132,10 @@ class CommandTrainer:
         return _result(follower, end, cfg, time.monotonic() - start, output_dir)
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _result(follower: _Follower, end: ProcessEnd, cfg: CommandSettings, wall_s: float, output_dir: Path) -> RunResult:
     reading, last = follower.reading, follower.last
     notes = []
@@ -148,6 +153,8 @@ def _result(follower: _Follower, end: ProcessEnd, cfg: CommandSettings, wall_s: 
         value = reading.value_to_converge
         if cfg.unit == "epochs" and last is None:
             return RunResult(status=RunStatus.failed, error=f"run_stop success but no {cfg.metric_key} eval to count samples from", **common)
+        if cfg.unit == "samples" and not _finite(value):
+            return RunResult(status=RunStatus.failed, error=f"run_stop success but the checker's value to converge is {value!r}, not a number", **common)
         samples = int(round(value)) if cfg.unit == "samples" else last.samples
         tokens = samples * cfg.tokens_per_sample
         return RunResult(status=RunStatus.converged, samples_to_target=samples, tokens_to_target=tokens, error=note, **common)
