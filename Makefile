@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo test clean slurm-up slurm-down
+.PHONY: install demo test clean slurm-up slurm-down bench-recipes bench-analysis
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/rcpforge run $(DEMO)
 	$(BIN)/rcpforge analyze $(DEMO) --out demo-out
+	$(BIN)/rcpforge report $(DEMO) --out demo-out/report.html
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
@@ -31,5 +32,13 @@ slurm-up:
 slurm-down:
 	cluster/dev/slurm.sh stop
 
+# Benchmarks print their figures beside a baseline measured in the same run.
+bench-recipes: $(STAMP)
+	$(BIN)/python benchmarks/recipe_overhead.py
+
+bench-analysis: $(STAMP)
+	$(BIN)/python benchmarks/analysis_scale.py --runs 100000
+
 clean:
-	rm -rf $(VENV) demo-out sweeps/examples/rcpforge-mlflow.db sweeps/examples/mlartifacts sweeps/examples/.rcpforge
+	rm -rf $(VENV) demo-out sweeps/examples/rcpforge-mlflow.db sweeps/examples/mlartifacts sweeps/examples/.rcpforge \
+	  sweeps/examples/rcpforge-runs sweeps/examples/rcpforge-optuna.db sweeps/examples/hparams.*.yaml
