@@ -87,7 +87,18 @@ def execute_run(
     except Exception:  # noqa: BLE001 - any trainer error is recorded as the run's failure
         result = RunResult(status=RunStatus.failed, error=traceback.format_exc())
     if writer is not None:
-        writer.stop(result)
+        result = _stop_writer(writer, result)
     log.log_artifact(context.output_dir / RESULT_FILE)
     log.finish(result)
     return result.model_dump(mode="json")
+
+
+def _stop_writer(writer: MllogWriter, result: RunResult) -> RunResult:
+    """A run whose result.txt cannot be written whole (a full disk) is failed, whatever
+    its training gave: a converged run without its MLLOG file is not a result."""
+    try:
+        writer.stop(result)
+    except OSError as err:
+        return RunResult(status=RunStatus.failed, wall_s=result.wall_s, tokens_trained=result.tokens_trained,
+                         error=f"cannot write the run's files in {writer.path.parent}: {err}")
+    return result
