@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo test clean
+.PHONY: install demo test clean mlflow-server mlflow-server-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,3 +26,10 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo-out sweeps/examples/rcpforge-mlflow.db sweeps/examples/mlartifacts sweeps/examples/.rcpforge
+
+# A private PostgreSQL cluster + MLflow tracking server on 127.0.0.1 (cluster/dev/mlflow_server.sh).
+mlflow-server: $(STAMP)
+	PYTHON=$(abspath $(BIN))/python cluster/dev/mlflow_server.sh start
+
+mlflow-server-down:
+	PYTHON=$(abspath $(BIN))/python cluster/dev/mlflow_server.sh stop
