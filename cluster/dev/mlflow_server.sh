@@ -45,7 +45,10 @@ pg_running() { [ -f "$DIR/pg/data/postmaster.pid" ] && as_owner "$PG/pg_ctl -D '
 
 start_postgres() {
     mkdir -p "$DIR/pg"
-    [ "$(id -u)" = 0 ] && chown postgres "$DIR/pg"
+    if [ "$(id -u)" = 0 ]; then
+        chmod o+x "$DIR"  # postgres must reach DIR/pg (mktemp makes folders 700)
+        chown postgres "$DIR/pg"
+    fi
     if [ ! -f "$DIR/pgpass" ]; then
         (umask 077; "$PYTHON" -c 'import secrets; print(secrets.token_hex(16))' > "$DIR/pgpass")
     fi
