@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo test clean slurm-up slurm-down bench-recipes bench-analysis
+.PHONY: install demo test clean slurm-up slurm-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,14 @@ bench-analysis: $(STAMP)
 clean:
 	rm -rf $(VENV) demo-out sweeps/examples/rcpforge-mlflow.db sweeps/examples/mlartifacts sweeps/examples/.rcpforge \
 	  sweeps/examples/rcpforge-runs sweeps/examples/rcpforge-optuna.db sweeps/examples/hparams.*.yaml
+
+# A private PostgreSQL cluster + MLflow tracking server on 127.0.0.1 (cluster/dev/mlflow_server.sh).
+mlflow-server: $(STAMP)
+	PYTHON=$(abspath $(BIN))/python cluster/dev/mlflow_server.sh start
+
+mlflow-server-down:
+	PYTHON=$(abspath $(BIN))/python cluster/dev/mlflow_server.sh stop
+
+# 100 injected faults (worker and orchestrator SIGKILLs) against an undisturbed campaign.
+soak: $(STAMP)
+	$(BIN)/python benchmarks/soak.py --faults 100

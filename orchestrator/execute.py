@@ -87,7 +87,7 @@ def execute_run(
     except Exception:  # noqa: BLE001 - any trainer error is recorded as the run's failure
         result = RunResult(status=RunStatus.failed, error=traceback.format_exc())
     if writer is not None:
-        writer.stop(result)
+        result = _stop_writer(writer, result)
     log.log_artifact(context.output_dir / RESULT_FILE)
     log.finish(result)
     return result.model_dump(mode="json")
@@ -103,3 +103,14 @@ def _note_requeue(spec_json: str, tracking_uri: str, run_id: str, attempt: int, 
 
 # Backends that requeue jobs (Slurm) call this before the requeue.
 execute_run.on_requeue = _note_requeue  # type: ignore[attr-defined]
+
+
+def _stop_writer(writer: MllogWriter, result: RunResult) -> RunResult:
+    """A run whose result.txt cannot be written whole (a full disk) is failed, whatever
+    its training gave: a converged run without its MLLOG file is not a result."""
+    try:
+        writer.stop(result)
+    except OSError as err:
+        return RunResult(status=RunStatus.failed, wall_s=result.wall_s, tokens_trained=result.tokens_trained,
+                         error=f"cannot write the run's files in {writer.path.parent}: {err}")
+    return result

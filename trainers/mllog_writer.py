@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from pathlib import Path
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
@@ -24,6 +25,15 @@ _CHECKER_WORDS = ("global_batch_size", "submission_benchmark", "eval_accuracy", 
 _ids = itertools.count()
 
 
+class _StrictFileHandler(logging.FileHandler):
+    """logging swallows write errors (it prints a traceback and goes on): a full disk
+    would leave a truncated result.txt behind a run recorded as converged. Raise instead,
+    so the run fails."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        raise
+
+
 class MllogWriter:
     """One result file; `close()` must be called (the reporter does it in `stop`)."""
 
@@ -32,17 +42,25 @@ class MllogWriter:
         from mlperf_logging.mllog.mllog import MLLogger
 
         self.path = path
+        # Written under a temporary name and renamed when the run stops: a result.txt is
+        # always whole; an earlier attempt's file is removed first.
+        self.partial = path.with_name(path.name + ".partial")
         self._c = c
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
         # A private, unregistered logger per file: mllog.config() would add handlers to a
         # shared one, and a worker process runs many runs one after another.
         self._logger = logging.Logger(f"rcpforge.mllog.{next(_ids)}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
-        self._handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+        self._handler = _StrictFileHandler(self.partial, mode="w", encoding="utf-8")
         self._logger.addHandler(self._handler)
         self.log = MLLogger(logger=self._logger, default_stack_offset=1, root_dir=str(Path(__file__).parent))
-        self._header(benchmark, spec)
+        try:
+            self._header(benchmark, spec)
+        except OSError:
+            self.discard()
+            raise
 
     def _header(self, benchmark: str, spec: RunSpec) -> None:
         c, log = self._c, self.log
@@ -70,12 +88,27 @@ class MllogWriter:
 
     def stop(self, result: RunResult) -> None:
         status = self._c.SUCCESS if result.status is RunStatus.converged else self._c.ABORTED
-        self.log.end(self._c.RUN_STOP, metadata={self._c.STATUS: status, "rcpforge_status": result.status.value})
-        self.close()
+        try:
+            self.log.end(self._c.RUN_STOP, metadata={self._c.STATUS: status, "rcpforge_status": result.status.value})
+            self._handler.flush()
+            os.fsync(self._handler.stream.fileno())
+            self.close()
+            os.replace(self.partial, self.path)
+        except OSError:
+            self.discard()
+            raise
 
     def close(self) -> None:
         self._logger.removeHandler(self._handler)
         self._handler.close()
+
+    def discard(self) -> None:
+        """Drop a file that could not be written whole."""
+        try:
+            self.close()
+        except OSError:
+            pass  # the close's flush fails too on a full disk; the file goes anyway
+        self.partial.unlink(missing_ok=True)
 
 
 class MllogReporter:

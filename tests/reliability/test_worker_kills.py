@@ -71,7 +71,9 @@ def test_seeded_worker_kills_lose_and_double_count_nothing(tmp_path, finished):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert kills >= 1, "the campaign ended before any worker could be killed"
-    assert out.count("worker process died (killed by SIGKILL)") == kills
+    # every kill of a busy worker fails its run once; a kill that lands on an idle worker
+    # (between two runs) fails nothing
+    assert 1 <= out.count("worker process died (killed by SIGKILL)") <= kills
 
     client = MlflowClient(tracking_uri=campaign.tracking_uri)
     exp = client.get_experiment_by_name(campaign.name)

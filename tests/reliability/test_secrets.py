@@ -1,0 +1,38 @@
+"""A campaign tracked straight in PostgreSQL, with the password in its `tracking.uri`:
+the password appears nowhere rcpforge writes or prints (CLI output of run, report and
+analyze, MLflow params and tags, run folders, report and analysis files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+
+
+def _files_containing(folder: Path, secret: str) -> list[str]:
+    needle = secret.encode()
+    return [str(p) for p in folder.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def test_password_in_a_postgresql_tracking_uri_is_never_written(tmp_path, cli, mlflow_server):
+    secret = mlflow_server.password
+    data = tiny_campaign(name="secret_pg", recipes=["bf16"], seeds=3, tracking={"uri": mlflow_server.backend_uri})
+    path = write_campaign(tmp_path / "camp", data)
+    outputs = [cli("run", str(path)), cli("report", str(path), "--out", str(tmp_path / "out" / "report.html")),
+               cli("analyze", str(path), "--out", str(tmp_path / "out" / "analysis"))]
+    assert outputs[0].returncode == 0, outputs[0].stderr[-2000:]
+    for proc in outputs:
+        assert secret not in proc.stdout + proc.stderr, proc.args
+    assert (tmp_path / "out" / "report.html").is_file() and any((tmp_path / "out" / "analysis").iterdir())
+
+    client = MlflowClient(tracking_uri=mlflow_server.backend_uri)
+    runs = client.search_runs([client.get_experiment_by_name("secret_pg").experiment_id])
+    assert len(runs) == 6
+    for run in runs:
+        assert secret not in repr(run.data.params) + repr(run.data.tags)
+    assert not _files_containing(tmp_path / "camp" / "rcpforge-runs", secret)
+    assert not _files_containing(tmp_path / "out", secret)
+    # The campaign file itself holds the password: the check above is not vacuous.
+    assert _files_containing(tmp_path / "camp", secret) == [str(path)]
