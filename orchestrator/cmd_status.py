@@ -20,10 +20,11 @@ def status(
     diverged, failed, and the Slurm job states of runs on Slurm."""
     campaign = load_campaign_or_fail(campaign_file)
     from orchestrator.status import COLUMNS, campaign_status
+    from sweeps.spec import redact_uri
 
     cells = campaign_status(campaign)
     if as_json:
-        print(json.dumps({"campaign": campaign.name, "tracking_uri": campaign.tracking_uri,
+        print(json.dumps({"campaign": campaign.name, "tracking_uri": redact_uri(campaign.tracking_uri),
                           "cells": [c.as_dict() for c in cells]}, indent=2))
         return
     view = Table(title=f"campaign {campaign.name}")
@@ -33,4 +34,4 @@ def status(
         slurm = ", ".join(f"{n} {s.lower()}" for s, n in sorted(c.slurm.items())) or "-"
         view.add_row(c.recipe, str(c.batch_size), str(c.runs), *(str(c.counts[k]) for k in COLUMNS), slurm)
     console.print(view)
-    console.print(f"tracking store: {campaign.tracking_uri}")
+    console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
