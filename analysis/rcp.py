@@ -5,6 +5,7 @@ and the max speedup."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -36,6 +37,10 @@ def min_acceptable_mean(mean: float, stdev: float, n_ref: int, submission_runs: 
     call faster than the reference, found by bisection on [0, mean] to 1e-4."""
     if stdev == 0:
         return mean
+    if not (math.isfinite(mean) and math.isfinite(stdev)):
+        # The checker's bisection never ends on an infinite bound (it hangs); no finite
+        # answer exists, so say "none" instead of hanging.
+        return math.nan
     n_subm = submission_runs - 2
     lo, hi = 0.0, mean
     mid = (lo + hi) / 2

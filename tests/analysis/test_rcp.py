@@ -88,3 +88,13 @@ def test_incomplete_cell_gets_no_statistics_and_no_record():
     assert (row["runs"], row["converged"], row["not_converged"]) == (4, 3, 1)
     assert row["olympic_mean"] is None
     assert rcp_records(runs, "bf16", "x", {}) == {}
+
+
+def test_min_acceptable_mean_of_an_infinite_rcp_is_nan_not_a_hang():
+    # the checker's bisection would loop forever on an infinite mean (an RCP file may say
+    # Infinity, or sums may overflow)
+    import math
+
+    assert math.isnan(min_acceptable_mean(float("inf"), 10.0, 8, 10))
+    assert math.isnan(min_acceptable_mean(1000.0, float("inf"), 8, 10))
+    assert min_acceptable_mean(float("inf"), 0.0, 8, 10) == float("inf")  # stdev 0: the checker returns the mean
