@@ -78,16 +78,19 @@ def make_plan(
 
 
 @contextmanager
-def campaign_lock(campaign: Campaign) -> Iterator[None]:
+def campaign_lock(campaign: Campaign, activity: str = "run", busy: type[Exception] = CampaignBusy) -> Iterator[None]:
+    """One rcpforge process per campaign and activity ("run", "tune"): it alone may treat
+    the campaign's unfinished runs or trials as its own."""
     lock_dir = campaign.base_dir / ".rcpforge"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    path = lock_dir / f"{campaign.name}.lock"
+    path = lock_dir / (f"{campaign.name}.lock" if activity == "run" else f"{campaign.name}.{activity}.lock")
     with open(path, "w") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise CampaignBusy(
-                f"campaign {campaign.name} is already being run by another rcpforge process "
+            verb = {"run": "run", "tune": "tuned"}.get(activity, activity)
+            raise busy(
+                f"campaign {campaign.name} is already being {verb} by another rcpforge process "
                 f"(lock {path}); wait for it or stop it first"
             ) from None
         fh.write(str(os.getpid()))

@@ -11,18 +11,15 @@ a killed tune loses at most the trials in flight, and running it again continues
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import optuna
 from optuna.trial import TrialState
 
 from cluster.backend import Backend, Job
-from orchestrator.campaign import make_backend
+from orchestrator.campaign import campaign_lock, make_backend
 from orchestrator.tracking import Tracking
 from sweeps.spec import Campaign
 from sweeps.tune_objective import score
@@ -41,20 +38,9 @@ MAX_FAILURES_IN_A_ROW = 3
 TuneEvent = Callable[[Cell, int, str, "float | None"], None]
 
 
-@contextmanager
-def tune_lock(campaign: Campaign) -> Iterator[None]:
+def tune_lock(campaign: Campaign):
     """One tune process per campaign: it alone may declare running trials stale."""
-    lock_dir = campaign.base_dir / ".rcpforge"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    path = lock_dir / f"{campaign.name}.tune.lock"
-    with open(path, "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise TuneError(f"campaign {campaign.name} is already being tuned by another rcpforge process (lock {path})") from None
-        fh.write(str(os.getpid()))
-        fh.flush()
-        yield
+    return campaign_lock(campaign, "tune", TuneError)
 
 
 def select_cells(campaign: Campaign, recipes: list[str] | None, batch_sizes: list[int] | None) -> list[Cell]:
