@@ -2,8 +2,8 @@
 
 A task whose worker dies (SIGKILL, OOM, a lost node) is re-run by Ray up to
 `max_retries` times; the job is the same call with the same MLflow run, so a retry
-reattaches to it and the run is recorded once. `cancel` force-cancels every task still
-out, so nothing keeps writing after the orchestrator gave up on it.
+reattaches to it and the run is recorded once. `cancel` stops every task still out, so
+nothing keeps writing after the orchestrator gave up on it.
 """
 
 from __future__ import annotations
@@ -112,6 +112,15 @@ class RayBackend:
         return done
 
     def cancel(self) -> None:
+        if self._owned:
+            # Disconnecting the driver ends its Ray job, and Ray kills the workers of an
+            # ended job. A force `ray.cancel` of running tasks can instead race Ray's own
+            # completion callback and abort the driver with a failed internal check
+            # ("Tried to complete task that was not pending", seen in CI on Ray 2.x).
+            self._refs.clear()
+            self._ray.shutdown()
+            self._owned = False
+            return
         for ref in list(self._refs):
             try:
                 self._ray.cancel(ref, force=True, recursive=True)
