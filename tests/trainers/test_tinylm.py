@@ -3,10 +3,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign
-from tests.helpers.campaigns import tiny_campaign
+from tests.helpers.campaigns import TINY, tiny_campaign
 from trainers.contract import EvalPoint, RunStatus
 from trainers.tinylm.data import Batches, MarkovSource
 from trainers.tinylm.settings import MarkovData
@@ -99,3 +100,14 @@ def test_eval_set_does_not_depend_on_the_run_seed():
     a, b = Batches(data, 8, 1024, seed=0), Batches(data, 8, 1024, seed=1)
     assert (a.eval.tokens == b.eval.tokens).all()
     assert not (a.next(4) == b.next(4)).all()
+
+
+def test_device_setting_keeps_cpu_run_keys_and_fails_clearly_without_cuda():
+    cpu = _spec()
+    assert "device" not in cpu.trainer  # run keys of CPU campaigns are what they were
+    cuda = _spec(trainer={**TINY["trainer"], "device": "cuda"})
+    assert cuda.trainer["device"] == "cuda" and cuda.run_key != cpu.run_key
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the no-CUDA error cannot happen here")
+    with pytest.raises(RuntimeError, match="trainer.device is 'cuda'.*set trainer.device: cpu"):
+        _train(cuda)

@@ -34,12 +34,25 @@ def use_real_fp8(gemm: QuantizedGemm, x: torch.Tensor) -> bool:
 
 
 def _cast(t: torch.Tensor, fmt: str, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """float8 data and the dequantizing scale (one, or one per row)."""
+    """float8 data and the dequantizing scale (one, or one per row). No clamp: the scale
+    is at most fmax / amax, so |t * s| <= fmax up to one float32 rounding, which the
+    float8 cast rounds back to fmax (it turns to NaN only from 480 up, for E4M3)."""
     f = FORMATS[fmt]
-    amax = t.abs().amax(dim=-1, keepdim=True) if rowwise else t.abs().amax()
+    # the infinity norm is amax in one pass, without the |t| temporary; exact in t's dtype
+    amax = torch.linalg.vector_norm(t, float("inf"), dim=-1 if rowwise else None, keepdim=rowwise)
     s = block_fp32_scale(amax.float(), f.max, pow2=rowwise)
-    data = (t.float() * s).clamp_(-f.max, f.max).to(f.dtype)
-    return data, s.reciprocal()
+    # A scale with dimensions makes a BF16 t promote to FP32 inside the multiply, with
+    # no FP32 copy of t (a 0-dim FP32 scale would keep the product in BF16: a second
+    # rounding). Contiguous: `_scaled_mm` wants row-major operands, t may be a transposed view.
+    y = t * (s if rowwise else s.reshape(1, 1))
+    return y.to(f.dtype).contiguous(), s.reciprocal()
+
+
+def _transposed(cast: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tensorwise cast laid out for the GEMM that contracts over its other dimension:
+    the same scale, the float8 data transposed (a 1-byte copy, not a new cast)."""
+    data, scale = cast
+    return data.t().contiguous(), scale
 
 
 def _mm(a: tuple, b: tuple, rowwise: bool) -> torch.Tensor:
@@ -52,22 +65,27 @@ def _mm(a: tuple, b: tuple, rowwise: bool) -> torch.Tensor:
 
 
 def forward(gemm: QuantizedGemm, x: torch.Tensor, w: torch.Tensor):
+    """The output and what backward needs: for tensorwise scaling the float8 operands
+    themselves (their scale does not depend on the orientation; a quarter of the FP32
+    memory), for rowwise the high-precision operands (each GEMM scales other rows)."""
     rec = gemm.recipe
     rowwise = rec.name == "fp8_rowwise"
-    out = _mm(_cast(x, rec.x.fmt, rowwise), _cast(w, rec.w.fmt, rowwise), rowwise)
-    return out, (x, w)
+    xq, wq = _cast(x, rec.x.fmt, rowwise), _cast(w, rec.w.fmt, rowwise)
+    out = _mm(xq, wq, rowwise)
+    return out, ((x, w) if rowwise else (*xq, *wq))
 
 
 def backward(gemm: QuantizedGemm, dy: torch.Tensor, saved):
-    x, w = saved
     rec = gemm.recipe
-    rowwise = rec.name == "fp8_rowwise"
-    # dgrad dX = dY . W: contraction over the output features (W^T's rows)
-    dx = _mm(_cast(dy, rec.dy.fmt, rowwise), _cast(w.t().contiguous(), rec.w.fmt, rowwise), rowwise)
-    # wgrad dW = dY^T . X: contraction over the tokens
-    dw = _mm(
-        _cast(dy.t().contiguous(), rec.dy.fmt, rowwise),
-        _cast(x.t().contiguous(), rec.x.fmt, rowwise),
-        rowwise,
-    )
+    if rec.name == "fp8_rowwise":
+        x, w = saved
+        # dgrad dX = dY . W: contraction over the output features (W^T's rows)
+        dx = _mm(_cast(dy, rec.dy.fmt, True), _cast(w.t(), rec.w.fmt, True), True)
+        # wgrad dW = dY^T . X: contraction over the tokens
+        dw = _mm(_cast(dy.t(), rec.dy.fmt, True), _cast(x.t(), rec.x.fmt, True), True)
+        return dx, dw
+    xd, xs, wd, ws = saved
+    dyq = _cast(dy, rec.dy.fmt, False)
+    dx = _mm(dyq, _transposed((wd, ws)), False)
+    dw = _mm(_transposed(dyq), _transposed((xd, xs)), False)
     return dx, dw

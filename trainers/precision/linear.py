@@ -36,7 +36,8 @@ class _Delayed:
 
     def update(self, amax: torch.Tensor) -> None:
         if bool(torch.isfinite(amax) & (amax > 0)):
-            self.history[self.step % len(self.history)] = amax
+            # a Python float: the history stays on the CPU whatever device amax is on
+            self.history[self.step % len(self.history)] = amax.item()
             self.step += 1
             self.scale = float(self.fmax / self.history.max() / 2.0**self.margin)
 
@@ -116,13 +117,20 @@ class QuantizedGemm:
 
 class _QuantizedLinear(torch.autograd.Function):
     # Inside, autocast is off on both device types: the GEMMs run on the fake-quantized
-    # FP32 operands with FP32 accumulation (or on real FP8 operands).
+    # FP32 operands with FP32 accumulation (or on real FP8 operands). On CUDA the inputs
+    # are not cast to FP32 on the way in: the real FP8 path casts a BF16 activation to
+    # float8 without an FP32 copy (same values: BF16 to FP32 is exact).
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    @torch.amp.custom_fwd(device_type="cuda")
     @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
     def forward(ctx, x, weight, bias, gemm: QuantizedGemm):
+        with torch.autocast("cuda", enabled=False):
+            return _QuantizedLinear._forward(ctx, x, weight, bias, gemm)
+
+    @staticmethod
+    def _forward(ctx, x, weight, bias, gemm: QuantizedGemm):
         shape = x.shape
-        x2 = x.reshape(-1, shape[-1]).float()
+        x2 = x.reshape(-1, shape[-1])
         w = weight.float()
         ctx.gemm, ctx.has_bias, ctx.shape = gemm, bias is not None, shape
         if gpu.use_real_fp8(gemm, x2):
@@ -130,6 +138,7 @@ class _QuantizedLinear(torch.autograd.Function):
             ctx.save_for_backward(*saved)
             ctx.real = True
         else:
+            x2 = x2.float()
             xq, wq = gemm.quantize_factored(x2, "x"), gemm.quantize_factored(w, "w")
             ctx.save_for_backward(x2, w)
             ctx.quantized = (xq, wq)
@@ -143,6 +152,11 @@ class _QuantizedLinear(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dy):
+        with torch.autocast("cuda", enabled=False):
+            return _QuantizedLinear._backward(ctx, dy)
+
+    @staticmethod
+    def _backward(ctx, dy):
         gemm: QuantizedGemm = ctx.gemm
         dy2 = dy.reshape(-1, dy.shape[-1]).float()
         if ctx.real:

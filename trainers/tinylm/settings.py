@@ -65,14 +65,22 @@ class TinyLMSettings(BaseModel):
     # Save a checkpoint in the run's folder every this many evals and resume from it when
     # the run starts again (a preempted or requeued cluster job). None: never.
     checkpoint_every_evals: int | None = Field(None, ge=1)
+    # Where the run trains. On CUDA devices of compute capability 9.0 or more (Hopper),
+    # fp8_tensorwise and fp8_rowwise run real FP8 GEMMs; other recipes are emulated on
+    # the device. Part of the run key: a GPU run's numerics differ from a CPU run's.
+    device: Literal["cpu", "cuda"] = "cpu"
 
     @model_serializer(mode="wrap")
-    def _drop_unset_checkpointing(self, handler):
-        # Unset, it is left out of the dump, so run keys of campaigns that never set it
-        # stay what they were before the setting existed.
+    def _drop_defaults_added_later(self, handler):
+        # Settings added after the first campaigns are left out of the dump while they
+        # hold their defaults, so run keys of campaigns that never set them stay what
+        # they were before the settings existed.
         data = handler(self)
-        if isinstance(data, dict) and data.get("checkpoint_every_evals") is None:
-            data.pop("checkpoint_every_evals", None)
+        if isinstance(data, dict):
+            if data.get("checkpoint_every_evals") is None:
+                data.pop("checkpoint_every_evals", None)
+            if data.get("device") == "cpu":
+                data.pop("device", None)
         return data
 
     @model_validator(mode="after")

@@ -22,19 +22,30 @@ from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 EVAL_BATCH = 256
 
 
-def _autocast():
+def _autocast(device: torch.device):
     # Everything that is not a quantized GEMM input runs in the BF16 reference precision.
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def _device(cfg: TinyLMSettings) -> torch.device:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "trainer.device is 'cuda' but this worker sees no CUDA device "
+            "(torch.cuda.is_available() is False); run it where a GPU is (backend num_gpus / "
+            "gpus_per_node) or set trainer.device: cpu"
+        )
+    return torch.device(cfg.device)
 
 
 @torch.no_grad()
 def evaluate(model: TinyLM, eval_set: EvalSet) -> dict[str, float]:
     model.eval()
-    seqs = torch.from_numpy(eval_set.tokens)
+    device = next(model.parameters()).device
+    seqs = torch.from_numpy(eval_set.tokens).to(device)
     total, count = 0.0, 0
     for i in range(0, len(seqs), EVAL_BATCH):
         chunk = seqs[i : i + EVAL_BATCH]
-        with _autocast():
+        with _autocast(device):
             loss = model(chunk[:, :-1], chunk[:, 1:])
         total += float(loss) * chunk.shape[0]
         count += chunk.shape[0]
@@ -56,6 +67,7 @@ class TinyLMTrainer:
         start = time.monotonic()
         cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
         hp = TinyLMHParams.model_validate(spec.hparams)
+        device = _device(cfg)
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(spec.seed)
         data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed)
@@ -64,7 +76,7 @@ class TinyLMTrainer:
         model = TinyLM(
             cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed),
             residual=residual_quantizer(recipe), per_layer=True,
-        )
+        ).to(device)
         decay, no_decay = [], []
         for name, p in model.named_parameters():
             (decay if p.dim() >= 2 and "pos" not in name and "tok" not in name else no_decay).append(p)
@@ -105,12 +117,12 @@ class TinyLMTrainer:
                 tokens, next_eval, metric, evals = loop["tokens"], loop["next_eval"], loop["metric"], loop["evals"]
             checkpoint.note_start(folder, tokens)
         while tokens < spec.budget.max_tokens:
-            batch = torch.from_numpy(data.next(spec.batch_size))
+            batch = torch.from_numpy(data.next(spec.batch_size)).to(device)
             for group in opt.param_groups:
                 group["lr"] = lr_at(tokens, hp)
             # count numeric telemetry only on the last steps before an eval
             telemetry.active = next_eval - tokens <= cfg.telemetry_steps * tokens_per_step
-            with _autocast():
+            with _autocast(device):
                 loss = model(batch[:, :-1], batch[:, 1:])
             if not math.isfinite(loss.item()):
                 return result(RunStatus.diverged, metric, f"non-finite training loss at {tokens} tokens")

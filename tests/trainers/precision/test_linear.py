@@ -228,3 +228,23 @@ def test_bf16_last_blocks_and_residual_ablation():
     assert torch.equal(x.grad, torch.ones_like(x))  # straight through
     ref = residual_quantizer(resolve_recipe("bf16", {"quantize_residual": True}))
     assert torch.equal(ref(x).detach(), x.detach().bfloat16().float())
+
+
+@pytest.mark.parametrize("rowwise", [False, True])
+def test_real_fp8_cast_of_a_bf16_activation_equals_the_cast_of_its_fp32_copy(rowwise):
+    """The real path casts BF16 activations without an FP32 copy; the product with the
+    scale must still be formed in FP32 (one rounding, to float8), as the emulation does."""
+    from trainers.precision import gpu
+
+    x = (torch.randn(64, 96, generator=torch.Generator().manual_seed(2)) * 37).bfloat16()
+    for fmt in ("e4m3", "e5m2"):
+        data, scale = gpu._cast(x, fmt, rowwise)
+        ref_data, ref_scale = gpu._cast(x.float(), fmt, rowwise)
+        assert data.dtype == ref_data.dtype and torch.equal(data.view(torch.uint8), ref_data.view(torch.uint8))
+        assert torch.equal(scale, ref_scale)
+        # and it is the emulation's grid: dequantized, what `quantize` gives (up to the
+        # FP32 rounding of multiplying by 1/s instead of dividing by s)
+        deq = data.float() * scale
+        ref = quantize(x.float(), fmt, block=x.shape[-1] if rowwise else None,
+                       scale_mode="pow2" if rowwise else "fp32")
+        assert torch.allclose(deq, ref, rtol=2**-22, atol=0)

@@ -1,0 +1,121 @@
+"""The GPU path, on a CUDA device of compute capability 9.0 or more (Hopper): by default
+`fp8_tensorwise` and `fp8_rowwise` run real FP8 GEMMs (`torch._scaled_mm`) that agree
+with the emulation, other recipes run emulated on the device, and the tiny LM trains
+to target there. Skipped, with the reason, where no such device is present (CI has
+none); run on an H200 with the command in benchmarks/RESULTS.md."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sweeps.expand import expand
+from sweeps.spec import parse_campaign
+from trainers.contract import RunStatus
+from trainers.precision.linear import QuantizedGemm
+from trainers.recipes import resolve_recipe
+from trainers.tinylm.train import TinyLMTrainer
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a CUDA device of compute capability 9.0 or more")
+
+
+def _problem(device, m=256, k=128, n=96, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    ts = (torch.randn(m, k, generator=gen), torch.randn(n, k, generator=gen) * 0.1,
+          torch.randn(n, generator=gen), torch.randn(m, n, generator=gen))
+    return tuple(t.to(device) for t in ts)
+
+
+def _run(gemm, x, w, b, dy):
+    x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
+    out = gemm(x, w, b)
+    out.backward(dy)
+    return [t.detach().double().cpu() for t in (out, x.grad, w.grad)]
+
+
+def _rel(a, ref):
+    return float((a - ref).norm() / ref.norm())
+
+
+@pytest.mark.parametrize("name", ["fp8_tensorwise", "fp8_rowwise"])
+def test_real_fp8_gemms_by_default_agree_with_the_emulation(name, monkeypatch):
+    calls = []
+    scaled_mm = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: calls.append(a[0].dtype) or scaled_mm(*a, **k))
+    recipe = resolve_recipe(name)
+    problem = _problem("cuda")
+    real = _run(QuantizedGemm(recipe), *problem)
+    assert len(calls) == 3 and all(d in (torch.float8_e4m3fn, torch.float8_e5m2) for d in calls)
+    emulated = _run(QuantizedGemm(recipe, real_fp8=False), *problem)
+    assert len(calls) == 3
+    on_cpu = _run(QuantizedGemm(recipe), *_problem("cpu"))
+    for r, e, c in zip(real, emulated, on_cpu):
+        # same FP8 operands: only the BF16 output rounding of the real GEMM differs
+        assert _rel(r, e) < 2**-7
+        # the emulation on the GPU is the CPU's up to summation order inside the BF16
+        # GEMM (about one BF16 step); different operands would differ by FP8 steps
+        assert _rel(e, c) < 2**-8
+
+
+@pytest.mark.parametrize("name, options", [
+    ("fp8_delayed", {}), ("mxfp8", {}), ("mor", {}),
+    # stochastic rounding draws from a generator on the tensor's device: other numbers
+    # than the CPU's, so the comparison with the CPU is made without it
+    ("nvfp4", {"stochastic_rounding": False}),
+])
+def test_emulated_recipes_run_on_the_gpu_as_on_the_cpu(name, options):
+    gpu = _run(QuantizedGemm(resolve_recipe(name, options), seed=3), *_problem("cuda"))
+    cpu = _run(QuantizedGemm(resolve_recipe(name, options), seed=3), *_problem("cpu"))
+    for g, c in zip(gpu, cpu):
+        # same scales and grids; an FP32 summation-order difference (the Hadamard
+        # transform, the GEMMs) can move an element across a rounding boundary, hence a
+        # bound well under one format step in norm, not equality
+        assert _rel(g, c) < 1e-2
+
+
+def test_stochastic_rounding_on_the_gpu_is_unbiased():
+    recipe = resolve_recipe("nvfp4")
+    gemm = QuantizedGemm(recipe, seed=3)
+    dy = torch.randn(512, 256, generator=torch.Generator().manual_seed(1)).cuda()
+    draws = torch.stack([gemm.quantize(dy, "dy") for _ in range(64)])
+    assert gemm.generator.device.type == "cuda"
+    assert not torch.equal(draws[0], draws[1])  # fresh draws each call
+    # the mean of 64 draws is closer to dy than one round-to-nearest quantization is
+    rne = QuantizedGemm(resolve_recipe("nvfp4", {"stochastic_rounding": False})).quantize(dy, "dy")
+    assert _rel(draws.mean(0).double().cpu(), dy.double().cpu()) < 0.5 * _rel(rne.double().cpu(), dy.double().cpu())
+
+
+def _quickstart_spec(recipe: str, seed: int = 0):
+    campaign = parse_campaign({
+        "name": "gpu", "trainer": {
+            "kind": "tinylm", "device": "cuda", "context": 16, "d_model": 64, "n_layers": 2, "n_heads": 4,
+            "data": {"source": "markov", "vocab": 32, "branching": 4, "noise": 0.01, "data_seed": 1234},
+        },
+        "target": {"metric": "eval_excess_loss", "mode": "min", "value": 0.4},
+        "budget": {"max_tokens": 2_000_000, "eval_every_tokens": 16384},
+        "recipes": [recipe], "batch_sizes": [32, 128], "seeds": 1,
+        "hparams": {32: {"lr": 0.01, "warmup_tokens": 100000}, 128: {"lr": 0.02, "warmup_tokens": 100000}},
+    })
+    return next(s for s in expand(campaign) if s.batch_size == 128)
+
+
+class _Recorder:
+    output_dir = None
+
+    def __init__(self):
+        self.points = []
+
+    def eval_point(self, point):
+        self.points.append(point)
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_tensorwise", "fp8_rowwise", "nvfp4"])
+def test_tiny_lm_trains_to_target_on_the_gpu(recipe):
+    spec = _quickstart_spec(recipe)
+    assert spec.trainer["device"] == "cuda"
+    rec = _Recorder()
+    result = TinyLMTrainer().train(spec, rec)
+    assert result.status is RunStatus.converged, result
+    assert rec.points[-1].metrics["eval_excess_loss"] <= 0.4
+    assert all(p.metrics["eval_excess_loss"] > 0.4 for p in rec.points[:-1])
