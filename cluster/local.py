@@ -14,6 +14,7 @@ from collections import deque
 from multiprocessing.connection import Connection, wait
 
 from cluster.backend import Done, Job
+from trainers.command.process import describe_exit
 
 
 def _die_with_parent() -> None:
@@ -100,7 +101,7 @@ class LocalBackend:
             except (EOFError, OSError):
                 pass
             w.proc.join(timeout=1)
-            done.append(Done(w.job.task_id, error=f"worker process died ({_describe_exit(w.proc.exitcode)})"))
+            done.append(Done(w.job.task_id, error=f"worker process died ({describe_exit(w.proc.exitcode)})"))
             w.job = None
             self._workers.remove(w)
         self._dispatch()
@@ -131,16 +132,3 @@ class LocalBackend:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "exit code unknown"
-    if code < 0:
-        import signal
-
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"

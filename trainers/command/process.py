@@ -31,15 +31,19 @@ class ProcessEnd:
     tail: list[str] = field(default_factory=list)
 
     def describe_exit(self) -> str:
-        code = self.exit_code
-        if code is None:
-            return "exit code unknown"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
+        return describe_exit(self.exit_code)
+
+
+def describe_exit(code: int | None) -> str:
+    """A process's exit status in words (a negative code is the signal that killed it)."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 class StopProcess(Exception):
