@@ -53,6 +53,36 @@ def time_rcpforge(runs: int, backend: dict) -> float:
     return wall
 
 
+def time_tracking_only(runs: int) -> float:
+    """The MLflow calls one run makes (create it, the worker's start, eval point, result
+    file, outcome), made serially in this one process, without any launch: how much of
+    rcpforge's per-run figure is the tracking store itself."""
+    from benchmarks.noop_trainer import NoopTrainer
+    from orchestrator.tracking import RunLog, Tracking
+    from sweeps.expand import expand
+    from sweeps.spec import parse_campaign
+
+    with tempfile.TemporaryDirectory() as folder:
+        campaign = parse_campaign(campaign_data(runs, {"kind": "local", "workers": 1}), Path(folder))
+        tracking = Tracking(campaign.tracking_uri)
+        experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
+        specs = expand(campaign)
+        start = time.perf_counter()
+        for spec in specs:
+            run_id = tracking.create_run(experiment_id, spec)
+            out = Path(folder) / spec.run_key
+            log = RunLog(campaign.tracking_uri, run_id, spec.target.metric, out)
+            log.start(1)
+            result = NoopTrainer().train(spec, log)
+            (out / "result.txt").write_text(":::MLLOG {}\n")
+            log.log_artifact(out / "result.txt")
+            log.finish(result)
+        tracking.ledger(experiment_id)
+        wall = time.perf_counter() - start
+    assert len(specs) == runs
+    return wall
+
+
 def _noop_trainable(config):
     return {"eval_loss": 0.0}
 
@@ -104,7 +134,8 @@ def main() -> None:
     parser.add_argument("--tune-plain", action="store_true",
                         help="Ray Tune with its defaults (a new actor per trial, loggers on) instead of tuned settings")
     parser.add_argument("--parts", default="tune,ray,local",
-                        help="comma-separated subset of tune, ray, local to measure (ratios need tune)")
+                        help="comma-separated subset of tune, ray, local, mlflow (the tracking calls alone, "
+                             "serial) to measure (ratios need tune)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     import ray
@@ -129,6 +160,8 @@ def main() -> None:
     ray.shutdown()
     if "local" in parts:
         report("rcpforge local", time_rcpforge(args.runs, {"kind": "local", "workers": args.workers}), args.runs)
+    if "mlflow" in parts:
+        report("mlflow alone", time_tracking_only(args.runs), args.runs)
 
 
 if __name__ == "__main__":
