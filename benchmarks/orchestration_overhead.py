@@ -3,11 +3,14 @@ rcpforge on the local and the Ray backend, side by side with Ray Tune running th
 no-op trainable (`tune.Tuner` with `num_samples`), all in this one run.
 
     PYTHONPATH=. python benchmarks/orchestration_overhead.py [--runs 1000] [--workers 2]
+        [--tune-runs N] [--tune-plain] [--parts tune,ray,local,mlflow]
 
 rcpforge's figure includes what a campaign does for every run: an MLflow run created
 with its tags and params, the worker's status updates, its eval point and final metrics,
 the ledger read. Ray's start-up (about 5 s) is paid once before any timing, by both Ray
-figures. Per-run overhead = wall time / runs.
+figures. Per-run overhead = wall time / runs. Ray Tune runs with the settings a user
+would pick for many short trials (`tune_settings`, printed), or its defaults with
+`--tune-plain`.
 """
 
 from __future__ import annotations
