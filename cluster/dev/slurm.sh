@@ -195,7 +195,7 @@ stop() {
     # The accounting daemons, where an accounting start left them running.
     for pidfile in "$STATE/slurmdbd.pid" "$STATE/mysql/mariadb.pid"; do
         if running "$pidfile"; then
-            kill "$(cat "$pidfile")" 2>/dev/null || true
+            kill "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null || true
             for _ in $(seq 1 40); do running "$pidfile" || break; sleep 0.25; done
         fi
     done
