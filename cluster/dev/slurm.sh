@@ -20,7 +20,7 @@ CONF=/etc/slurm/slurm.conf
 STATE=/var/lib/rcpforge-slurm
 LOGS=/var/log/rcpforge-slurm
 
-running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+running() { [ -s "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null; }
 
 install_packages() {
     local wanted="slurm-wlm munge"
