@@ -1,6 +1,7 @@
 """Asking Slurm, cheaply (plain subprocess calls, no submitit): is it there, which
-partitions does it have, and job states without an accounting database (`squeue -t
-all` lists finished jobs too, for Slurm's MinJobAge, 300 s by default)."""
+partitions does it have, and job states: `squeue -t all` (live jobs, and finished ones
+for Slurm's MinJobAge, 300 s by default), then, for the jobs squeue no longer lists,
+`sacct` where the cluster has an accounting database (slurmdbd)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ ENDED = frozenset({
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
-    """Job id (`123` or `123_4`) -> Slurm state, for the jobs Slurm still lists."""
+    """Job id (`123` or `123_4`) -> Slurm state, for the jobs Slurm still lists or its
+    accounting database remembers."""
     if not job_ids or shutil.which("squeue") is None:
         return {}
     bases = sorted({j.split("_")[0] for j in job_ids})
@@ -27,10 +29,33 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
         ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(bases), "-o", "%i|%T"],
         capture_output=True, text=True, timeout=30,
     )
+    states = _parse(proc.stdout)
+    forgotten = sorted({j.split("_")[0] for j in job_ids if j not in states})
+    # squeue is the live view; sacct only answers for what it has dropped.
+    return {**sacct_states(forgotten), **states} if forgotten else states
+
+
+def sacct_states(bases: list[str]) -> dict[str, str]:
+    """Job id -> state from the accounting database; empty without one (`sacct` then
+    exits non-zero: accounting storage disabled)."""
+    if not bases or shutil.which("sacct") is None:
+        return {}
+    try:
+        # -j without -S searches from the epoch; -X: the job, not its steps.
+        proc = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(bases), "-o", "JobID,State"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return _parse(proc.stdout) if proc.returncode == 0 else {}
+
+
+def _parse(text: str) -> dict[str, str]:
+    """`ID|STATE` lines; a state may carry words after it (`CANCELLED by 0`)."""
     states = {}
-    for line in proc.stdout.splitlines():
+    for line in text.splitlines():
         job_id, _, state = line.partition("|")
-        states[job_id.strip()] = state.strip()
+        if state.strip():
+            states[job_id.strip()] = state.split()[0]
     return states
 
 

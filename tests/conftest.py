@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,3 +56,48 @@ def missing_service(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI must provide it: see .ci/run)")
     pytest.skip(reason)
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str  # http://127.0.0.1:PORT
+    backend_uri: str  # postgresql+psycopg2://user:PASSWORD@127.0.0.1:PORT/db
+
+    @property
+    def password(self) -> str:
+        return self.backend_uri.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server():
+    """The PostgreSQL-backed MLflow tracking server, started once per session by
+    `cluster/dev/mlflow_server.sh` (or reused: RCPF_TEST_TRACKING_URL and
+    RCPF_TEST_BACKEND_URI name a running one) and stopped if this session started it.
+    Shared by the reliability and the cluster tests; where it cannot start, CI fails
+    and elsewhere the test skips, with the reason (`missing_service`)."""
+    if os.environ.get("RCPF_TEST_TRACKING_URL") and os.environ.get("RCPF_TEST_BACKEND_URI"):
+        yield Server(os.environ["RCPF_TEST_TRACKING_URL"], os.environ["RCPF_TEST_BACKEND_URI"])
+        return
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        missing_service("psycopg2 is not installed (pip install -e '.[test]')")
+    script = ROOT / "cluster" / "dev" / "mlflow_server.sh"
+    folder = Path(tempfile.mkdtemp(prefix="rcpforge-mlflow-test-"))
+    env = {**os.environ, "RCPF_MLFLOW_DIR": str(folder), "RCPF_MLFLOW_PORT": str(_free_port()),
+           "RCPF_PG_PORT": str(_free_port()), "PYTHON": sys.executable}
+    env.pop("RCPF_PG_PASSWORD", None)
+    started = subprocess.run(["bash", str(script), "start"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        if started.returncode != 0:
+            missing_service(f"mlflow_server.sh start failed: {started.stderr.strip()[-500:]}")
+        yield Server(f"http://127.0.0.1:{env['RCPF_MLFLOW_PORT']}", (folder / "backend_uri").read_text().strip())
+    finally:
+        subprocess.run(["bash", str(script), "stop"], env=env, capture_output=True, timeout=120)
+        subprocess.run(["rm", "-rf", str(folder)], check=False)

@@ -1,0 +1,74 @@
+"""Ray and Slurm workers logging to the PostgreSQL-backed MLflow tracking server (the
+`mlflow_server` fixture): a clean ledger, the records really in PostgreSQL, and no
+schema change by anyone but the orchestrator, once, before the campaign's experiment
+exists (so before any worker starts)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from mlflow import MlflowClient
+
+from sweeps.spec import load_campaign
+from tests.cluster import pg_audit
+from tests.cluster.helpers import assert_clean_ledger
+from tests.conftest import run_cli
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+
+RUNS = 2  # one seed on each of the tiny campaign's two batch sizes
+
+
+def _run(tmp_path, name: str, backend: dict, uri: str):
+    data = tiny_campaign(name=name, recipes=["bf16"], seeds=1, backend=backend, tracking={"uri": uri})
+    path = write_campaign(tmp_path, data)
+    proc = run_cli("run", str(path), "--backend", backend["kind"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"launched {RUNS} runs; {RUNS} converged" in proc.stdout, proc.stdout
+    campaign = load_campaign(path)
+    assert_clean_ledger(campaign, n_keys=RUNS)
+    return campaign
+
+
+def _runs_in_postgres(backend_uri: str, experiment_name: str) -> int:
+    rows = pg_audit.query(backend_uri, "SELECT count(*) FROM runs JOIN experiments USING (experiment_id) "
+                                       "WHERE experiments.name = %s", (experiment_name,))
+    return rows[0][0]
+
+
+@pytest.fixture
+def backend(request):
+    kind = request.param
+    if kind == "ray":
+        return {"kind": "ray", "num_cpus": 1, "address": request.getfixturevalue("ray_address")}
+    request.getfixturevalue("slurm")
+    return {"kind": "slurm", "time_min": 10, "array_parallelism": 2}
+
+
+@pytest.mark.parametrize("backend", ["ray", "slurm"], indirect=True)
+def test_workers_log_to_the_postgresql_tracking_server(backend, mlflow_server, tmp_path):
+    pg_audit.install(mlflow_server.backend_uri)
+    name = f"pgserver_{backend['kind']}"
+    campaign = _run(tmp_path, name, backend, mlflow_server.url)
+    assert campaign.tracking_uri.startswith("http://")
+    assert _runs_in_postgres(mlflow_server.backend_uri, name) == RUNS
+    # The server's database was migrated once when it started (mlflow_server.sh); over
+    # HTTP neither the orchestrator nor a worker can change its schema, and none did.
+    assert pg_audit.recorded(mlflow_server.backend_uri) == []
+
+
+def test_on_a_fresh_database_only_the_orchestrator_creates_the_schema(mlflow_server, ray_address, tmp_path):
+    """The tracking URI names the PostgreSQL database itself, so every worker opens it
+    directly and could migrate it: the schema must exist, made once, before
+    the campaign's experiment is created, which is before any run is launched."""
+    with pg_audit.fresh_database(mlflow_server.backend_uri) as uri:
+        campaign = _run(tmp_path, "pgfresh_ray", {"kind": "ray", "num_cpus": 1, "address": ray_address}, uri)
+        ddl = pg_audit.recorded(uri)
+        experiment = MlflowClient(tracking_uri=uri).get_experiment_by_name(campaign.name)
+    created = Counter(d.object for d in ddl if d.tag == "CREATE TABLE")
+    assert "public.runs" in created and "public.metrics" in created, created
+    assert set(created.values()) == {1}, f"tables created more than once: {created}"
+    # MLflow's own migration uses two sessions (create_all, then alembic); what matters
+    # is that it all happened before the experiment, hence before any worker existed.
+    late = [d for d in ddl if int(d.at.timestamp() * 1000) > experiment.creation_time]
+    assert late == [], f"{len(late)} DDL commands after the experiment was created, first: {late[:3]}"
