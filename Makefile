@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo test clean slurm-up slurm-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis
+.PHONY: install demo test clean slurm-up slurm-up-accounting slurm-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(STAMP)
 slurm-up:
 	cluster/dev/slurm.sh start
 
+# The same with slurmdbd on a private MariaDB: `rcpforge status` reads sacct's job states.
+slurm-up-accounting:
+	RCPF_SLURM_ACCOUNTING=1 cluster/dev/slurm.sh start
+
 slurm-down:
 	cluster/dev/slurm.sh stop
 
@@ -38,6 +42,9 @@ bench-recipes: $(STAMP)
 
 bench-analysis: $(STAMP)
 	$(BIN)/python benchmarks/analysis_scale.py --runs 100000
+
+bench-overhead: $(STAMP)
+	$(BIN)/python benchmarks/orchestration_overhead.py --runs 1000 --tune-runs 1000
 
 clean:
 	rm -rf $(VENV) demo-out sweeps/examples/rcpforge-mlflow.db sweeps/examples/mlartifacts sweeps/examples/.rcpforge \
