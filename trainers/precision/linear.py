@@ -9,6 +9,7 @@ NVFP4 1x16) quantize the transposed copy again from the high-precision tensor.""
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -16,7 +17,9 @@ import torch.nn.functional as F
 
 from trainers.precision import gpu
 from trainers.precision.hadamard import hadamard_last_dim
-from trainers.precision.quantize import Quantized, fake_quant_factored, mor_quantize, quantize_with_scale
+from trainers.precision.quantize import (
+    Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_with_scale,
+)
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
 
@@ -34,8 +37,8 @@ class _Delayed:
         self.step = 0
         self.scale = 1.0
 
-    def update(self, amax: torch.Tensor) -> None:
-        if bool(torch.isfinite(amax) & (amax > 0)):
+    def update(self, amax: float) -> None:
+        if math.isfinite(amax) and amax > 0:
             self.history[self.step % len(self.history)] = amax
             self.step += 1
             self.scale = float(self.fmax / self.history.max() / 2.0**self.margin)
@@ -98,7 +101,7 @@ class QuantizedGemm:
             fmax = 448.0 if q.fmt == "e4m3" else 57344.0
             state = self._delayed[which] = _Delayed(fmax, opts.amax_history_len, opts.margin)
         out, counts = quantize_with_scale(t, q.fmt, state.scale, counts=tel is not None)
-        state.update(t.detach().abs().amax().float())
+        state.update(abs_max(t.detach()))
         if tel is not None:
             tel.add(which, counts)
         return out
@@ -159,7 +162,7 @@ def _mm(a: Quantized, b: Quantized) -> torch.Tensor:
     the output rounded to BF16 as a hardware low-precision GEMM does; the per-tensor
     FP32 factors are applied to the output); others in FP32."""
     if a.exact and b.exact:
-        out = (a.core.bfloat16() @ b.core.bfloat16().t()).float()
+        out = (a.bf16() @ b.bf16().t()).float()
         factor = a.multiplier * b.multiplier / (a.divisor * b.divisor)
         return out.mul_(factor) if factor != 1.0 else out
     return a.dequant() @ b.dequant().t()

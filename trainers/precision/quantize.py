@@ -3,7 +3,8 @@ saturated and flushed values for telemetry. `quantize` is the public entry point
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -42,9 +43,9 @@ def _counts(y: torch.Tensor, fmt: str, q: torch.Tensor) -> Counts:
     )
 
 
-def _round(y, fmt, rounding, generator, want_counts) -> tuple[torch.Tensor, Counts | None]:
+def _round(y, fmt, rounding, generator, want_counts, saturate=True) -> tuple[torch.Tensor, Counts | None]:
     if rounding == "rne" and not want_counts:
-        return round_inplace_ok(y, fmt), None  # y is a temporary: round it in place
+        return round_inplace_ok(y, fmt, saturate), None  # y is a temporary: round it in place
     q = round_to_format(y, fmt, rounding, generator)
     return q, (_counts(y, fmt, q) if want_counts else None)
 
@@ -61,6 +62,13 @@ class Quantized:
     divisor: float = 1.0
     multiplier: float = 1.0
     exact: bool = True
+    # `core` cast to BF16, made once: the forward and wgrad GEMMs share an operand
+    _bf16: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def bf16(self) -> torch.Tensor:
+        if self._bf16 is None:
+            self._bf16 = self.core.bfloat16()
+        return self._bf16
 
     def dequant(self) -> torch.Tensor:
         out = self.core
@@ -71,16 +79,25 @@ class Quantized:
         return out
 
     def t(self) -> Quantized:
-        return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact)
+        cast = self._bf16.t() if self._bf16 is not None else None
+        return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact, cast)
 
 
 def quantize_with_scale(
     x: torch.Tensor, fmt: str, scale: float, *, rounding: str = "rne",
-    generator: torch.Generator | None = None, counts: bool = False,
+    generator: torch.Generator | None = None, counts: bool = False, in_range: bool = False,
 ) -> tuple[Quantized, Counts | None]:
-    """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed)."""
-    q, c = _round(x.float() * scale, fmt, rounding, generator, counts)
+    """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed).
+    `in_range`: the scale is fmax / amax(x) for a finite amax, so no value needs the
+    saturating clamp (the largest lands within FP32 rounding of the max)."""
+    q, c = _round(x.float() * scale, fmt, rounding, generator, counts, saturate=not in_range)
     return Quantized(q, divisor=scale), c
+
+
+def abs_max(x: torch.Tensor) -> float:
+    """max |x| without materializing |x| (two reductions instead of a full extra pass);
+    NaN if x holds a NaN."""
+    return max(float(x.amax()), -float(x.amin()))
 
 
 def fake_quant_factored(
@@ -100,8 +117,11 @@ def fake_quant_factored(
     nvfp4 = scale_mode.startswith("nvfp4")
     if block is None and not nvfp4:
         # tensorwise: FP32 current scaling (E8M0 modes do not apply to one tensor scale)
-        s = tensor_scale(float(x.abs().amax()), f.max, scale_mode == "pow2")
-        return quantize_with_scale(x, fmt, s, rounding=rounding, generator=generator, counts=counts)
+        amax = abs_max(x)
+        s = tensor_scale(amax, f.max, scale_mode == "pow2")
+        in_range = math.isfinite(amax) and math.isfinite(s)
+        return quantize_with_scale(x, fmt, s, rounding=rounding, generator=generator, counts=counts,
+                                   in_range=in_range)
     g = Grouped(x, block if block is not None else x.shape[-1])  # nvfp4, block None: per row
     amax = g.amax()
     if scale_mode in ("fp32", "pow2"):
