@@ -78,6 +78,14 @@ class Quantized:
             out = out * self.multiplier
         return out
 
+    def split(self, rows: int) -> tuple[Quantized, Quantized]:
+        """The first `rows` rows and the rest (each contiguous when `core` is)."""
+        parts = []
+        for sl in (slice(None, rows), slice(rows, None)):
+            cast = self._bf16[sl] if self._bf16 is not None else None
+            parts.append(Quantized(self.core[sl], self.divisor, self.multiplier, self.exact, cast))
+        return parts[0], parts[1]
+
     def t(self) -> Quantized:
         cast = self._bf16.t() if self._bf16 is not None else None
         return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact, cast)
