@@ -52,47 +52,60 @@ def _rne(y: torch.Tensor, f: ElementFormat, inplace: bool = False, saturate: boo
     grid spacing at y. The float32 sum y + C lies in the binade whose spacing is exactly
     ulp, so the addition itself rounds y to the grid, half to even (C / ulp is even),
     and the subtraction is exact. A value that rounds to zero comes back as +0, so the
-    sign bit is or-ed back in (copysign is 3x slower on CPU). On CPU this is several times faster than casting to float8 and
-    back (and than divide, round, multiply), and it covers E2M1, which torch cannot cast
-    to. With `inplace`, y (a float32 temporary) is clamped in place. `saturate=False`
+    sign bit is or-ed back in (copysign is 3x slower on CPU). On CPU this is several
+    times faster than casting to float8 and back (and than divide, round, multiply), and
+    it covers E2M1, which torch cannot cast to. With `inplace`, y (a float32 temporary) is clamped in place. `saturate=False`
     skips the clamp for values known to be finite and below the max plus half an ulp
     there (they round to at most the max)."""
     if saturate:  # NaN stays NaN, inf saturates
         y = y.clamp_(-f.max, f.max) if inplace else y.clamp(-f.max, f.max)
-    c = _magic(y, f)
+    c = _spacing(y, f, ((23 - f.mbits) << 23) + _HALF_MANTISSA)
     r = (y + c).sub_(c)
-    r.view(torch.int32).bitwise_or_(y.view(torch.int32) & _SIGN)
+    _or_sign(r, y)
     return r
-
-
-def _magic(y: torch.Tensor, f: ElementFormat) -> torch.Tensor:
-    """C = 1.5 * 2^23 * ulp(y), with ulp the format's grid spacing at |y| (the subnormal
-    spacing below the normals), built from y's float32 exponent bits."""
-    bits = y.view(torch.int32) & _EXPONENT
-    bits.clamp_(min=(f.emin + 127) << 23).add_(((23 - f.mbits) << 23) + _HALF_MANTISSA)
-    return bits.view(torch.float32)
 
 
 _EXPONENT = 0x7F800000
 _SIGN = -0x80000000  # 0x80000000 as an int32
 _HALF_MANTISSA = 0x400000  # the mantissa of 1.5
+_CONSTANTS: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
-def _ulp(a: torch.Tensor, f: ElementFormat) -> torch.Tensor:
-    """Grid spacing of the format at |value| a >= 0 (the subnormal spacing below the
-    normals), from the float32 exponent bits (torch.frexp is 10x slower on CPU)."""
-    e = (a.view(torch.int32) >> 23).clamp_(min=f.emin + 127)
-    return ((e - f.mbits) << 23).view(torch.float32)
+def _i32(value: int, like: torch.Tensor) -> torch.Tensor:
+    """value as a 0-dim int32 tensor on like's device, made once: an int op with a Python
+    int converts the int to a tensor on every call (a copy each time)."""
+    key = (value, like.device)
+    const = _CONSTANTS.get(key)
+    if const is None:
+        const = _CONSTANTS[key] = torch.tensor(value, dtype=torch.int32, device=like.device)
+    return const
+
+
+def _spacing(y: torch.Tensor, f: ElementFormat, offset: int) -> torch.Tensor:
+    """The float32 whose bits are those of 2^e plus `offset`, e the exponent of |y|
+    lifted to the format's smallest normal exponent: with offset ((23 - m) << 23) + 1.5's
+    mantissa it is C = 1.5 * 2^23 * ulp, with -(m << 23) the ulp itself (the format's
+    grid spacing at |y|, the subnormal spacing below the normals). From y's float32
+    exponent bits (torch.frexp is 10x slower on CPU)."""
+    bits = torch.bitwise_and(y.view(torch.int32), _i32(_EXPONENT, y))
+    bits.clamp_(min=_i32((f.emin + 127) << 23, y)).add_(_i32(offset, y))
+    return bits.view(torch.float32)
+
+
+def _or_sign(r: torch.Tensor, y: torch.Tensor) -> None:
+    """Give r (holding +0 or positive values, or NaN) the signs of y, in place."""
+    r.view(torch.int32).bitwise_or_(torch.bitwise_and(y.view(torch.int32), _i32(_SIGN, y)))
 
 
 def stochastic_round(y: torch.Tensor, f: ElementFormat, generator: torch.Generator | None) -> torch.Tensor:
     """Round to one of the two neighbouring grid points with probability proportional to
     closeness, so the expected value is y (before saturation)."""
     a = y.abs()
-    ulp = _ulp(a, f)
+    ulp = _spacing(a, f, -(f.mbits << 23))
     u = torch.rand(a.shape, generator=generator, dtype=torch.float32, device=a.device)
     q = torch.floor(a / ulp + u).mul_(ulp).clamp_(max=f.max)
-    return q.copysign_(y)
+    _or_sign(q, y)  # q >= +0: the same as copysign
+    return q
 
 
 def round_to_format(

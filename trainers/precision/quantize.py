@@ -196,7 +196,7 @@ def fake_quant_tensorwise(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def mor_quantize(
     x: torch.Tensor, threshold: float, block: int | None
-) -> tuple[torch.Tensor, torch.Tensor, int]:
+) -> tuple[torch.Tensor, torch.Tensor | int, int]:
     """Mixture of Representations: E4M3 with current scaling (per tensor or per 1-D
     block), kept where the relative error ||Q - T|| / ||T|| is at most `threshold`,
     BF16 elsewhere. Returns (values, units kept in FP8, units)."""
@@ -204,9 +204,8 @@ def mor_quantize(
     if block is None:
         q = fake_quant(x, "e4m3", None, "fp32")[0]
         err, ref = (q - x).norm(), x.norm()
-        keep = err <= threshold * ref
-        out = torch.where(keep, q, x.bfloat16().float())
-        return out, keep.sum(), 1
+        keep = bool(err <= threshold * ref)  # one choice: compute only the kept form
+        return (q if keep else x.bfloat16().float()), int(keep), 1
     g = Grouped(x, block)
     s = block_fp32_scale(g.amax(), 448.0)
     q = round_inplace_ok(g.view * s, "e4m3").div_(s)
