@@ -103,7 +103,7 @@ def stochastic_round(y: torch.Tensor, f: ElementFormat, generator: torch.Generat
     a = y.abs()
     ulp = _spacing(a, f, -(f.mbits << 23))
     u = torch.rand(a.shape, generator=generator, dtype=torch.float32, device=a.device)
-    q = torch.floor(a / ulp + u).mul_(ulp).clamp_(max=f.max)
+    q = a.div_(ulp).add_(u).floor_().mul_(ulp).clamp_(max=f.max)  # in a's memory
     _or_sign(q, y)  # q >= +0: the same as copysign
     return q
 

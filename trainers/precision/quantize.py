@@ -62,8 +62,10 @@ class Quantized:
     divisor: float = 1.0
     multiplier: float = 1.0
     exact: bool = True
-    # `core` cast to BF16, made once: the forward and wgrad GEMMs share an operand
+    # `core` cast to BF16 and the dequantized tensor, each made once: the forward and
+    # wgrad GEMMs (or dgrad and wgrad) share an operand
     _bf16: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _deq: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     def bf16(self) -> torch.Tensor:
         if self._bf16 is None:
@@ -71,24 +73,29 @@ class Quantized:
         return self._bf16
 
     def dequant(self) -> torch.Tensor:
-        out = self.core
-        if self.divisor != 1.0:
-            out = out / self.divisor
-        if self.multiplier != 1.0:
-            out = out * self.multiplier
-        return out
+        if self._deq is None:
+            out = self.core
+            if self.divisor != 1.0:
+                out = out / self.divisor
+            if self.multiplier != 1.0:
+                out = out * self.multiplier
+            self._deq = out
+        return self._deq
+
+    def _derived(self, core: torch.Tensor, view) -> Quantized:
+        """The same quantization of a view of core (rows, or the transpose)."""
+        cast = view(self._bf16) if self._bf16 is not None else None
+        deq = view(self._deq) if self._deq is not None else None
+        return Quantized(core, self.divisor, self.multiplier, self.exact, cast, deq)
 
     def split(self, rows: int) -> tuple[Quantized, Quantized]:
         """The first `rows` rows and the rest (each contiguous when `core` is)."""
-        parts = []
-        for sl in (slice(None, rows), slice(rows, None)):
-            cast = self._bf16[sl] if self._bf16 is not None else None
-            parts.append(Quantized(self.core[sl], self.divisor, self.multiplier, self.exact, cast))
-        return parts[0], parts[1]
+        top, rest = slice(None, rows), slice(rows, None)
+        return (self._derived(self.core[top], lambda t: t[top]),
+                self._derived(self.core[rest], lambda t: t[rest]))
 
     def t(self) -> Quantized:
-        cast = self._bf16.t() if self._bf16 is not None else None
-        return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact, cast)
+        return self._derived(self.core.t(), lambda t: t.t())
 
 
 def quantize_with_scale(
