@@ -79,14 +79,19 @@ PLAIN_NVFP4 = {"nvfp4": {"stochastic_rounding": False, "hadamard": False, "weigh
 
 
 def test_expected_order_of_recipes_on_a_fixed_seed_set():
-    """NUMERICS.md's measured order on the tiny campaign with a tighter target (0.1 nat,
-    where quantization noise decides the last stretch): MXFP4 needs more tokens than
-    BF16 with every seed, NVFP4 more in total but fewer than MXFP4, FP8 tensorwise
-    within 10% of BF16 in total. Single tiny runs vary by +-15% between seeds, so the
-    totals are over four seeds; runs are bit-reproducible, so the seed set fixes the
-    outcome (seen when written: FP8 0.93x, NVFP4 1.04x, MXFP4 1.24x)."""
+    """The issue's order on a fixed seed set, with margins taken from BF16's own seed
+    spread: MXFP4 and NVFP4 need more tokens than BF16 (or fail to converge) with every
+    seed, more than the slowest BF16 seed, and in total by more than BF16's spread, while
+    FP8 tensorwise stays within that spread of BF16. The model is the tiny campaign at
+    d_model 16 with a tight target (0.1 nat): at that width FP4's quantization error
+    decides the last stretch (FP4 about 1.4-1.6x BF16), where at d_model 32 NVFP4 sat
+    within seed noise of BF16 (1.04x). Runs are bit-reproducible, so the seed set fixes
+    the outcome (seen when written: FP8 1.04x, MXFP4 1.42x, NVFP4 1.56x, the fastest FP4
+    run 1.2x the slowest BF16 run, BF16 spread 0.19)."""
     recipes = ["bf16", "fp8_tensorwise", "mxfp4", PLAIN_NVFP4]
-    specs = _specs(recipes, seeds=4, target={"metric": "eval_excess_loss", "mode": "min", "value": 0.1},
+    trainer = tiny_campaign()["trainer"] | {"d_model": 16}
+    specs = _specs(recipes, seeds=3, trainer=trainer,
+                   target={"metric": "eval_excess_loss", "mode": "min", "value": 0.1},
                    budget={"max_tokens": 200_000, "eval_every_tokens": 2048})
     tokens: dict[str, list[float]] = {}
     for spec in specs:
@@ -94,7 +99,9 @@ def test_expected_order_of_recipes_on_a_fixed_seed_set():
         converged = result.status is RunStatus.converged
         tokens.setdefault(spec.recipe, []).append(result.tokens_to_target if converged else float("inf"))
     bf16, total = tokens["bf16"], {k: sum(v) for k, v in tokens.items()}
-    assert all(t < float("inf") for t in bf16)
-    assert all(q > b for q, b in zip(tokens["mxfp4"], bf16)), tokens
-    assert total["bf16"] < total["nvfp4"] < total["mxfp4"], tokens
-    assert 0.9 <= total["fp8_tensorwise"] / total["bf16"] <= 1.1, tokens
+    assert all(t < float("inf") for t in bf16), tokens
+    spread = (max(bf16) - min(bf16)) / (sum(bf16) / len(bf16))  # BF16's relative seed spread
+    for fp4 in ("mxfp4", "nvfp4"):
+        assert min(tokens[fp4]) > max(bf16), tokens  # every FP4 seed slower than every BF16 seed
+        assert total[fp4] / total["bf16"] > 1 + spread, (fp4, spread, tokens)
+    assert abs(total["fp8_tensorwise"] / total["bf16"] - 1) <= spread, (spread, tokens)
