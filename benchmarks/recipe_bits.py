@@ -90,13 +90,16 @@ def _data(seed: int, shape: tuple[int, int]) -> torch.Tensor:
 
 def _quantizers() -> dict[str, str]:
     out = {}
-    cases = [(None, m) for m in ("fp32", "pow2", "nvfp4")] + [(16, m) for m in ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped")]
-    cases += [(32, "floor"), (32, "rceil"), (128, "fp32"), ((16, 16), "nvfp4"), ((16, 16), "nvfp4_clamped"), ((128, 128), "fp32")]
+    cases = [(None, m) for m in ("fp32", "pow2", "nvfp4")]
+    cases += [(16, m) for m in ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped")]
+    cases += [(32, "floor"), (32, "rceil"), (128, "fp32"), ((16, 16), "nvfp4"),
+              ((16, 16), "nvfp4_clamped"), ((128, 128), "fp32")]
     for fmt in ("e4m3", "e5m2", "e2m1"):
         for block, mode in cases:
             for rounding in ("rne", "sr"):
                 for seed, shape in ((0, (48, 80)), (1, (130, 200)), (2, (256, 64))):
-                    q = quantize(_data(seed, shape), fmt, block=block, scale_mode=mode, rounding=rounding, seed=seed)
+                    q = quantize(_data(seed, shape), fmt, block=block, scale_mode=mode,
+                                 rounding=rounding, seed=seed)
                     key = f"{fmt} {block} {mode} {rounding} {shape}"
                     out[key] = hashlib.sha256(q.contiguous().view(torch.int32).numpy().tobytes()).hexdigest()
     return out

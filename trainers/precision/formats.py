@@ -47,16 +47,17 @@ def get_format(fmt: str) -> ElementFormat:
 
 
 def _rne(y: torch.Tensor, f: ElementFormat, inplace: bool = False, saturate: bool = True) -> torch.Tensor:
-    """Round-to-nearest-even onto the format's grid, saturating, in four elementwise
-    passes after the clamp: add and subtract C = 1.5 * 2^23 * ulp, where ulp is the
-    grid spacing at y. The float32 sum y + C lies in the binade whose spacing is exactly
-    ulp, so the addition itself rounds y to the grid, half to even (C / ulp is even),
-    and the subtraction is exact. A value that rounds to zero comes back as +0, so the
-    sign bit is or-ed back in (copysign is 3x slower on CPU). On CPU this is several
-    times faster than casting to float8 and back (and than divide, round, multiply), and
-    it covers E2M1, which torch cannot cast to. With `inplace`, y (a float32 temporary) is clamped in place. `saturate=False`
-    skips the clamp for values known to be finite and below the max plus half an ulp
-    there (they round to at most the max)."""
+    """Round-to-nearest-even onto the format's grid, saturating, without division or
+    rounding ops: add and subtract C = 1.5 * 2^23 * ulp, where ulp is the grid spacing
+    at y. The float32 sum y + C lies in the binade whose spacing is exactly ulp, so the
+    addition itself rounds y to the grid, half to even (C / ulp is even), and the
+    subtraction is exact. A value that rounds to zero comes back as +0, so the sign bit
+    is or-ed back in (copysign is 3x slower on CPU). C takes three integer passes over
+    the exponent bits. On CPU this is several times faster than casting to float8 and
+    back (and faster than divide, round, multiply), and it covers E2M1, which torch
+    cannot cast to. With `inplace`, y (a float32 temporary) is clamped in place;
+    `saturate=False` skips the clamp for values known to be finite and below the max
+    plus half an ulp there (they round to at most the max)."""
     if saturate:  # NaN stays NaN, inf saturates
         y = y.clamp_(-f.max, f.max) if inplace else y.clamp(-f.max, f.max)
     c = _spacing(y, f, ((23 - f.mbits) << 23) + _HALF_MANTISSA)

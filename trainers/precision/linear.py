@@ -106,7 +106,9 @@ class QuantizedGemm:
             tel.add(which, counts)
         return out
 
-    def quantize_pair(self, a: torch.Tensor, a_which: str, b: torch.Tensor, b_which: str) -> tuple[Quantized, Quantized]:
+    def quantize_pair(
+        self, a: torch.Tensor, a_which: str, b: torch.Tensor, b_which: str
+    ) -> tuple[Quantized, Quantized]:
         """The two operands of one GEMM, each laid out with the contraction dimension
         last: stacked and quantized in one pass where that gives the same values (see
         `_stackable`), else one after the other (a first, as the SR stream expects)."""
@@ -115,7 +117,8 @@ class QuantizedGemm:
             if both.exact:
                 both.bf16()  # one cast, shared by the two halves
             return both.split(a.shape[0])
-        return self.quantize_factored(a.contiguous(), a_which), self.quantize_factored(b.contiguous(), b_which)
+        first = self.quantize_factored(a.contiguous(), a_which)
+        return first, self.quantize_factored(b.contiguous(), b_which)
 
     def _stackable(self, a_which: str, b_which: str) -> bool:
         """Stacking rows changes nothing when both operands are quantized alike with

@@ -43,7 +43,9 @@ def _counts(y: torch.Tensor, fmt: str, q: torch.Tensor) -> Counts:
     )
 
 
-def _round(y, fmt, rounding, generator, want_counts, saturate=True) -> tuple[torch.Tensor, Counts | None]:
+def _round(
+    y, fmt, rounding, generator, want_counts, saturate=True
+) -> tuple[torch.Tensor, Counts | None]:
     if rounding == "rne" and not want_counts:
         return round_inplace_ok(y, fmt, saturate), None  # y is a temporary: round it in place
     q = round_to_format(y, fmt, rounding, generator)

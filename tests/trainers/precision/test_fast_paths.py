@@ -36,10 +36,13 @@ def _patterns() -> torch.Tensor:
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     nan = torch.isnan(a)
-    return bool(torch.equal(nan, torch.isnan(b))) and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
+    same_nan = torch.equal(nan, torch.isnan(b))
+    return same_nan and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
 
 
-@pytest.mark.parametrize("fmt,dtype,fmax", [("e4m3", torch.float8_e4m3fn, 448.0), ("e5m2", torch.float8_e5m2, 57344.0)])
+@pytest.mark.parametrize(
+    "fmt,dtype,fmax", [("e4m3", torch.float8_e4m3fn, 448.0), ("e5m2", torch.float8_e5m2, 57344.0)]
+)
 def test_rne_matches_torch_float8_cast_bit_for_bit(fmt, dtype, fmax):
     x = _patterns()
     oracle = x.clamp(-fmax, fmax).to(dtype).float()  # torch's cast rounds to nearest even
