@@ -70,12 +70,14 @@ def test_stacked_operands_quantize_as_one_at_a_time(name):
     gemm = QuantizedGemm(resolve_recipe(name))
     gen = torch.Generator().manual_seed(1)
     a, b = torch.randn(200, 96, generator=gen) * 3, torch.randn(80, 96, generator=gen) * 0.01
-    for wa, wb in (("x", "w"), ("dy", "w"), ("dy", "x")):
+    # contiguous operands, and transposed views as the dgrad and wgrad copies are
+    pairs = [(a, b), (a, b.t().contiguous().t()), (a.t().contiguous().t(), b.t().contiguous().t())]
+    for (wa, wb), (a, b) in zip((("x", "w"), ("dy", "w"), ("dy", "x")), pairs):
         if not gemm._stackable(wa, wb):
             continue
         qa, qb = gemm.quantize_pair(a, wa, b, wb)
         for got, t, which in ((qa, a, wa), (qb, b, wb)):
-            alone = gemm.quantize_factored(t, which)
+            alone = gemm.quantize_factored(t.contiguous(), which)
             assert _same_bits(got.core, alone.core) and _same_bits(got.dequant(), alone.dequant())
             assert got.core.stride() == alone.core.stride() and got.exact == alone.exact
             if alone.exact:
