@@ -80,28 +80,34 @@ PLAIN_NVFP4 = {"nvfp4": {"stochastic_rounding": False, "hadamard": False, "weigh
 
 def test_expected_order_of_recipes_on_a_fixed_seed_set():
     """The issue's order on a fixed seed set, with margins taken from BF16's own seed
-    spread: MXFP4 and NVFP4 need more tokens than BF16 (or fail to converge) with every
-    seed, more than the slowest BF16 seed, and in total by more than BF16's spread, while
-    FP8 tensorwise stays within that spread of BF16. The model is the tiny campaign at
-    d_model 16 with a tight target (0.1 nat): at that width FP4's quantization error
-    decides the last stretch (FP4 about 1.4-1.6x BF16), where at d_model 32 NVFP4 sat
-    within seed noise of BF16 (1.04x). Runs are bit-reproducible, so the seed set fixes
-    the outcome (seen when written: FP8 1.04x, MXFP4 1.42x, NVFP4 1.56x, the fastest FP4
-    run 1.2x the slowest BF16 run, BF16 spread 0.19)."""
-    recipes = ["bf16", "fp8_tensorwise", "mxfp4", PLAIN_NVFP4]
+    spread: MXFP4 and NVFP4 need more tokens than BF16 with every seed (more than the
+    slowest BF16 seed) or fail to converge within BF16's slowest seed plus its spread,
+    while FP8 tensorwise stays within that spread of BF16 in total. The model is the tiny
+    campaign at d_model 16 with a tight target (0.1 nat): at that width FP4's
+    quantization error decides the last stretch (without a budget cap FP4 took about
+    1.4-1.6x BF16's tokens), where at d_model 32 NVFP4 sat within seed noise of BF16
+    (1.04x). The FP4 budget cap keeps the test's time near BF16's. Runs are
+    bit-reproducible, so the seed set fixes the outcome (seen when written: FP8 1.04x,
+    BF16 spread 0.19; of the six capped FP4 runs one MXFP4 run converged, at the cap,
+    1.19x the slowest BF16 run, the others did not)."""
     trainer = tiny_campaign()["trainer"] | {"d_model": 16}
-    specs = _specs(recipes, seeds=3, trainer=trainer,
-                   target={"metric": "eval_excess_loss", "mode": "min", "value": 0.1},
-                   budget={"max_tokens": 200_000, "eval_every_tokens": 2048})
-    tokens: dict[str, list[float]] = {}
-    for spec in specs:
-        result, _ = _train(spec)
-        converged = result.status is RunStatus.converged
-        tokens.setdefault(spec.recipe, []).append(result.tokens_to_target if converged else float("inf"))
-    bf16, total = tokens["bf16"], {k: sum(v) for k, v in tokens.items()}
-    assert all(t < float("inf") for t in bf16), tokens
+    target = {"metric": "eval_excess_loss", "mode": "min", "value": 0.1}
+
+    def tokens(recipes, max_tokens):
+        out: dict[str, list[float]] = {}
+        for spec in _specs(recipes, seeds=3, trainer=trainer, target=target,
+                           budget={"max_tokens": max_tokens, "eval_every_tokens": 2048}):
+            result, _ = _train(spec)
+            converged = result.status is RunStatus.converged
+            out.setdefault(spec.recipe, []).append(result.tokens_to_target if converged else float("inf"))
+        return out
+
+    ref = tokens(["bf16", "fp8_tensorwise"], 200_000)
+    bf16 = ref["bf16"]
+    assert all(t < float("inf") for t in bf16), ref
     spread = (max(bf16) - min(bf16)) / (sum(bf16) / len(bf16))  # BF16's relative seed spread
-    for fp4 in ("mxfp4", "nvfp4"):
-        assert min(tokens[fp4]) > max(bf16), tokens  # every FP4 seed slower than every BF16 seed
-        assert total[fp4] / total["bf16"] > 1 + spread, (fp4, spread, tokens)
-    assert abs(total["fp8_tensorwise"] / total["bf16"] - 1) <= spread, (spread, tokens)
+    assert abs(sum(ref["fp8_tensorwise"]) / sum(bf16) - 1) <= spread, (spread, ref)
+    fp4 = tokens(["mxfp4", PLAIN_NVFP4], int(max(bf16) * (1 + spread)))
+    for name, runs in fp4.items():
+        assert min(runs) > max(bf16), (name, fp4, ref)  # every FP4 seed slower than every BF16 seed
+        assert sum(runs) > (1 + spread) * sum(bf16), (name, spread, fp4, ref)
