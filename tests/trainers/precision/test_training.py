@@ -82,14 +82,14 @@ def test_expected_order_of_recipes_on_a_fixed_seed_set():
     """The issue's order on a fixed seed set, with margins taken from BF16's own seed
     spread: MXFP4 and NVFP4 need more tokens than BF16 with every seed (more than the
     slowest BF16 seed) or fail to converge within BF16's slowest seed plus its spread,
-    while FP8 tensorwise stays within that spread of BF16 in total. The model is the tiny
-    campaign at d_model 16 with a tight target (0.1 nat): at that width FP4's
-    quantization error decides the last stretch (without a budget cap FP4 took about
-    1.4-1.6x BF16's tokens), where at d_model 32 NVFP4 sat within seed noise of BF16
-    (1.04x). The FP4 budget cap keeps the test's time near BF16's. Runs are
-    bit-reproducible, so the seed set fixes the outcome (seen when written: FP8 1.04x,
-    BF16 spread 0.19; of the six capped FP4 runs one MXFP4 run converged, at the cap,
-    1.19x the slowest BF16 run, the others did not)."""
+    while FP8 tensorwise stays within 10% of BF16 in total (and within BF16's spread).
+    The model is the tiny campaign at d_model 16 with a tight target (0.1 nat): at that
+    width FP4's quantization error decides the last stretch (without a budget cap FP4
+    took about 1.4-1.6x BF16's tokens), where at d_model 32 NVFP4 sat within seed noise
+    of BF16 (1.04x). The FP4 budget cap keeps the test's time near the old one's. Runs
+    are bit-reproducible, so the seed set fixes the outcome (seen when written: FP8
+    1.04x, BF16 spread 0.19; of the six capped FP4 runs one MXFP4 run converged, at the
+    cap, 1.19x the slowest BF16 run, the others did not)."""
     trainer = tiny_campaign()["trainer"] | {"d_model": 16}
     target = {"metric": "eval_excess_loss", "mode": "min", "value": 0.1}
 
@@ -106,7 +106,8 @@ def test_expected_order_of_recipes_on_a_fixed_seed_set():
     bf16 = ref["bf16"]
     assert all(t < float("inf") for t in bf16), ref
     spread = (max(bf16) - min(bf16)) / (sum(bf16) / len(bf16))  # BF16's relative seed spread
-    assert abs(sum(ref["fp8_tensorwise"]) / sum(bf16) - 1) <= spread, (spread, ref)
+    # FP8: within 10% of BF16 in total, as before, and within BF16's spread
+    assert abs(sum(ref["fp8_tensorwise"]) / sum(bf16) - 1) <= min(0.1, spread), (spread, ref)
     fp4 = tokens(["mxfp4", PLAIN_NVFP4], int(max(bf16) * (1 + spread)))
     for name, runs in fp4.items():
         assert min(runs) > max(bf16), (name, fp4, ref)  # every FP4 seed slower than every BF16 seed
