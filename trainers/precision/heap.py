@@ -13,7 +13,6 @@ untouched)."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -30,10 +29,12 @@ def keep_freed_memory() -> bool:
     global _done
     if _done or not sys.platform.startswith("linux"):
         return _done
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    try:  # glibc's soname first: find_library runs ldconfig in a subprocess
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False  # not glibc
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # both or neither: a fixed trim threshold alone disables glibc's dynamic mmap
