@@ -21,6 +21,7 @@ import warnings
 
 import torch
 
+from trainers.precision.heap import keep_freed_memory
 from trainers.precision.layers import gemm_factory
 from trainers.recipes import RECIPES, resolve_recipe
 from trainers.tinylm.data import Batches
@@ -76,8 +77,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="steps per round")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="1: one run per core, as campaigns run")
+    ap.add_argument("--default-heap", action="store_true",
+                    help="leave glibc's heap settings alone (the trainer keeps freed memory)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if not args.default_heap:
+        keep_freed_memory()  # as the tiny-LM trainer does
     cfg = TinyLMSettings(
         data=MarkovData(vocab=32), context=args.context, d_model=args.d_model,
         n_layers=args.layers, n_heads=4,

@@ -9,6 +9,7 @@ NVFP4 1x16) quantize the transposed copy again from the high-precision tensor.""
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -16,7 +17,9 @@ import torch.nn.functional as F
 
 from trainers.precision import gpu
 from trainers.precision.hadamard import hadamard_last_dim
-from trainers.precision.quantize import Quantized, fake_quant_factored, mor_quantize, quantize_with_scale
+from trainers.precision.quantize import (
+    Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_with_scale,
+)
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
 
@@ -34,10 +37,10 @@ class _Delayed:
         self.step = 0
         self.scale = 1.0
 
-    def update(self, amax: torch.Tensor) -> None:
-        if bool(torch.isfinite(amax) & (amax > 0)):
-            # a Python float: the history stays on the CPU whatever device amax is on
-            self.history[self.step % len(self.history)] = amax.item()
+    def update(self, amax: float) -> None:
+        # a Python float: the history stays on the CPU whatever device amax came from
+        if math.isfinite(amax) and amax > 0:
+            self.history[self.step % len(self.history)] = amax
             self.step += 1
             self.scale = float(self.fmax / self.history.max() / 2.0**self.margin)
 
@@ -99,10 +102,34 @@ class QuantizedGemm:
             fmax = 448.0 if q.fmt == "e4m3" else 57344.0
             state = self._delayed[which] = _Delayed(fmax, opts.amax_history_len, opts.margin)
         out, counts = quantize_with_scale(t, q.fmt, state.scale, counts=tel is not None)
-        state.update(t.detach().abs().amax().float())
+        state.update(abs_max(t.detach()))
         if tel is not None:
             tel.add(which, counts)
         return out
+
+    def quantize_pair(
+        self, a: torch.Tensor, a_which: str, b: torch.Tensor, b_which: str
+    ) -> tuple[Quantized, Quantized]:
+        """The two operands of one GEMM, each laid out with the contraction dimension
+        last: stacked and quantized in one pass where that gives the same values (see
+        `_stackable`), else one after the other (a first, as the SR stream expects)."""
+        if self._stackable(a_which, b_which):
+            both = self.quantize_factored(_stack(a, b), a_which)
+            if both.exact:
+                both.bf16()  # one cast, shared by the two halves
+            return both.split(a.shape[0])
+        first = self.quantize_factored(a.contiguous(), a_which)
+        return first, self.quantize_factored(b.contiguous(), b_which)
+
+    def _stackable(self, a_which: str, b_which: str) -> bool:
+        """Stacking rows changes nothing when both operands are quantized alike with
+        scales per row or per 1-D block (no scale depends on another row), rounding to
+        nearest (SR draws depend on the shape) and no telemetry counts (kept per
+        operand). Half the torch calls, on tensors of this size their main cost."""
+        qa, qb = getattr(self.recipe, a_which), getattr(self.recipe, b_which)
+        tel = self.telemetry is not None and self.telemetry.active
+        return (qa == qb and qa.per_gemm and qa.scaling not in ("nvfp4", "mor")
+                and qa.rounding == "rne" and not tel)
 
     def operand_t(self, hp: torch.Tensor, quantized: Quantized, which: str) -> Quantized:
         """The copy of an operand for a GEMM that contracts over its first dimension,
@@ -139,7 +166,7 @@ class _QuantizedLinear(torch.autograd.Function):
             ctx.real = True
         else:
             x2 = x2.float()
-            xq, wq = gemm.quantize_factored(x2, "x"), gemm.quantize_factored(w, "w")
+            xq, wq = gemm.quantize_pair(x2, "x", w, "w")
             ctx.save_for_backward(x2, w)
             ctx.quantized = (xq, wq)
             ctx.real = False
@@ -168,12 +195,23 @@ class _QuantizedLinear(torch.autograd.Function):
         return dx.reshape(ctx.shape), dw, db, None
 
 
+def _stack(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.cat([a, b]); transposed views are copied into the two halves of one buffer
+    instead (torch.cat of transposed views is about twice as slow on CPU)."""
+    if a.is_contiguous() and b.is_contiguous():
+        return torch.cat([a, b])
+    out = a.new_empty((a.shape[0] + b.shape[0], a.shape[1]))
+    out[: a.shape[0]].copy_(a)
+    out[a.shape[0]:].copy_(b)
+    return out
+
+
 def _mm(a: Quantized, b: Quantized) -> torch.Tensor:
     """a @ b^T. BF16-exact operands multiply on the fast BF16 path (FP32 accumulation,
     the output rounded to BF16 as a hardware low-precision GEMM does; the per-tensor
     FP32 factors are applied to the output); others in FP32."""
     if a.exact and b.exact:
-        out = (a.core.bfloat16() @ b.core.bfloat16().t()).float()
+        out = (a.bf16() @ b.bf16().t()).float()
         factor = a.multiplier * b.multiplier / (a.divisor * b.divisor)
         return out.mul_(factor) if factor != 1.0 else out
     return a.dequant() @ b.dequant().t()
@@ -181,9 +219,12 @@ def _mm(a: Quantized, b: Quantized) -> torch.Tensor:
 
 def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quantized):
     recipe = gemm.recipe
-    dyq = gemm.quantize_factored(dy2, "dy")
     # dgrad dX = dY . W contracts over the output features: W's copy has them last
-    dx = _mm(dyq, gemm.operand_t(w, wq, "w"))
+    if recipe.w.per_gemm:
+        dyq, wt = gemm.quantize_pair(dy2, "dy", w.t(), "w")
+    else:
+        dyq, wt = gemm.quantize_factored(dy2, "dy"), wq.t()
+    dx = _mm(dyq, wt)
     # wgrad dW = dY^T . X contracts over the tokens
     if recipe.wgrad_hp:
         return dx, dy2.t() @ x2
@@ -191,6 +232,8 @@ def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quant
         a = gemm.quantize_factored(hadamard_last_dim(dy2.t().contiguous()), "dy")
         b = gemm.quantize_factored(hadamard_last_dim(x2.t().contiguous()), "x")
         return dx, _mm(a, b)
+    if recipe.dy.per_gemm and recipe.x.per_gemm:
+        return dx, _mm(*gemm.quantize_pair(dy2.t(), "dy", x2.t(), "x"))
     return dx, _mm(gemm.operand_t(dy2, dyq, "dy"), gemm.operand_t(x2, xq, "x"))
 
 

@@ -3,7 +3,8 @@ saturated and flushed values for telemetry. `quantize` is the public entry point
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -42,9 +43,11 @@ def _counts(y: torch.Tensor, fmt: str, q: torch.Tensor) -> Counts:
     )
 
 
-def _round(y, fmt, rounding, generator, want_counts) -> tuple[torch.Tensor, Counts | None]:
+def _round(
+    y, fmt, rounding, generator, want_counts, saturate=True
+) -> tuple[torch.Tensor, Counts | None]:
     if rounding == "rne" and not want_counts:
-        return round_inplace_ok(y, fmt), None  # y is a temporary: round it in place
+        return round_inplace_ok(y, fmt, saturate), None  # y is a temporary: round it in place
     q = round_to_format(y, fmt, rounding, generator)
     return q, (_counts(y, fmt, q) if want_counts else None)
 
@@ -61,26 +64,57 @@ class Quantized:
     divisor: float = 1.0
     multiplier: float = 1.0
     exact: bool = True
+    # `core` cast to BF16 and the dequantized tensor, each made once: the forward and
+    # wgrad GEMMs (or dgrad and wgrad) share an operand
+    _bf16: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _deq: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def bf16(self) -> torch.Tensor:
+        if self._bf16 is None:
+            self._bf16 = self.core.bfloat16()
+        return self._bf16
 
     def dequant(self) -> torch.Tensor:
-        out = self.core
-        if self.divisor != 1.0:
-            out = out / self.divisor
-        if self.multiplier != 1.0:
-            out = out * self.multiplier
-        return out
+        if self._deq is None:
+            out = self.core
+            if self.divisor != 1.0:
+                out = out / self.divisor
+            if self.multiplier != 1.0:
+                out = out * self.multiplier
+            self._deq = out
+        return self._deq
+
+    def _derived(self, core: torch.Tensor, view) -> Quantized:
+        """The same quantization of a view of core (rows, or the transpose)."""
+        cast = view(self._bf16) if self._bf16 is not None else None
+        deq = view(self._deq) if self._deq is not None else None
+        return Quantized(core, self.divisor, self.multiplier, self.exact, cast, deq)
+
+    def split(self, rows: int) -> tuple[Quantized, Quantized]:
+        """The first `rows` rows and the rest (each contiguous when `core` is)."""
+        top, rest = slice(None, rows), slice(rows, None)
+        return (self._derived(self.core[top], lambda t: t[top]),
+                self._derived(self.core[rest], lambda t: t[rest]))
 
     def t(self) -> Quantized:
-        return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact)
+        return self._derived(self.core.t(), lambda t: t.t())
 
 
 def quantize_with_scale(
     x: torch.Tensor, fmt: str, scale: float, *, rounding: str = "rne",
-    generator: torch.Generator | None = None, counts: bool = False,
+    generator: torch.Generator | None = None, counts: bool = False, in_range: bool = False,
 ) -> tuple[Quantized, Counts | None]:
-    """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed)."""
-    q, c = _round(x.float() * scale, fmt, rounding, generator, counts)
+    """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed).
+    `in_range`: the scale is fmax / amax(x) for a finite amax, so no value needs the
+    saturating clamp (the largest lands within FP32 rounding of the max)."""
+    q, c = _round(x.float() * scale, fmt, rounding, generator, counts, saturate=not in_range)
     return Quantized(q, divisor=scale), c
+
+
+def abs_max(x: torch.Tensor) -> float:
+    """max |x| without materializing |x| (two reductions instead of a full extra pass);
+    NaN if x holds a NaN."""
+    return max(float(x.amax()), -float(x.amin()))
 
 
 def fake_quant_factored(
@@ -100,8 +134,11 @@ def fake_quant_factored(
     nvfp4 = scale_mode.startswith("nvfp4")
     if block is None and not nvfp4:
         # tensorwise: FP32 current scaling (E8M0 modes do not apply to one tensor scale)
-        s = tensor_scale(float(x.abs().amax()), f.max, scale_mode == "pow2")
-        return quantize_with_scale(x, fmt, s, rounding=rounding, generator=generator, counts=counts)
+        amax = abs_max(x)
+        s = tensor_scale(amax, f.max, scale_mode == "pow2")
+        in_range = math.isfinite(amax) and math.isfinite(s)
+        return quantize_with_scale(x, fmt, s, rounding=rounding, generator=generator, counts=counts,
+                                   in_range=in_range)
     g = Grouped(x, block if block is not None else x.shape[-1])  # nvfp4, block None: per row
     amax = g.amax()
     if scale_mode in ("fp32", "pow2"):
@@ -168,7 +205,7 @@ def fake_quant_tensorwise(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def mor_quantize(
     x: torch.Tensor, threshold: float, block: int | None
-) -> tuple[torch.Tensor, torch.Tensor, int]:
+) -> tuple[torch.Tensor, torch.Tensor | int, int]:
     """Mixture of Representations: E4M3 with current scaling (per tensor or per 1-D
     block), kept where the relative error ||Q - T|| / ||T|| is at most `threshold`,
     BF16 elsewhere. Returns (values, units kept in FP8, units)."""
@@ -176,9 +213,8 @@ def mor_quantize(
     if block is None:
         q = fake_quant(x, "e4m3", None, "fp32")[0]
         err, ref = (q - x).norm(), x.norm()
-        keep = err <= threshold * ref
-        out = torch.where(keep, q, x.bfloat16().float())
-        return out, keep.sum(), 1
+        keep = bool(err <= threshold * ref)  # one choice: compute only the kept form
+        return (q if keep else x.bfloat16().float()), int(keep), 1
     g = Grouped(x, block)
     s = block_fp32_scale(g.amax(), 448.0)
     q = round_inplace_ok(g.view * s, "e4m3").div_(s)

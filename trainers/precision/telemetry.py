@@ -32,7 +32,7 @@ class Telemetry:
         self._flush[operand] = self._flush[operand] + counts.flushed
         self._total[operand] += counts.total
 
-    def add_mor(self, layer: str, kept: torch.Tensor, units: int) -> None:
+    def add_mor(self, layer: str, kept: torch.Tensor | int, units: int) -> None:
         entry = self._mor[layer]
         entry[0] = entry[0] + kept
         entry[1] += units

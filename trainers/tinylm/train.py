@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.precision.heap import keep_freed_memory
 from trainers.precision.layers import gemm_factory, residual_quantizer
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import resolve_recipe
@@ -69,6 +70,7 @@ class TinyLMTrainer:
         hp = TinyLMHParams.model_validate(spec.hparams)
         device = _device(cfg)
         torch.set_num_threads(cfg.threads)
+        keep_freed_memory()  # the same temporaries every step: keep their pages
         torch.manual_seed(spec.seed)
         data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed)
         recipe = resolve_recipe(spec.recipe, spec.recipe_options)

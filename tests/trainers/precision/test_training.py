@@ -79,22 +79,36 @@ PLAIN_NVFP4 = {"nvfp4": {"stochastic_rounding": False, "hadamard": False, "weigh
 
 
 def test_expected_order_of_recipes_on_a_fixed_seed_set():
-    """NUMERICS.md's measured order on the tiny campaign with a tighter target (0.1 nat,
-    where quantization noise decides the last stretch): MXFP4 needs more tokens than
-    BF16 with every seed, NVFP4 more in total but fewer than MXFP4, FP8 tensorwise
-    within 10% of BF16 in total. Single tiny runs vary by +-15% between seeds, so the
-    totals are over four seeds; runs are bit-reproducible, so the seed set fixes the
-    outcome (seen when written: FP8 0.93x, NVFP4 1.04x, MXFP4 1.24x)."""
-    recipes = ["bf16", "fp8_tensorwise", "mxfp4", PLAIN_NVFP4]
-    specs = _specs(recipes, seeds=4, target={"metric": "eval_excess_loss", "mode": "min", "value": 0.1},
-                   budget={"max_tokens": 200_000, "eval_every_tokens": 2048})
-    tokens: dict[str, list[float]] = {}
-    for spec in specs:
-        result, _ = _train(spec)
-        converged = result.status is RunStatus.converged
-        tokens.setdefault(spec.recipe, []).append(result.tokens_to_target if converged else float("inf"))
-    bf16, total = tokens["bf16"], {k: sum(v) for k, v in tokens.items()}
-    assert all(t < float("inf") for t in bf16)
-    assert all(q > b for q, b in zip(tokens["mxfp4"], bf16)), tokens
-    assert total["bf16"] < total["nvfp4"] < total["mxfp4"], tokens
-    assert 0.9 <= total["fp8_tensorwise"] / total["bf16"] <= 1.1, tokens
+    """The issue's order on a fixed seed set, with margins taken from BF16's own seed
+    spread: MXFP4 and NVFP4 need more tokens than BF16 with every seed (more than the
+    slowest BF16 seed) or fail to converge within BF16's slowest seed plus its spread,
+    while FP8 tensorwise stays within 10% of BF16 in total (and within BF16's spread).
+    The model is the tiny campaign at d_model 16 with a tight target (0.1 nat): at that
+    width FP4's quantization error decides the last stretch (without a budget cap FP4
+    took about 1.4-1.6x BF16's tokens), where at d_model 32 NVFP4 sat within seed noise
+    of BF16 (1.04x). The FP4 budget cap keeps the test's time near the old one's. Runs
+    are bit-reproducible, so the seed set fixes the outcome (seen when written: FP8
+    1.04x, BF16 spread 0.19; of the six capped FP4 runs one MXFP4 run converged, at the
+    cap, 1.19x the slowest BF16 run, the others did not)."""
+    trainer = tiny_campaign()["trainer"] | {"d_model": 16}
+    target = {"metric": "eval_excess_loss", "mode": "min", "value": 0.1}
+
+    def tokens(recipes, max_tokens):
+        out: dict[str, list[float]] = {}
+        for spec in _specs(recipes, seeds=3, trainer=trainer, target=target,
+                           budget={"max_tokens": max_tokens, "eval_every_tokens": 2048}):
+            result, _ = _train(spec)
+            converged = result.status is RunStatus.converged
+            out.setdefault(spec.recipe, []).append(result.tokens_to_target if converged else float("inf"))
+        return out
+
+    ref = tokens(["bf16", "fp8_tensorwise"], 200_000)
+    bf16 = ref["bf16"]
+    assert all(t < float("inf") for t in bf16), ref
+    spread = (max(bf16) - min(bf16)) / (sum(bf16) / len(bf16))  # BF16's relative seed spread
+    # FP8: within 10% of BF16 in total, as before, and within BF16's spread
+    assert abs(sum(ref["fp8_tensorwise"]) / sum(bf16) - 1) <= min(0.1, spread), (spread, ref)
+    fp4 = tokens(["mxfp4", PLAIN_NVFP4], int(max(bf16) * (1 + spread)))
+    for name, runs in fp4.items():
+        assert min(runs) > max(bf16), (name, fp4, ref)  # every FP4 seed slower than every BF16 seed
+        assert sum(runs) > (1 + spread) * sum(bf16), (name, spread, fp4, ref)
