@@ -29,14 +29,17 @@ class Recorder:
             raise Stop  # the job is killed right after this eval
 
 
-def _spec(every: int | None):
-    data = tiny_campaign(recipes=["fp8_tensorwise"], seeds=1)
+def _spec(every: int | None, recipe: str = "fp8_tensorwise"):
+    data = tiny_campaign(recipes=[recipe], seeds=1)
     data["trainer"] = dict(data["trainer"], checkpoint_every_evals=every)
     return expand(parse_campaign(data))[0]
 
 
-def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path):
-    spec = _spec(every=2)
+# nvfp4 draws stochastic-rounding numbers and fp8_delayed keeps amax histories: state
+# outside the model and optimizer that the checkpoint must carry too.
+@pytest.mark.parametrize("recipe", ["fp8_tensorwise", "nvfp4", "fp8_delayed"])
+def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, recipe):
+    spec = _spec(every=2, recipe=recipe)
     whole = Recorder(tmp_path / "whole")
     whole.output_dir.mkdir()
     reference = TinyLMTrainer().train(spec, whole)

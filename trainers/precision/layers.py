@@ -45,6 +45,18 @@ class _StraightThrough(torch.autograd.Function):
         return grad, None
 
 
+def numeric_states(model: torch.nn.Module) -> dict[str, dict]:
+    """The numeric state of every quantized GEMM in the model, by module name."""
+    return {name: m.gemm.numeric_state() for name, m in model.named_modules()
+            if isinstance(getattr(m, "gemm", None), QuantizedGemm)}
+
+
+def load_numeric_states(model: torch.nn.Module, states: dict[str, dict]) -> None:
+    for name, m in model.named_modules():
+        if name in states:
+            m.gemm.load_numeric_state(states[name])
+
+
 def residual_quantizer(recipe: RecipeConfig) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The ablation that fake-quantizes the residual stream with the recipe's activation
     format (per tensor where the recipe's scaling keeps state), gradients straight

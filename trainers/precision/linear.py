@@ -94,13 +94,33 @@ class QuantizedGemm:
             tel.add(which, counts)
         return out
 
-    def _quantize_delayed(self, t, which, q, tel) -> Quantized:
+    def _delayed_state(self, which: str) -> _Delayed:
         state = self._delayed.get(which)
         if state is None:
             opts = self.recipe.opts
             assert isinstance(opts, DelayedOptions)
-            fmax = 448.0 if q.fmt == "e4m3" else 57344.0
+            fmax = 448.0 if getattr(self.recipe, which).fmt == "e4m3" else 57344.0
             state = self._delayed[which] = _Delayed(fmax, opts.amax_history_len, opts.margin)
+        return state
+
+    def numeric_state(self) -> dict:
+        """What a checkpoint needs to continue this layer's numerics bit for bit: the
+        stochastic-rounding stream and the delayed-scaling histories."""
+        return {
+            "generator": (str(self.generator.device), self.generator.get_state()),
+            "delayed": {w: (d.history.clone(), d.step, d.scale) for w, d in self._delayed.items()},
+        }
+
+    def load_numeric_state(self, state: dict) -> None:
+        device, rng = state["generator"]
+        self.generator = torch.Generator(device)
+        self.generator.set_state(rng)
+        for which, (history, step, scale) in state["delayed"].items():
+            d = self._delayed_state(which)
+            d.history, d.step, d.scale = history.clone(), step, scale
+
+    def _quantize_delayed(self, t, which, q, tel) -> Quantized:
+        state = self._delayed_state(which)
         out, counts = quantize_with_scale(t, q.fmt, state.scale, counts=tel is not None)
         state.update(abs_max(t.detach()))
         if tel is not None:

@@ -1,6 +1,7 @@
 """Checkpoints of a tiny-LM run: everything the training loop's future depends on (model,
-optimizer, the data stream's and torch's RNG states, the position in tokens), so a
-resumed run continues bit for bit as if it had never stopped."""
+optimizer, the data stream's and torch's RNG states, the quantized GEMMs' stochastic-
+rounding streams and delayed-scaling histories, the position in tokens), so a resumed
+run continues bit for bit as if it had never stopped."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from trainers.precision.layers import load_numeric_states, numeric_states
 
 FILENAME = "checkpoint.pt"
 # One line per start of the run ("start tokens=N"): how a run shows it resumed.
@@ -21,6 +24,7 @@ def save(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_
         "opt": opt.state_dict(),
         "data_rng": data_rng.bit_generator.state,
         "torch_rng": torch.get_rng_state(),
+        "numerics": numeric_states(model),
         "loop": dict(loop),
     }
     tmp = folder / f"{FILENAME}.tmp"
@@ -38,6 +42,7 @@ def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, da
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     data_rng.bit_generator.state = state["data_rng"]
+    load_numeric_states(model, state["numerics"])
     torch.set_rng_state(state["torch_rng"])
     return state["loop"]
 
