@@ -82,8 +82,12 @@ def _transient(err: Exception) -> bool:
 
 
 def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0][:200]}" if text else type(err).__name__
+    """The error on one line, its head and its tail: an HTTP client's message puts the
+    cause ("Connection refused") at the end of a long line."""
+    text = " ".join(str(err).split())
+    if len(text) > 300:
+        text = f"{text[:150]} ... {text[-120:]}"
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 class _RetryingClient:

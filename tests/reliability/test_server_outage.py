@@ -1,0 +1,139 @@
+"""The MLflow tracking server (PostgreSQL-backed) killed mid-campaign, kept down past
+several retries, then started again on the same port and store: workers and the
+orchestrator wait it out (tracking.retry_s), the campaign finishes without help, with
+one MLflow run and one outcome per run key, no point written twice, and the same
+analysis table as the campaign run undisturbed. A store that stays down past the window
+ends `rcpforge run` with one line that names it and says what to do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+from analysis.load import load_runs
+from analysis.rcp_table import rcp_table
+from sweeps.spec import load_campaign
+from tests.cluster.helpers import assert_clean_ledger, runs_of, start_cli, wait_for
+from tests.conftest import run_cli
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from trainers.tracking_schema import TAG_STATUS
+
+OUTAGE_S = 5.0  # longer than the first retries (0.5, 1, 2 s): several of them fail
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return urllib.request.urlopen(f"{url}/health", timeout=1).status == 200
+    except OSError:
+        return False
+
+
+class _Server:
+    """An `mlflow server` of this test's own on the session's PostgreSQL store, in its
+    own process group (it runs uvicorn as a child), so that a kill stops all of it."""
+
+    def __init__(self, backend_uri: str, artifacts: Path, port: int):
+        self.backend_uri, self.artifacts, self.port = backend_uri, artifacts, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend_uri,
+             "--default-artifact-root", str(self.artifacts), "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        wait_for(lambda: _healthy(self.url) or self._exited(), f"mlflow server healthy on {self.url}", every_s=0.25)
+        assert self.proc.poll() is None, f"mlflow server on {self.url} exited with {self.proc.returncode}"
+
+    def _exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=30)
+            # uvicorn, a child in the same group, is gone once its port is free
+            wait_for(lambda: not _healthy(self.url), f"mlflow server on {self.url} stopped", every_s=0.1)
+
+
+def _table_rows(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
+    return table.drop_columns([c for c in drop if c in table.column_names]).to_pylist()
+
+
+def _analysis(uri: str, campaign) -> tuple[list[dict], list[dict]]:
+    """The runs table (less what differs between two identical campaigns: MLflow run ids
+    and wall times) and the RCP table."""
+    runs = load_runs(uri, campaign.name)
+    table = rcp_table(runs, campaign.benchmark, campaign.submission_runs)
+    return _table_rows(runs, drop=("run_id", "wall_s")), _table_rows(table)
+
+
+def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server):
+    name = f"outage-{uuid.uuid4().hex[:8]}"  # its own experiment in the shared database
+    server = _Server(mlflow_server.backend_uri, tmp_path / "server-artifacts", _free_port())
+    data = tiny_campaign(name=name, recipes=["bf16"], seeds=3, tracking={"uri": server.url, "retry_s": 120})
+    path = write_campaign(tmp_path / "outage", data)
+    campaign = load_campaign(path)
+    server.start()
+    try:
+        proc = start_cli("run", str(path))
+
+        def in_flight():
+            _, runs = runs_of(campaign)
+            return any(r.data.tags.get(TAG_STATUS) == "running" for r in runs)
+
+        wait_for(in_flight, "a run in flight", proc)
+        server.kill()
+        time.sleep(OUTAGE_S)
+        assert proc.poll() is None, "the campaign ended while the tracking server was down"
+        server.start()
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+        # the outage was felt by the runs in flight, and waited out
+        assert f"tracking store unavailable: {server.url}" in out and "retrying" in out, out[-3000:]
+        tokens = assert_clean_ledger(campaign, n_keys=6)
+    finally:
+        server.kill()
+
+    # the same campaign, undisturbed, on a SQLite store: same keys, same analysis
+    quiet = tiny_campaign(name=name, recipes=["bf16"], seeds=3)
+    quiet_path = write_campaign(tmp_path / "undisturbed", quiet)
+    undisturbed = run_cli("run", str(quiet_path))
+    assert undisturbed.returncode == 0, undisturbed.stderr[-2000:]
+    quiet_campaign = load_campaign(quiet_path)
+    assert assert_clean_ledger(quiet_campaign, n_keys=6) == tokens
+    restored = _analysis(mlflow_server.backend_uri, campaign)
+    assert restored == _analysis(quiet_campaign.tracking_uri, quiet_campaign)
+    assert all(row["olympic_mean"] is not None for row in restored[1])  # the tables hold RCP numbers
+
+
+def test_a_server_down_past_the_retry_window_ends_the_run_with_one_clear_line(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens: a stopped server
+    path = write_campaign(tmp_path, tiny_campaign(name="down", recipes=["bf16"], seeds=1,
+                                                  tracking={"uri": url, "retry_s": 2}))
+    proc = run_cli("run", str(path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    *waiting, last = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr, proc.stderr
+    # while it waits it says so; then it stops with one line naming the store and the fix
+    assert waiting and all("tracking store unavailable" in line and "retrying" in line for line in waiting)
+    assert last.startswith("error: ") and f"tracking store {url} unavailable for 2 s (tracking.retry_s)" in last
+    assert "start it again" in last and "rcpforge run" in last
