@@ -131,7 +131,7 @@ class _RetryingClient:
                     raise TrackingUnavailable(
                         f"tracking store {redact_uri(self._uri)} unavailable for {self._retry_s:g} s "
                         f"(tracking.retry_s), last error on {what}: {_first_line(err)}; start it again or fix "
-                        "tracking.uri, then `rcpforge run` resumes the campaign"
+                        "tracking.uri, then run the command again (`rcpforge run` resumes the campaign)"
                     ) from err
                 pause = min(delay, left)
                 _log.warning("tracking store unavailable: %s (%s); retrying %s in %.1f s, for up to %.0f s more",
