@@ -300,13 +300,16 @@ class RunLog:
         self._last_flush = time.monotonic()
         history = self.client.get_metric_history(run_id, target_metric)
         self.logged_until = max((m.step for m in history), default=-1)
-        # Final metrics an earlier attempt wrote without its outcome tag (the store went
-        # down between the two): written again they would be duplicate points.
-        self._final_logged = set(self.client.get_run(run_id).data.metrics) & _FINAL_METRICS
+        self._final_logged: set[str] = set()
 
     def start(self, attempt: int) -> None:
         from mlflow.entities import RunTag
 
+        if attempt > 1 or self.logged_until >= 0:
+            # Final metrics an earlier attempt (or a requeued job) wrote without its
+            # outcome tag, the store gone between the two: written again they would be
+            # duplicate points. A first start of a fresh run has none: no read.
+            self._final_logged = set(self.client.get_run(self.run_id).data.metrics) & _FINAL_METRICS
         self.client.update_run(self.run_id, status="RUNNING")
         self.client.log_batch(
             self.run_id,

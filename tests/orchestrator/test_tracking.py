@@ -110,6 +110,7 @@ def test_final_metrics_of_an_attempt_that_lost_its_outcome_tag_are_not_written_t
     client.log_batch(run_id, metrics=[Metric(METRIC_TOKENS_TO_TARGET, 4096.0, 1, 0),
                                       Metric(METRIC_TOKENS_TRAINED, 4096.0, 1, 0)])
     log = RunLog(uri, run_id, "eval_excess_loss", tmp_path / "run")
+    log.start(attempt=2)
     log.finish(RunResult(status=RunStatus.converged, tokens_to_target=4096, samples_to_target=64,
                          tokens_trained=4096, wall_s=1.5))
     counts = Counter(name for name in ("tokens_to_target", "tokens_trained", "samples_to_target", "run_wall_s")
