@@ -3,7 +3,7 @@
 PostgreSQL (started here through cluster/dev/mlflow_server.sh and stopped at the end,
 or a running one named by --tracking-url).
 
-    python benchmarks/tracking_ingest.py [--runs 8] [--points 50] [--stores sqlite,server]
+    python benchmarks/tracking_ingest.py [--runs 8] [--points 50] [--repeat 3] [--stores sqlite,server]
                                          [--tracking-url http://127.0.0.1:5055]
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,16 +56,19 @@ def batched(uri: str, run_ids: list[str], points: int, folder: Path) -> float:
     return time.perf_counter() - start
 
 
-def measure(uri: str, runs: int, points: int, folder: Path) -> tuple[float, float]:
-    """(per-call seconds, RunLog seconds) for runs x points eval points on `uri`; the
-    store's schema and experiment are made first, outside the timing."""
+def measure(uri: str, runs: int, points: int, folder: Path, repeat: int) -> list[tuple[float, float]]:
+    """(per-call seconds, RunLog seconds) for runs x points eval points on `uri`, once per
+    repeat, the two alternating so that both see the same disk and machine load (on a
+    shared machine SQLite's per-call cost, one fsync per call, varies several-fold);
+    the store's schema and experiment are made first, outside the timing."""
     client = MlflowClient(tracking_uri=uri)
     exp = client.create_experiment(f"ingest-{uuid.uuid4().hex[:8]}", artifact_location=(folder / "art").as_uri())
 
     def new_runs(tag: str) -> list[str]:
         return [client.create_run(exp, run_name=f"{tag}-{r}").info.run_id for r in range(runs)]
 
-    return per_call(client, new_runs("per-call"), points), batched(uri, new_runs("batched"), points, folder)
+    return [(per_call(client, new_runs(f"per-call{i}"), points), batched(uri, new_runs(f"batched{i}"), points, folder))
+            for i in range(repeat)]
 
 
 def _free_port() -> int:
@@ -87,15 +91,21 @@ def tracking_server(folder: Path) -> Iterator[str]:
         subprocess.run(["bash", str(SERVER_SCRIPT), "stop"], env=env, capture_output=True)
 
 
-def _row(store: str, n: int, t_call: float, t_batch: float) -> str:
+def _row(store: str, n: int, times: list[tuple[float, float]]) -> str:
+    """Medians over the repeats, and the range of the per-repeat speedups."""
+    t_call = statistics.median(t for t, _ in times)
+    t_batch = statistics.median(t for _, t in times)
+    ratios = [c / b for c, b in times]
     return (f"{store:<26} {n / t_call:9.1f} pts/s ({t_call:6.2f} s)   "
-            f"{n / t_batch:9.1f} pts/s ({t_batch:5.2f} s)   {t_call / t_batch:6.1f}x")
+            f"{n / t_batch:9.1f} pts/s ({t_batch:5.2f} s)   {t_call / t_batch:6.1f}x "
+            f"({min(ratios):.1f}-{max(ratios):.1f}x)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--points", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=3, help="measurements per store (medians are shown)")
     parser.add_argument("--stores", default="sqlite,server", help="comma-separated: sqlite, server")
     parser.add_argument("--tracking-url", help="a running MLflow tracking server to use instead of starting one")
     args = parser.parse_args()
@@ -107,18 +117,19 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="rcpforge-ingest-") as tmp:
         if "sqlite" in stores:
-            t_call, t_batch = measure(f"sqlite:///{tmp}/bench.db", args.runs, args.points, Path(tmp, "sqlite"))
-            rows.append(_row("sqlite store", n, t_call, t_batch))
+            times = measure(f"sqlite:///{tmp}/bench.db", args.runs, args.points, Path(tmp, "sqlite"), args.repeat)
+            rows.append(_row("sqlite store", n, times))
         if "server" in stores:
             if args.tracking_url:
-                t_call, t_batch = measure(args.tracking_url, args.runs, args.points, Path(tmp, "server"))
-                rows.append(_row("tracking server (given)", n, t_call, t_batch))
+                times = measure(args.tracking_url, args.runs, args.points, Path(tmp, "server"), args.repeat)
+                rows.append(_row("tracking server (given)", n, times))
             else:
                 os.chmod(tmp, 0o755)  # the server script's PostgreSQL runs as postgres
                 with tracking_server(Path(tmp, "mlflow")) as url:
-                    t_call, t_batch = measure(url, args.runs, args.points, Path(tmp, "server"))
-                rows.append(_row("tracking server (postgres)", n, t_call, t_batch))
+                    times = measure(url, args.runs, args.points, Path(tmp, "server"), args.repeat)
+                rows.append(_row("tracking server (postgres)", n, times))
     print(f"{args.runs} runs x {args.points} eval points ({METRICS_PER_POINT} metrics each), eval points per second")
+    print(f"medians of {args.repeat} measurements; speedup: of the medians (range over the measurements)")
     print(f"{'store':<26} {'per-call log_metric':>27}   {'rcpforge RunLog':>25}   speedup")
     print("\n".join(rows))
     print("target: RunLog at least 20x per-call on each store")
