@@ -94,6 +94,7 @@ def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server, fin
     data = tiny_campaign(name=name, recipes=["bf16"], seeds=3, tracking={"uri": server.url, "retry_s": 120})
     path = write_campaign(tmp_path / "outage", data)
     campaign = load_campaign(path)
+    proc = None
     server.start()
     try:
         proc = start_cli("run", str(path))
@@ -113,6 +114,9 @@ def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server, fin
         assert f"tracking store unavailable: {server.url}" in out and "retrying" in out, out[-3000:]
         tokens = assert_clean_ledger(campaign, n_keys=6)
     finally:
+        if proc is not None and proc.poll() is None:  # a failed test leaves no orchestrator behind
+            proc.kill()
+            proc.communicate(timeout=60)
         server.kill()
 
     # the same seeds undisturbed (the session's tiny campaign, on SQLite): same results
