@@ -3,7 +3,8 @@ several retries, then started again on the same port and store: workers and the
 orchestrator wait it out (tracking.retry_s), the campaign finishes without help, with
 one MLflow run and one outcome per run key, no point written twice, and the same
 analysis table as the campaign run undisturbed. A store that stays down past the window
-ends `rcpforge run` with one line that names it and says what to do."""
+ends `rcpforge run` with one line that names it and says what to do, and a rerun
+resumes the campaign."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.tracking_schema import TAG_STATUS
+from trainers.tracking_schema import TAG_ATTEMPTS, TAG_STATUS
 
 OUTAGE_S = 5.0  # longer than the first retries (0.5, 1, 2 s): several of them fail
 
@@ -88,23 +89,50 @@ def _analysis(uri: str, name: str, benchmark: str, submission_runs: int) -> tupl
     return _table_rows(runs, drop=("run_id", "run_key", "wall_s")), _table_rows(table)
 
 
+def _running(campaign) -> set[tuple[str, str]]:
+    """(MLflow run, attempt) of every run whose status reads running."""
+    return {(r.info.run_id, r.data.tags.get(TAG_ATTEMPTS)) for r in runs_of(campaign)[1]
+            if r.data.tags.get(TAG_STATUS) == "running"}
+
+
+def _kill_mid_run(server: _Server, campaign, proc: subprocess.Popen) -> None:
+    """Kill the server once an attempt of this orchestrator runs (runs that a stopped
+    orchestrator left reading `running` do not count)."""
+    stale = _running(campaign)
+    wait_for(lambda: _running(campaign) - stale, "a run in flight", proc)
+    server.kill()
+
+
 def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server, finished):
+    """Two outages of one campaign, one server process of this test's own on the
+    session's PostgreSQL store. First, longer than `tracking.retry_s`: the campaign
+    stops with one line naming the server, and a rerun resumes it. Then shorter: the
+    campaign waits it out and finishes without help."""
     name = f"outage-{uuid.uuid4().hex[:8]}"  # its own experiment in the shared database
     server = _Server(mlflow_server.backend_uri, tmp_path / "server-artifacts", _free_port())
-    data = tiny_campaign(name=name, recipes=["bf16"], seeds=3, tracking={"uri": server.url, "retry_s": 120})
-    path = write_campaign(tmp_path / "outage", data)
-    campaign = load_campaign(path)
+    folder = tmp_path / "outage"
+
+    def campaign_file(retry_s: float) -> Path:
+        # tracking settings are not part of a run's key: the same runs either way
+        return write_campaign(folder, tiny_campaign(name=name, recipes=["bf16"], seeds=3,
+                                                    tracking={"uri": server.url, "retry_s": retry_s}))
+
+    campaign = load_campaign(campaign_file(3))
     proc = None
     server.start()
     try:
-        proc = start_cli("run", str(path))
+        # 1. down past the window: the run in flight gives up, then the orchestrator
+        proc = start_cli("run", str(campaign_file(3)))
+        _kill_mid_run(server, campaign, proc)
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+        last = out.strip().splitlines()[-1]
+        assert last.startswith("error: ") and f"tracking store {server.url} unavailable for 3 s" in last, out[-3000:]
 
-        def in_flight():
-            _, runs = runs_of(campaign)
-            return any(r.data.tags.get(TAG_STATUS) == "running" for r in runs)
-
-        wait_for(in_flight, "a run in flight", proc)
-        server.kill()
+        # 2. back, and the rerun meets an outage shorter than its window
+        server.start()
+        proc = start_cli("run", str(campaign_file(120)))
+        _kill_mid_run(server, campaign, proc)
         time.sleep(OUTAGE_S)
         assert proc.poll() is None, "the campaign ended while the tracking server was down"
         server.start()
