@@ -68,12 +68,17 @@ class _Server:
         return self.proc.poll() is not None
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        """SIGKILL to the whole group (uvicorn too, even if `mlflow server` itself already
+        ended), once per start."""
+        if self.proc is None:
+            return
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(timeout=30)
-            # uvicorn, a child in the same group, is gone once its port is free
-            wait_for(lambda: not _healthy(self.url), f"mlflow server on {self.url} stopped", every_s=0.1)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.proc = None
+        wait_for(lambda: not _healthy(self.url), f"mlflow server on {self.url} stopped", every_s=0.1)
 
 
 def _table_rows(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
