@@ -104,12 +104,17 @@ def execute_run(
     return result.model_dump(mode="json")
 
 
-def _note_requeue(spec_json: str, tracking_uri: str, run_id: str, attempt: int, output_dir: str) -> None:
+def _note_requeue(spec_json: str, tracking_uri: str, run_id: str, *_rest) -> None:
     """The job was preempted or hit its time limit and is requeued by the cluster: the
-    run reads `preempted` (never an outcome) until the requeued job starts it again."""
+    run reads `preempted` (never an outcome) until the requeued job starts it again.
+    Called with all of `execute_run`'s arguments; a short retry window, as the job is
+    killed soon after (backend.signal_delay_s) and the requeue matters more."""
     from orchestrator.tracking import mark_preempted
 
-    mark_preempted(tracking_uri, run_id)
+    mark_preempted(tracking_uri, run_id, retry_s=_REQUEUE_NOTE_RETRY_S)
+
+
+_REQUEUE_NOTE_RETRY_S = 20.0
 
 
 # Backends that requeue jobs (Slurm) call this before the requeue.

@@ -117,3 +117,22 @@ def test_final_metrics_of_an_attempt_that_lost_its_outcome_tag_are_not_written_t
                      for _ in client.get_metric_history(run_id, name))
     assert counts == {"tokens_to_target": 1, "tokens_trained": 1, "samples_to_target": 1, "run_wall_s": 1}
     assert client.get_run(run_id).data.tags[TAG_STATUS] == "converged"
+
+
+def test_a_requeued_job_marks_its_run_preempted_with_the_arguments_the_launcher_gives(tmp_path):
+    """Slurm calls `execute_run.on_requeue(*job.args)`: every argument the launcher
+    passes must be accepted, or the note is lost (the hook's errors are swallowed)."""
+    import inspect
+
+    from mlflow import MlflowClient
+
+    from orchestrator.execute import execute_run
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("c", artifact_location=(tmp_path / "art").as_uri())
+    run_id = client.create_run(exp).info.run_id
+    every = [p for p in inspect.signature(execute_run).parameters]
+    args = ["{}", uri, run_id, 1, str(tmp_path / "run")] + [None] * (len(every) - 5)
+    execute_run.on_requeue(*args)
+    assert client.get_run(run_id).data.tags[TAG_STATUS] == "preempted"
