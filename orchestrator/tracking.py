@@ -83,8 +83,11 @@ def _transient(err: Exception) -> bool:
 
 def _first_line(err: Exception) -> str:
     """The error on one line, its head and its tail: an HTTP client's message puts the
-    cause ("Connection refused") at the end of a long line."""
-    text = " ".join(str(err).split())
+    cause ("Connection refused") at the end of a long line. A URI in it is shown
+    without its password."""
+    from sweeps.spec import redact_uri
+
+    text = redact_uri(" ".join(str(err).split()))
     if len(text) > 300:
         text = f"{text[:150]} ... {text[-120:]}"
     return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -37,8 +37,8 @@ def test_transient_errors_are_retried_until_the_store_answers():
     assert flaky.calls == 4
 
 
-def test_retries_give_up_after_the_window_with_an_error_that_names_the_store():
-    flaky = _Flaky(10**9, RuntimeError("connection refused"))
+def test_retries_give_up_after_the_window_with_an_error_that_names_the_store(caplog):
+    flaky = _Flaky(10**9, RuntimeError(f"connection refused by {URI}"))
     client = _RetryingClient(flaky, URI, retry_s=0.05, first_delay_s=0.001)
     with pytest.raises(TrackingUnavailable) as caught:
         client.log_batch("r1")
@@ -47,6 +47,8 @@ def test_retries_give_up_after_the_window_with_an_error_that_names_the_store():
     assert "tracking.retry_s" in message and "rcpforge run" in message and "connection refused" in message
     assert "\n" not in message
     assert flaky.calls > 1  # it did retry before giving up
+    waits = [r.getMessage() for r in caplog.records if r.name == "rcpforge.tracking"]
+    assert waits and all("db.example:5432/mlflow" in w and "s3cret-pw" not in w for w in waits)
 
 
 def test_a_wrong_request_is_not_retried():
