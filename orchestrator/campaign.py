@@ -115,7 +115,7 @@ def run_campaign(
         )
     check_backend(campaign)
     with campaign_lock(campaign):
-        tracking = Tracking(campaign.tracking_uri)
+        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
         ledger = tracking.ledger(experiment_id)
         max_attempts = campaign.backend.max_attempts
@@ -167,7 +167,8 @@ class _Launcher:
     def launch(self, spec: RunSpec, run_id: str, attempt: int) -> None:
         self.runs[spec.run_key] = (spec, run_id, attempt)
         args = (spec.model_dump_json(), self.campaign.tracking_uri, run_id, attempt, str(self.campaign.run_dir(spec)),
-                self.campaign.benchmark, str(self.campaign.base_dir.resolve()), None, self.campaign.backend.stall_timeout_s)
+                self.campaign.benchmark, str(self.campaign.base_dir.resolve()), None, self.campaign.backend.stall_timeout_s,
+                self.campaign.tracking.retry_s)
         self.backend.submit(Job(spec.run_key, execute_run, args))
         self.summary.launched += 1
         self.notify("start", spec, None)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
@@ -32,6 +33,7 @@ def run(
     from cluster.backend import BackendError
     from orchestrator.campaign import CampaignBusy, run_campaign
     from orchestrator.progress import RunProgress
+    from orchestrator.tracking import TrackingUnavailable
 
     progress = RunProgress(console)
     try:
@@ -39,8 +41,8 @@ def run(
             campaign, workers=workers, retry_failed=retry_failed, on_event=progress.on_event,
             on_plan=progress.on_plan, detach=detach,
         )
-    except (CampaignBusy, BackendError) as err:
-        fail(str(err))
+    except (CampaignBusy, BackendError, TrackingUnavailable) as err:
+        fail(escape(str(err)))  # an error text may hold [brackets] that rich would take as markup
     except KeyboardInterrupt:
         progress.close()
         err_console.print("interrupted: runs in flight were stopped; `rcpforge run` again resumes the campaign")

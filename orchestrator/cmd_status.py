@@ -8,7 +8,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from orchestrator.cli_app import app, console, load_campaign_or_fail
+from rich.markup import escape
+
+from orchestrator.cli_app import app, console, fail, load_campaign_or_fail
 
 
 @app.command()
@@ -20,9 +22,13 @@ def status(
     diverged, failed, and the Slurm job states of runs on Slurm."""
     campaign = load_campaign_or_fail(campaign_file)
     from orchestrator.status import COLUMNS, campaign_status
+    from orchestrator.tracking import TrackingUnavailable
     from sweeps.spec import redact_uri
 
-    cells = campaign_status(campaign)
+    try:
+        cells = campaign_status(campaign)
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
     if as_json:
         print(json.dumps({"campaign": campaign.name, "tracking_uri": redact_uri(campaign.tracking_uri),
                           "cells": [c.as_dict() for c in cells]}, indent=2))

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
@@ -39,10 +40,14 @@ def tune(
         shown = "" if value is None else f" objective {value:,.0f}"
         console.print(f"{cell.recipe} bs {cell.batch_size} trial {number}: {outcome}{shown}", highlight=False)
 
+    from orchestrator.tracking import TrackingUnavailable
+
     try:
         summaries = tune_campaign(campaign, cells, trials=trials, workers=workers, on_event=on_event)
     except TuneError as err:
         fail(str(err))
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
     except KeyboardInterrupt:
         err_console.print("interrupted: trials in flight were stopped; `rcpforge tune` again continues the studies")
         raise typer.Exit(130)

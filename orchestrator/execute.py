@@ -9,6 +9,7 @@ written here around trainers that do not log MLLOG themselves, or by the trainer
 
 from __future__ import annotations
 
+import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.stall import Stalled, StallGuard
-from orchestrator.tracking import RunLog
+from orchestrator.tracking import DEFAULT_RETRY_S, RunLog
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
 from trainers.mllog_writer import RESULT_FILE, MllogReporter, MllogWriter
 from trainers.registry import get_trainer
@@ -37,15 +38,24 @@ class RunContext:
     stall: StallGuard | None = None
 
     def eval_point(self, point: EvalPoint) -> None:
-        self.log.eval_point(point)
-        if self.stall is not None:
-            self.stall.beat()
+        if self.stall is None:
+            self.log.eval_point(point)
+        else:
+            with self.stall.paused():  # re-armed on the way out: this point is progress
+                self.log.eval_point(point)
         if self.watch is not None:
             self.watch(point)
 
     def idle(self) -> None:
         """The trainer has nothing to do for now: a chance to write pending points."""
-        self.log.flush_if_due()
+        if self.stall is None or not self.log.flush_due():
+            self.log.flush_if_due()
+            return
+        remaining = signal.getitimer(signal.ITIMER_REAL)[0] if self.stall.active else 0.0
+        with self.stall.paused():
+            self.log.flush()
+        if remaining:  # a flush is not the trainer's progress: give back only what it had
+            signal.setitimer(signal.ITIMER_REAL, remaining)
 
 
 def execute_run(
@@ -58,9 +68,10 @@ def execute_run(
     campaign_dir: str | None = None,
     watch: Callable[[EvalPoint], None] | None = None,
     stall_timeout_s: float | None = None,
+    tracking_retry_s: float = DEFAULT_RETRY_S,
 ) -> dict:
     spec = RunSpec.model_validate_json(spec_json)
-    log = RunLog(tracking_uri, run_id, spec.target.metric, Path(output_dir))
+    log = RunLog(tracking_uri, run_id, spec.target.metric, Path(output_dir), retry_s=tracking_retry_s)
     log.start(attempt)
     stall = StallGuard(stall_timeout_s)
     context = RunContext(log, Path(output_dir), benchmark or spec.campaign, Path(campaign_dir or Path.cwd()), watch, stall)
@@ -93,12 +104,17 @@ def execute_run(
     return result.model_dump(mode="json")
 
 
-def _note_requeue(spec_json: str, tracking_uri: str, run_id: str, attempt: int, output_dir: str) -> None:
+def _note_requeue(spec_json: str, tracking_uri: str, run_id: str, *_rest) -> None:
     """The job was preempted or hit its time limit and is requeued by the cluster: the
-    run reads `preempted` (never an outcome) until the requeued job starts it again."""
+    run reads `preempted` (never an outcome) until the requeued job starts it again.
+    Called with all of `execute_run`'s arguments; a short retry window, as the job is
+    killed soon after (backend.signal_delay_s) and the requeue matters more."""
     from orchestrator.tracking import mark_preempted
 
-    mark_preempted(tracking_uri, run_id)
+    mark_preempted(tracking_uri, run_id, retry_s=_REQUEUE_NOTE_RETRY_S)
+
+
+_REQUEUE_NOTE_RETRY_S = 20.0
 
 
 # Backends that requeue jobs (Slurm) call this before the requeue.

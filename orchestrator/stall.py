@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 _log = logging.getLogger("rcpforge.stall")
 
@@ -38,6 +40,17 @@ class StallGuard:
         """Progress was made: the run has `timeout_s` again before it counts as stalled."""
         if self.active:
             signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent waiting on something other than the trainer (an unavailable
+        tracking store, retried for up to tracking.retry_s) is not a stall."""
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            yield
+        finally:
+            self.beat()
 
     def _fire(self, signum, frame) -> None:
         raise Stalled(f"stalled: no eval point for {self.timeout_s:g} s (backend.stall_timeout_s)")

@@ -45,7 +45,7 @@ def _column(status: RunStatus, slurm_state: str | None) -> str:
 
 
 def campaign_status(campaign: Campaign) -> list[CellStatus]:
-    tracking = Tracking(campaign.tracking_uri)
+    tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
     exp = tracking.client.get_experiment_by_name(campaign.name)
     ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
     states = slurm_states(ledger)

@@ -8,6 +8,7 @@ The tag schema (`trainers/tracking_schema.py`) is a public contract: analysis re
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 # MLflow rejects tag values above 8000 characters.
 _MAX_TAG = 7000
+_FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET}
 _PAGE = 5000
 
 
@@ -59,59 +61,105 @@ class LedgerEntry:
 
 _log = logging.getLogger("rcpforge.tracking")
 
+# How long a call waits for an unavailable tracking store before giving up: a tracking
+# server restart or a SQLite file locked by a backup takes seconds to minutes, and a run
+# that gave up fails its attempt. A campaign sets its own in `tracking.retry_s`.
+DEFAULT_RETRY_S = 600.0
+_MAX_DELAY_S = 10.0
+
 # Errors that retrying cannot fix: the request itself is wrong.
 _PERMANENT = {"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS", "BAD_REQUEST",
               "INVALID_STATE", "PERMISSION_DENIED", "UNAUTHENTICATED"}
 
 
+class TrackingUnavailable(RuntimeError):
+    """The tracking store stayed unreachable for the whole retry window."""
+
+
 def _transient(err: Exception) -> bool:
     code = getattr(err, "error_code", None)
-    return code not in _PERMANENT
+    return code not in _PERMANENT and not isinstance(err, TrackingUnavailable)
+
+
+def _first_line(err: Exception) -> str:
+    """The error on one line, its head and its tail: an HTTP client's message puts the
+    cause ("Connection refused") at the end of a long line. A URI in it is shown
+    without its password."""
+    from sweeps.spec import redact_uri
+
+    text = redact_uri(" ".join(str(err).split()))
+    if len(text) > 300:
+        text = f"{text[:150]} ... {text[-120:]}"
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 class _RetryingClient:
-    """An MlflowClient whose calls are retried with exponential backoff when the store is
-    briefly unavailable (a SQLite file locked past its busy timeout, a server
-    restarting), so a run's result is not lost to a hiccup of the tracking store."""
+    """An MlflowClient whose calls are retried with exponential backoff (0.5 s doubling
+    to 10 s) while the store is unavailable (a SQLite file locked past its busy timeout, a
+    tracking server stopped or restarting), for at most `retry_s` seconds per call; then
+    `TrackingUnavailable` names the store and says what to do. A run's result is not
+    lost to a hiccup of the tracking store, and a store that stays down ends the
+    campaign with a clear message instead of hanging it."""
 
-    def __init__(self, client: MlflowClient, attempts: int = 6, first_delay_s: float = 0.5):
+    def __init__(self, client: MlflowClient, uri: str, retry_s: float = DEFAULT_RETRY_S, first_delay_s: float = 0.5):
         self._client = client
-        self._attempts = attempts
+        self._uri = uri
+        self._retry_s = retry_s
         self._first_delay_s = first_delay_s
+
+    @property
+    def raw(self) -> MlflowClient:
+        return self._client
 
     def __getattr__(self, name: str):
         method = getattr(self._client, name)
         if not callable(method):
             return method
+        return lambda *args, **kwargs: self.retry(name, lambda: method(*args, **kwargs))
 
-        def call(*args, **kwargs):
-            delay = self._first_delay_s
-            for attempt in range(1, self._attempts + 1):
-                try:
-                    return method(*args, **kwargs)
-                except Exception as err:  # noqa: BLE001 - classified just below
-                    if attempt == self._attempts or not _transient(err):
-                        raise
-                    _log.warning("tracking store unavailable (%s: %s); retrying %s in %.1f s",
-                                 type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "", name, delay)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 10.0)
+    def retry(self, what: str, call):
+        """`call()` under the retry policy; `what` names it in the log."""
+        from sweeps.spec import redact_uri
 
-        return call
+        deadline = time.monotonic() + self._retry_s
+        delay = self._first_delay_s
+        while True:
+            try:
+                return call()
+            except Exception as err:  # noqa: BLE001 - classified just below
+                if not _transient(err):
+                    raise
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TrackingUnavailable(
+                        f"tracking store {redact_uri(self._uri)} unavailable for {self._retry_s:g} s "
+                        f"(tracking.retry_s), last error on {what}: {_first_line(err)}; start it again or fix "
+                        "tracking.uri, then run the command again (`rcpforge run` resumes the campaign)"
+                    ) from err
+                pause = min(delay, left)
+                _log.warning("tracking store unavailable: %s (%s); retrying %s in %.1f s, for up to %.0f s more",
+                             redact_uri(self._uri), _first_line(err), what, pause, left)
+                time.sleep(pause)
+                delay = min(delay * 2, _MAX_DELAY_S)
 
 
-def _client(uri: str) -> MlflowClient:
+def _client(uri: str, retry_s: float = DEFAULT_RETRY_S) -> MlflowClient:
     from mlflow import MlflowClient
 
-    return _RetryingClient(MlflowClient(tracking_uri=uri))  # type: ignore[return-value]
+    if uri.startswith(("http://", "https://")):
+        # MLflow's HTTP client retries a refused connection itself, 7 times over about 4
+        # minutes per call, which would stretch our window unpredictably: the retry
+        # policy is ours. A value the user set is kept.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    return _RetryingClient(MlflowClient(tracking_uri=uri), uri, retry_s)  # type: ignore[return-value]
 
 
 class Tracking:
     """The orchestrator's view of one campaign's experiment."""
 
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, retry_s: float = DEFAULT_RETRY_S):
         self.uri = uri
-        self.client = _client(uri)
+        self.client = _client(uri, retry_s)
 
     def open_experiment(self, name: str, artifact_dir: Path) -> str:
         """Create the schema (this first call does it, once, before any worker starts)
@@ -120,7 +168,13 @@ class Tracking:
         if exp is not None:
             return exp.experiment_id
         artifact_dir.mkdir(parents=True, exist_ok=True)
-        return self.client.create_experiment(name, artifact_location=artifact_dir.resolve().as_uri())
+        try:
+            return self.client.create_experiment(name, artifact_location=artifact_dir.resolve().as_uri())
+        except Exception as err:
+            # made by an earlier try whose answer was lost (a server stopped mid-request)
+            if getattr(err, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return self.client.get_experiment_by_name(name).experiment_id
 
     def ledger(self, experiment_id: str, role: str = "campaign") -> dict[str, LedgerEntry]:
         """Every run key of the campaign with its MLflow run and status."""
@@ -158,12 +212,30 @@ class Tracking:
         from mlflow.entities import Param, RunTag
 
         tags = {**spec_tags(spec), **(extra_tags or {})}
-        run = self.client.create_run(experiment_id, run_name=run_name or spec.run_name, tags=tags)
+        run = self._create_once(experiment_id, spec.run_key, run_name or spec.run_name, tags)
         params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
         params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
         self.client.log_batch(run.info.run_id, params=params, tags=[RunTag(TAG_STATUS, "pending")])
         self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
+
+    def _create_once(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str]):
+        """`create_run` is not idempotent: a try whose answer was lost (a tracking server
+        stopped mid-request) may have made the run, so every later try looks for it
+        first, and a run key never gets two MLflow runs."""
+        tried = False
+
+        def attempt():
+            nonlocal tried
+            if tried:
+                found = self.client.raw.search_runs(
+                    [experiment_id], filter_string=f"tags.`{TAG_RUN_KEY}` = '{run_key}'", max_results=1)
+                if found:
+                    return found[0]
+            tried = True
+            return self.client.raw.create_run(experiment_id, run_name=run_name, tags=tags)
+
+        return self.client.retry("create_run", attempt)
 
     def result_of(self, run_id: str) -> RunResult:
         """The recorded result of a run that a worker finished on its own (a cluster job
@@ -196,8 +268,8 @@ class Tracking:
         self.client.set_terminated(run_id, status="FAILED")
 
 
-def mark_preempted(uri: str, run_id: str) -> None:
-    _client(uri).set_tag(run_id, TAG_STATUS, RunStatus.preempted.value)
+def mark_preempted(uri: str, run_id: str, retry_s: float = DEFAULT_RETRY_S) -> None:
+    _client(uri, retry_s).set_tag(run_id, TAG_STATUS, RunStatus.preempted.value)
 
 
 def spec_tags(spec: RunSpec) -> dict[str, str]:
@@ -220,8 +292,9 @@ class RunLog:
     """A worker's handle on its own MLflow run: eval points go out in batches, and on a
     retry the points the run already logged are not written again."""
 
-    def __init__(self, uri: str, run_id: str, target_metric: str, output_dir: Path, flush_every_s: float = 2.0):
-        self.client = _client(uri)
+    def __init__(self, uri: str, run_id: str, target_metric: str, output_dir: Path, flush_every_s: float = 2.0,
+                 retry_s: float = DEFAULT_RETRY_S):
+        self.client = _client(uri, retry_s)
         self.output_dir = output_dir
         output_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
@@ -230,10 +303,16 @@ class RunLog:
         self._last_flush = time.monotonic()
         history = self.client.get_metric_history(run_id, target_metric)
         self.logged_until = max((m.step for m in history), default=-1)
+        self._final_logged: set[str] = set()
 
     def start(self, attempt: int) -> None:
         from mlflow.entities import RunTag
 
+        if attempt > 1 or self.logged_until >= 0:
+            # Final metrics an earlier attempt (or a requeued job) wrote without its
+            # outcome tag, the store gone between the two: written again they would be
+            # duplicate points. A first start of a fresh run has none: no read.
+            self._final_logged = set(self.client.get_run(self.run_id).data.metrics) & _FINAL_METRICS
         self.client.update_run(self.run_id, status="RUNNING")
         self.client.log_batch(
             self.run_id,
@@ -255,8 +334,11 @@ class RunLog:
         """Write what waits once `flush_every_s` has passed; a trainer that waits on
         something else (an external program's output) calls it when idle, so that its
         last points do not wait for the next one."""
-        if self._pending and time.monotonic() - self._last_flush >= self.flush_every_s:
+        if self.flush_due():
             self.flush()
+
+    def flush_due(self) -> bool:
+        return bool(self._pending) and time.monotonic() - self._last_flush >= self.flush_every_s
 
     def flush(self) -> None:
         # MLflow accepts at most 1000 metrics in one batch.
@@ -285,6 +367,7 @@ class RunLog:
         if result.status is RunStatus.converged:
             metrics += [Metric(METRIC_TOKENS_TO_TARGET, float(result.tokens_to_target), now, 0),
                         Metric(METRIC_SAMPLES_TO_TARGET, float(result.samples_to_target), now, 0)]
+        metrics = [m for m in metrics if m.key not in self._final_logged]
         tags = [RunTag(TAG_STATUS, result.status.value)]
         if result.error:
             tags.append(RunTag(TAG_ERROR, result.error[-_MAX_TAG:]))

@@ -10,6 +10,7 @@
     hparams: {32: {lr: 0.01, warmup_tokens: 100000}, 128: {...}}
     backend: {kind: local, workers: 2}       # or {kind: ray, ...}, {kind: slurm, ...}
     tracking: {uri: sqlite:///...}           # default: rcpforge-mlflow.db beside this file
+                                             # retry_s: 600 (seconds to wait out a store outage)
     tune: {space: {lr: {low: 0.001, high: 0.1, log: true}}, trials: 12}   # sweeps/tune_spec.py
     hparams_from: hparams.bf16.yaml          # a table written by `rcpforge tune`
 """
@@ -51,6 +52,10 @@ class RecipeChoice(_Strict):
 
 class TrackingSpec(_Strict):
     uri: str | None = None
+    # How long the orchestrator and every worker keep retrying a tracking store that is
+    # unavailable (a server restarting, a locked SQLite file) before giving up with an
+    # error that names it; a worker that gives up fails its run's attempt.
+    retry_s: float = Field(600.0, gt=0, le=86_400)
 
 
 class RcpSpec(_Strict):

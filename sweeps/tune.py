@@ -187,7 +187,7 @@ def tune_campaign(
     workers = workers or getattr(campaign.backend, "workers", 1)
     summaries = []
     with tune_lock(campaign):
-        tracking = Tracking(campaign.tracking_uri)
+        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
         backend = make_backend(campaign, workers)
         try:

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from orchestrator.tracking import _RetryingClient
+from orchestrator.tracking import RunLog, Tracking, TrackingUnavailable, _RetryingClient
+from trainers.contract import RunResult, RunStatus
+from trainers.tracking_schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
+
+URI = "postgresql+psycopg2://rcpforge:s3cret-pw@db.example:5432/mlflow"
 
 
 class _Flaky:
@@ -26,22 +32,109 @@ class _Coded(Exception):
 
 def test_transient_errors_are_retried_until_the_store_answers():
     flaky = _Flaky(3, RuntimeError("database is locked"))
-    client = _RetryingClient(flaky, attempts=5, first_delay_s=0.001)
+    client = _RetryingClient(flaky, URI, retry_s=60, first_delay_s=0.001)
     assert client.log_batch("r1") == "r1"
     assert flaky.calls == 4
 
 
-def test_retries_give_up_after_the_last_attempt():
-    flaky = _Flaky(10, RuntimeError("database is locked"))
-    client = _RetryingClient(flaky, attempts=3, first_delay_s=0.001)
-    with pytest.raises(RuntimeError, match="locked"):
+def test_retries_give_up_after_the_window_with_an_error_that_names_the_store(caplog):
+    flaky = _Flaky(10**9, RuntimeError(f"connection refused by {URI}"))
+    client = _RetryingClient(flaky, URI, retry_s=0.05, first_delay_s=0.001)
+    with pytest.raises(TrackingUnavailable) as caught:
         client.log_batch("r1")
-    assert flaky.calls == 3
+    message = str(caught.value)
+    assert "db.example:5432/mlflow" in message and "s3cret-pw" not in message  # named, password masked
+    assert "tracking.retry_s" in message and "rcpforge run" in message and "connection refused" in message
+    assert "\n" not in message
+    assert flaky.calls > 1  # it did retry before giving up
+    waits = [r.getMessage() for r in caplog.records if r.name == "rcpforge.tracking"]
+    assert waits and all("db.example:5432/mlflow" in w and "s3cret-pw" not in w for w in waits)
 
 
 def test_a_wrong_request_is_not_retried():
     flaky = _Flaky(10, _Coded("INVALID_PARAMETER_VALUE"))
-    client = _RetryingClient(flaky, attempts=5, first_delay_s=0.001)
+    client = _RetryingClient(flaky, URI, retry_s=60, first_delay_s=0.001)
     with pytest.raises(_Coded):
         client.log_batch("r1")
     assert flaky.calls == 1
+
+
+class _LostAnswer:
+    """A client whose first create_run reaches the store but whose answer is lost, as
+    when a tracking server is stopped mid-request."""
+
+    def __init__(self, client):
+        self._client = client
+        self.creates = 0
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def create_run(self, *args, **kwargs):
+        self.creates += 1
+        run = self._client.create_run(*args, **kwargs)
+        if self.creates == 1:
+            raise ConnectionError("connection reset by peer")
+        return run
+
+
+def test_a_run_whose_creation_answer_was_lost_is_not_created_twice(tmp_path):
+    from mlflow import MlflowClient
+
+    from sweeps.expand import expand
+    from sweeps.spec import load_campaign
+    from tests.helpers.campaigns import tiny_campaign, write_campaign
+
+    campaign = load_campaign(write_campaign(tmp_path, tiny_campaign(recipes=["bf16"], seeds=1)))
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    tracking = Tracking(uri)
+    lossy = _LostAnswer(MlflowClient(tracking_uri=uri))
+    tracking.client = _RetryingClient(lossy, uri, retry_s=30, first_delay_s=0.001)
+    exp = tracking.open_experiment("c", tmp_path / "art")
+    spec = expand(campaign)[0]
+    run_id = tracking.create_run(exp, spec)
+    runs = MlflowClient(tracking_uri=uri).search_runs([exp])
+    assert lossy.creates == 1  # the retry found the run instead of creating another
+    assert [r.info.run_id for r in runs] == [run_id]
+    assert runs[0].data.tags[TAG_RUN_KEY] == spec.run_key and runs[0].data.params  # params logged on it
+
+
+def test_final_metrics_of_an_attempt_that_lost_its_outcome_tag_are_not_written_twice(tmp_path):
+    """The store went down between an attempt's final metrics and its outcome tag: the
+    next attempt records the outcome without a second point of each final metric."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("c", artifact_location=(tmp_path / "art").as_uri())
+    run_id = client.create_run(exp).info.run_id
+    client.log_batch(run_id, metrics=[Metric(METRIC_TOKENS_TO_TARGET, 4096.0, 1, 0),
+                                      Metric(METRIC_TOKENS_TRAINED, 4096.0, 1, 0)])
+    log = RunLog(uri, run_id, "eval_excess_loss", tmp_path / "run")
+    log.start(attempt=2)
+    log.finish(RunResult(status=RunStatus.converged, tokens_to_target=4096, samples_to_target=64,
+                         tokens_trained=4096, wall_s=1.5))
+    counts = Counter(name for name in ("tokens_to_target", "tokens_trained", "samples_to_target", "run_wall_s")
+                     for _ in client.get_metric_history(run_id, name))
+    assert counts == {"tokens_to_target": 1, "tokens_trained": 1, "samples_to_target": 1, "run_wall_s": 1}
+    assert client.get_run(run_id).data.tags[TAG_STATUS] == "converged"
+
+
+def test_a_requeued_job_marks_its_run_preempted_with_the_arguments_the_launcher_gives(tmp_path):
+    """Slurm calls `execute_run.on_requeue(*job.args)`: every argument the launcher
+    passes must be accepted, or the note is lost (the hook's errors are swallowed)."""
+    import inspect
+
+    from mlflow import MlflowClient
+
+    from orchestrator.execute import execute_run
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("c", artifact_location=(tmp_path / "art").as_uri())
+    run_id = client.create_run(exp).info.run_id
+    every = [p for p in inspect.signature(execute_run).parameters]
+    args = ["{}", uri, run_id, 1, str(tmp_path / "run")] + [None] * (len(every) - 5)
+    execute_run.on_requeue(*args)
+    assert client.get_run(run_id).data.tags[TAG_STATUS] == "preempted"
