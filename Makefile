@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo test clean slurm-up slurm-up-accounting slurm-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead
+.PHONY: install demo test clean slurm-up slurm-up-accounting slurm-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead bench-ingest
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-recipes: $(STAMP)
 
 bench-analysis: $(STAMP)
 	$(BIN)/python benchmarks/analysis_scale.py --runs 100000
+
+bench-ingest: $(STAMP)
+	$(BIN)/python benchmarks/tracking_ingest.py
 
 bench-overhead: $(STAMP)
 	$(BIN)/python benchmarks/orchestration_overhead.py --runs 1000 --tune-runs 1000
