@@ -30,16 +30,19 @@ from mlflow import MlflowClient  # noqa: E402
 from orchestrator.tracking import RunLog  # noqa: E402
 from trainers.contract import EvalPoint  # noqa: E402
 
-METRICS_PER_POINT = 2  # eval_loss and eval_excess_loss, as the tiny LM reports
+METRICS_PER_POINT = 3  # eval_loss and eval_excess_loss, as the tiny LM reports, and the samples count
 SERVER_SCRIPT = ROOT / "cluster" / "dev" / "mlflow_server.sh"
 
 
 def per_call(client: MlflowClient, run_ids: list[str], points: int) -> float:
+    """The same eval points as `batched` writes (its two metrics and the samples count,
+    at step = tokens), one `log_metric` call per value."""
     start = time.perf_counter()
     for run_id in run_ids:
         for p in range(points):
             client.log_metric(run_id, "eval_loss", 3.0 - p * 0.01, step=(p + 1) * 1000)
             client.log_metric(run_id, "eval_excess_loss", 1.0 - p * 0.01, step=(p + 1) * 1000)
+            client.log_metric(run_id, "samples", float(p + 1), step=(p + 1) * 1000)
     return time.perf_counter() - start
 
 
