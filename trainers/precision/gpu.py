@@ -36,7 +36,8 @@ def use_real_fp8(gemm: QuantizedGemm, x: torch.Tensor) -> bool:
 def _cast(t: torch.Tensor, fmt: str, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """float8 data and the dequantizing scale (one, or one per row). No clamp: the scale
     is at most fmax / amax, so |t * s| <= fmax up to one float32 rounding, which the
-    float8 cast rounds back to fmax (it turns to NaN only from 480 up, for E4M3)."""
+    float8 cast rounds back to fmax (it turns to NaN only from 480 up, for E4M3). An inf
+    input becomes NaN here where the emulation saturates it; the run diverges either way."""
     f = FORMATS[fmt]
     # the infinity norm is amax in one pass, without the |t| temporary; exact in t's dtype
     amax = torch.linalg.vector_norm(t, float("inf"), dim=-1 if rowwise else None, keepdim=rowwise)
