@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from trainers.precision import gpu
 from trainers.precision.hadamard import hadamard_last_dim
 from trainers.precision.quantize import (
-    Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_with_scale,
+    Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
 )
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
@@ -121,10 +121,13 @@ class QuantizedGemm:
 
     def _quantize_delayed(self, t, which, q, tel) -> Quantized:
         state = self._delayed_state(which)
-        out, counts = quantize_with_scale(t, q.fmt, state.scale, counts=tel is not None)
+        if tel is None:
+            out, amax = quantize_delayed(t.detach(), q.fmt, state.scale)
+            state.update(amax)
+            return out
+        out, counts = quantize_with_scale(t, q.fmt, state.scale, counts=True)
         state.update(abs_max(t.detach()))
-        if tel is not None:
-            tel.add(which, counts)
+        tel.add(which, counts)
         return out
 
     def quantize_pair(

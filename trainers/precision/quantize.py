@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainers.precision.formats import get_format, round_inplace_ok, round_to_format
+from trainers.precision import kernels
+from trainers.precision.formats import ElementFormat, get_format, round_inplace_ok, round_to_format
 from trainers.precision.scaling import (
     Block,
     Grouped,
@@ -132,6 +133,10 @@ def fake_quant_factored(
         raise ValueError(f"unknown scale_mode {scale_mode!r}; valid: {', '.join(SCALE_MODES)}")
     x = x.float()
     nvfp4 = scale_mode.startswith("nvfp4")
+    if not counts and kernels.usable(x):
+        fused = _fused(x, f, block, scale_mode, rounding, generator, nvfp4)
+        if fused is not None:
+            return fused, None
     if block is None and not nvfp4:
         # tensorwise: FP32 current scaling (E8M0 modes do not apply to one tensor scale)
         amax = abs_max(x)
@@ -156,6 +161,60 @@ def fake_quant_factored(
     d = e8m0_scale(amax, f, scale_mode)
     q, c = _round(g.view / d, fmt, rounding, generator, counts)
     return Quantized(g.restore(q.mul_(d))), c
+
+
+def _fused(
+    x: torch.Tensor, f: ElementFormat, block: Block, scale_mode: str, rounding: str,
+    generator: torch.Generator | None, nvfp4: bool,
+) -> Quantized | None:
+    """fake_quant_factored on the fused kernel, bit for bit; None where it does not apply
+    (pow2 tensorwise, stochastic rounding over zero padding, 2-D tiles of a tensor that
+    is not 2-D)."""
+    if x.dim() == 0 or (isinstance(block, tuple) and x.dim() != 2):
+        return None
+    x2 = x.reshape(-1, x.shape[-1])
+    rows, cols = x2.shape
+    if block is None and not nvfp4:
+        if scale_mode == "pow2":
+            return None
+        mode, tile, draws = "tensor", (rows, cols), x.shape
+    else:
+        mode = scale_mode
+        tile = (1, cols if block is None else block) if not isinstance(block, tuple) else block
+        if rows % tile[0] or cols % tile[1]:
+            if rounding == "sr":  # the torch path draws for the zero padding too
+                return None
+            draws = None
+        elif isinstance(block, tuple):
+            draws = (rows // tile[0], tile[0], cols // tile[1], tile[1])
+        else:
+            draws = (rows, cols // tile[1], tile[1])
+    u = None
+    if rounding == "sr":  # the same draws, in the same order, as stochastic_round's
+        u = torch.rand(draws, generator=generator, dtype=torch.float32)
+    elif rounding != "rne":
+        return None
+    exact = scale_mode != "fp32" or mode == "tensor"
+    core, half, _, scale = kernels.fused_quantize(x2, f, tile, mode, u=u, bf16=exact)
+    core = core.view(x.shape)
+    half = half.view(x.shape) if half is not None else None
+    if mode == "tensor":
+        return Quantized(core, divisor=scale, _bf16=half)
+    if nvfp4:
+        return Quantized(core, multiplier=scale, _bf16=half)
+    return Quantized(core, exact=exact, _bf16=half)
+
+
+def quantize_delayed(x: torch.Tensor, fmt: str, scale: float) -> tuple[Quantized, float]:
+    """Delayed scaling's step: quantize with the scale from the history (RNE, saturating)
+    and return abs_max(x) for the history, in one fused pass where it can."""
+    x = x.float()
+    if kernels.usable(x) and x.dim() > 0:
+        core, half, amax, _ = kernels.fused_quantize(
+            x.reshape(-1, x.shape[-1]), get_format(fmt), (1, 1), "given", given=scale, bf16=True
+        )
+        return Quantized(core.view(x.shape), divisor=scale, _bf16=half.view(x.shape)), amax
+    return quantize_with_scale(x, fmt, scale)[0], abs_max(x)
 
 
 def fake_quant(

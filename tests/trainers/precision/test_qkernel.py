@@ -1,0 +1,141 @@
+"""The fused CPU quantizer (trainers/precision/qkernel.c) gives the torch path's results
+bit for bit in every mode it takes, so a worker without a C compiler changes speed only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trainers.precision import kernels
+from trainers.precision.quantize import fake_quant_factored, quantize_delayed
+
+MODES = [  # (block, scale_mode) as the recipes and the public quantize use them
+    (None, "fp32"), (None, "floor"), (None, "pow2"), (None, "nvfp4"),
+    (32, "floor"), (32, "rceil"), (20, "floor"),
+    (16, "nvfp4"), (16, "nvfp4_clamped"), ((16, 16), "nvfp4"),
+    (128, "fp32"), (7, "fp32"), (64, "pow2"), ((128, 128), "fp32"),
+]
+
+
+@pytest.fixture
+def torch_path():
+    """Run the body's `fn` once on each path; restores the setting."""
+    def both(fn):
+        old = kernels.set_enabled(True)
+        try:
+            fused = fn()
+            kernels.set_enabled(False)
+            return fused, fn()
+        finally:
+            kernels.set_enabled(old)
+    return both
+
+
+def _data(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.exp2(torch.randint(-30, 30, shape, generator=g).float())
+    x.view(-1)[::97] = 0.0
+    return x
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit patterns, any NaN equal to any NaN."""
+    if not torch.equal(a.isnan(), b.isnan()):
+        return False
+    a, b = a.nan_to_num(nan=0.0), b.nan_to_num(nan=0.0)
+    return torch.equal(a.view(torch.int32 if a.dtype == torch.float32 else torch.int16),
+                       b.view(torch.int32 if b.dtype == torch.float32 else torch.int16))
+
+
+def test_the_kernel_builds_on_this_machine():
+    # CI installs a C compiler; without the kernel the step-time targets are not met
+    assert kernels.available(), "the fused quantizer did not build; see the warning logged"
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+@pytest.mark.parametrize("block,mode", MODES)
+@pytest.mark.parametrize("rounding", ["rne", "sr"])
+@pytest.mark.parametrize("shape", [(48, 64), (37, 50)])  # a multiple of every block, and not
+def test_fused_equals_torch_bit_for_bit(torch_path, fmt, block, mode, rounding, shape):
+    x = _data(shape, seed=hash((fmt, str(block), mode, rounding, shape)) % 2**31)
+
+    def run():
+        g = torch.Generator().manual_seed(3)
+        return fake_quant_factored(x, fmt, block, mode, rounding, g)[0]
+
+    fused, plain = torch_path(run)
+    assert _same(fused.dequant(), plain.dequant())
+    assert (fused.exact, fused.divisor, fused.multiplier) == (plain.exact, plain.divisor, plain.multiplier)
+    if fused.exact:
+        assert _same(fused.bf16(), plain.bf16())
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+@pytest.mark.parametrize("block,mode", [m for m in MODES if m[1] != "pow2" or m[0] is not None])
+@pytest.mark.parametrize("special", [float("nan"), float("inf"), -float("inf"), 1e-40, 3e38, -0.0])
+def test_fused_equals_torch_on_special_values(torch_path, fmt, block, mode, special):
+    x = _data((32, 64), seed=7)
+    x[1, 5] = special
+    x[2] = special  # a whole row (a whole block) of it
+    fused, plain = torch_path(lambda: fake_quant_factored(x, fmt, block, mode)[0])
+    assert _same(fused.dequant(), plain.dequant())
+    for a, b in ((fused.divisor, plain.divisor), (fused.multiplier, plain.multiplier)):
+        assert a == b or (a != a and b != b)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("scale", [1.0, 3.5, 1e-3, 1e30])
+@pytest.mark.parametrize("special", [None, float("inf"), float("nan")])
+def test_delayed_step_equals_torch(torch_path, fmt, scale, special):
+    x = _data((64, 48), seed=11)
+    if special is not None:
+        x[3, 3] = special
+    (fq, famax), (pq, pamax) = torch_path(lambda: quantize_delayed(x, fmt, scale))
+    assert _same(fq.dequant(), pq.dequant()) and _same(fq.bf16(), pq.bf16())
+    assert famax == pamax or (famax != famax and pamax != pamax)
+
+
+def test_stochastic_rounding_consumes_the_same_stream(torch_path):
+    """After an SR quantization both paths leave the generator in the same state, so
+    the next draws (the next step's) agree too."""
+    x = _data((32, 64), seed=5)
+
+    def run():
+        g = torch.Generator().manual_seed(9)
+        fake_quant_factored(x, "e2m1", 16, "nvfp4", "sr", g)
+        return torch.rand(4, generator=g)
+
+    fused, plain = torch_path(run)
+    assert torch.equal(fused, plain)
+
+
+def test_without_a_compiler_the_torch_path_runs_with_one_warning(tmp_path):
+    code = (
+        "import logging, torch; logging.basicConfig(level=logging.WARNING)\n"
+        "from trainers.precision import kernels\n"
+        "from trainers.precision.quantize import quantize\n"
+        "assert not kernels.available()\n"
+        "q = quantize(torch.tensor([1.0625, 17.0, 449.0]), 'e4m3', block=32)\n"
+        "print(q.tolist())\n"
+    )
+    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"), RCPFORGE_KERNEL_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("fused quantizer unavailable") == 1
+    assert proc.stdout.strip() == "[1.0, 16.0, 448.0]"
+
+
+def test_a_broken_compiler_leaves_no_partial_library(tmp_path):
+    fake_cc = tmp_path / "cc"
+    fake_cc.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake && exit 0\necho broken >&2; exit 1\n")
+    fake_cc.chmod(0o755)
+    cache = tmp_path / "cache"
+    code = "from trainers.precision import kernels; print(kernels.available())"
+    env = dict(os.environ, CC=str(fake_cc), RCPFORGE_KERNEL_CACHE=str(cache))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.stdout.strip() == "False" and "broken" in proc.stderr
+    assert list(cache.iterdir()) == []

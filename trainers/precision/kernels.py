@@ -1,0 +1,152 @@
+"""The fused CPU quantizer (qkernel.c): built with the system C compiler on first use,
+cached per machine, called through ctypes.
+
+On the tiny LM a fake quantization with torch ops is a dozen passes over a small
+tensor, each paying torch's per-op cost; the fused kernel does the amax pass and one
+scale-round-dequantize pass. Its results are bit-identical to the torch path (tested per
+mode), so whether a worker has a compiler changes speed, never numerics. Without one
+(or with RCPFORGE_QKERNEL=0) everything runs on the torch path, after one warning.
+
+The library is built with -march=native, so the cache key holds the CPU's feature flags:
+a cache directory shared by different machines (a cluster's home) keeps one build per
+kind of CPU."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from trainers.precision.formats import ElementFormat
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("qkernel.c")
+# No -ffast-math: the kernel must round exactly as torch does. -ffp-contract=off: no
+# fused multiply-adds (one rounding where torch does two).
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-shared", "-fPIC"]
+MODES = {
+    "given": 0, "tensor": 1, "fp32": 2, "pow2": 3, "floor": 4, "rceil": 5,
+    "nvfp4": 6, "nvfp4_clamped": 7,
+}
+# Above this many elements a multi-threaded torch would beat the single-threaded kernel.
+_MAX_SINGLE_THREAD = 1 << 18
+
+_lib: ctypes.CDLL | None = None
+_tried = False
+_enabled = os.environ.get("RCPFORGE_QKERNEL", "1") != "0"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("RCPFORGE_KERNEL_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rcpforge" / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _build(cc: str) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(
+        "\0".join([SOURCE.read_text(), version, " ".join(FLAGS), platform.machine(), _cpu_flags()]).encode()
+    ).hexdigest()[:16]
+    target = cache_dir() / f"qkernel-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # build beside the target and rename: concurrent workers never load a partial file
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:500]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _load() -> ctypes.CDLL | None:
+    global _lib, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    try:
+        if cc is None:
+            raise RuntimeError("no C compiler (cc or gcc) on PATH")
+        lib = ctypes.CDLL(str(_build(cc)))
+    except Exception as err:  # any failure leaves the (identical, slower) torch path
+        log.warning("fused quantizer unavailable, using torch ops (same numerics, slower): %s", err)
+        return None
+    fn = lib.rcpf_quantize
+    i64, f32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, i64, i64, i64, ctypes.c_int, f32, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                   f32, ptr, ptr, ptr, ptr]
+    fn.restype = None
+    _lib = lib
+    return lib
+
+
+def set_enabled(on: bool) -> bool:
+    """Use the fused kernel (True) or the torch path; returns the previous setting."""
+    global _enabled
+    old, _enabled = _enabled, on
+    return old
+
+
+def available() -> bool:
+    return _enabled and _load() is not None
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether the fused kernel takes this tensor (a CPU float32 tensor, the library
+    built, and small enough or torch on one thread)."""
+    return (
+        _enabled and x.device.type == "cpu" and x.dtype == torch.float32
+        and (x.numel() <= _MAX_SINGLE_THREAD or torch.get_num_threads() == 1)
+        and _load() is not None
+    )
+
+
+def fused_quantize(
+    x: torch.Tensor, f: ElementFormat, tile: tuple[int, int], mode: str, *,
+    given: float = 1.0, u: torch.Tensor | None = None, bf16: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, float, float]:
+    """Fake-quantize the 2-D float32 tensor x in tiles of `tile` (see qkernel.c's Mode
+    for what each mode scales by and what the core is). Returns (core, its BF16 copy if
+    asked, the tensor's amax, the tensorwise or NVFP4 global scale)."""
+    lib = _load()
+    assert lib is not None and x.dim() == 2
+    x = x.contiguous()
+    rows, cols = x.shape
+    core = torch.empty_like(x)
+    half = torch.empty((rows, cols), dtype=torch.bfloat16) if bf16 else None
+    info = (ctypes.c_double * 2)(0.0, 1.0)
+    lib.rcpf_quantize(
+        x.data_ptr(), rows, cols, tile[0], tile[1], MODES[mode], f.max, f.emin, f.mbits, f.emax,
+        given, None if u is None else u.data_ptr(), core.data_ptr(),
+        None if half is None else half.data_ptr(), ctypes.addressof(info),
+    )
+    return core, half, info[0], info[1]

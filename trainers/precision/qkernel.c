@@ -1,0 +1,183 @@
+/* Fused fake quantization for the CPU training step: one pass for a scaling group's amax
+ * and one for scale, round and dequantize, instead of a dozen torch ops each.
+ *
+ * Every result is bit-identical to the torch path in quantize.py / scaling.py /
+ * formats.py (tests/trainers/precision/test_qkernel.py checks each mode against it), so
+ * the arithmetic follows that path operation by operation, in float32:
+ *   - a tensor divided by a Python scalar divides by the scalar rounded to float32;
+ *   - `fmax / tensor` is torch's reciprocal, then a multiply;
+ *   - RNE onto the grid is the magic-number add and subtract (formats._rne).
+ * Compile with -ffp-contract=off: a fused multiply-add would round once instead of twice.
+ * kernels.py builds and loads this file; nothing here touches Python or torch. */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define EXPONENT 0x7F800000u
+#define SIGN 0x80000000u
+#define MANTISSA 0x007FFFFFu
+#define HALF_MANTISSA 0x00400000u
+#define F32_MAX 3.4028234663852886e+38
+
+enum Mode {
+    GIVEN = 0,          /* one FP32 scale from the caller: y = x * s, core = q */
+    TENSOR = 1,         /* tensorwise current scaling fmax / amax: y = x * s, core = q */
+    BLOCK_FP32 = 2,     /* per tile s = fmax / amax: y = x * s, core = q / s */
+    BLOCK_POW2 = 3,     /* the same with s rounded down to a power of two */
+    MX_FLOOR = 4,       /* E8M0 d = 2^(floor(log2 amax) - emax): y = x / d, core = q * d */
+    MX_RCEIL = 5,       /* E8M0 d = 2^ceil(log2(amax / fmax)) */
+    NVFP4 = 6,          /* E4M3 block scale s_b under the FP32 global s_g: y = x / (s_b s_g), core = q * s_b */
+    NVFP4_CLAMPED = 7,  /* the same with s_b >= 2^-6 */
+};
+
+static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* formats._rne: clamp (NaN stays), then (y + C) - C with C = 1.5 * 2^23 * ulp(y), and
+ * the sign of y or-ed back in. Unsigned arithmetic wraps as torch's int32 does. */
+static inline float rne(float y, float fmax, uint32_t emin_bits, uint32_t offset) {
+    y = y < -fmax ? -fmax : y;
+    y = y > fmax ? fmax : y;
+    uint32_t e = bits_of(y) & EXPONENT;
+    e = e < emin_bits ? emin_bits : e;
+    float c = float_of(e + offset);
+    float r = (y + c) - c;
+    return float_of(bits_of(r) | (bits_of(y) & SIGN));
+}
+
+/* formats.stochastic_round: floor(|y| / ulp + u) * ulp, clamped at the max, signed. */
+static inline float sround(float y, float u, float fmax, uint32_t emin_bits, uint32_t mshift) {
+    float a = fabsf(y);
+    uint32_t e = bits_of(a) & EXPONENT;
+    e = e < emin_bits ? emin_bits : e;
+    float ulp = float_of(e - mshift);
+    float q = floorf(a / ulp + u) * ulp;
+    q = q > fmax ? fmax : q;
+    return float_of(bits_of(q) | (bits_of(y) & SIGN));
+}
+
+/* max |x| over a tile as float32 bits: for non-negative floats the integer order is the
+ * float order, and every NaN lies above inf (the caller treats > EXPONENT as NaN). */
+static uint32_t tile_amax(const float *x, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    uint32_t m = 0;
+    for (int64_t i = r0; i < r1; i++) {
+        const uint32_t *row = (const uint32_t *)(x + i * cols);
+        for (int64_t j = c0; j < c1; j++) {
+            uint32_t a = row[j] & ~SIGN;
+            m = a > m ? a : m;
+        }
+    }
+    return m;
+}
+
+static inline float amax_float(uint32_t bits) {
+    return bits > EXPONENT ? NAN : float_of(bits);
+}
+
+/* One tile: y = x * pre (in 0) or x / pre (in 1); core = q (out 0), q / post (out 1)
+ * or q * post (out 2); sr: stochastic rounding with the draws in u. */
+static inline __attribute__((always_inline)) void tile(
+    const float *x, const float *u, float *core, uint16_t *bf16, int64_t cols,
+    int64_t r0, int64_t r1, int64_t c0, int64_t c1, float pre, float post,
+    const int in, const int out, const int sr,
+    float fmax, uint32_t emin_bits, uint32_t offset, uint32_t mshift) {
+    for (int64_t i = r0; i < r1; i++) {
+        const float *xi = x + i * cols;
+        float *ci = core + i * cols;
+        for (int64_t j = c0; j < c1; j++) {
+            float y = in ? xi[j] / pre : xi[j] * pre;
+            float q = sr ? sround(y, u[i * cols + j], fmax, emin_bits, mshift)
+                         : rne(y, fmax, emin_bits, offset);
+            ci[j] = out == 0 ? q : out == 1 ? q / post : q * post;
+        }
+        if (bf16) {
+            uint16_t *bi = bf16 + i * cols;
+            const uint32_t *cb = (const uint32_t *)ci;
+            for (int64_t j = c0; j < c1; j++) bi[j] = (uint16_t)(cb[j] >> 16);
+        }
+    }
+}
+
+#define TILE(in, out, sr) tile(x, u, core, bf16, cols, r0, r1, c0, c1, pre, post, in, out, sr, \
+                               fmax, emin_bits, offset, mshift)
+
+/* Fake-quantize the row-major rows x cols float32 tensor x in tiles of br x bc (a tile
+ * at the edge is cut short, as zero padding would leave it). `u` (or NULL for RNE) holds
+ * one uniform draw per element for stochastic rounding. Writes the dequantized core
+ * (see Mode) and, if bf16 is not NULL, its top 16 bits (the core is BF16-exact then).
+ * info[0]: the tensor's amax (NaN if it holds one); info[1]: the tensorwise scale
+ * (TENSOR) or the NVFP4 global scale (double, as Python computes it). */
+void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64_t bc,
+                   int mode, float fmax, int emin, int mbits, int emax_elem, float given,
+                   const float *u, float *core, uint16_t *bf16, double *info) {
+    const uint32_t emin_bits = (uint32_t)(emin + 127) << 23;
+    const uint32_t offset = ((uint32_t)(23 - mbits) << 23) + HALF_MANTISSA;
+    const uint32_t mshift = (uint32_t)mbits << 23;
+    const int per_tensor = mode == GIVEN || mode == TENSOR || mode == NVFP4 || mode == NVFP4_CLAMPED;
+    float amax_all = per_tensor ? amax_float(tile_amax(x, cols, 0, rows, 0, cols)) : NAN;
+    float s_tensor = given;
+    double s_g = 1.0;
+    info[0] = amax_all;
+    if (mode == TENSOR) {  /* scaling.tensor_scale */
+        s_tensor = (isfinite(amax_all) && amax_all > 0) ? fmax / amax_all : 1.0f;
+        info[1] = s_tensor;
+    } else if (mode == NVFP4 || mode == NVFP4_CLAMPED) {  /* scaling.nvfp4_global_scale */
+        s_g = (isfinite(amax_all) && amax_all > 0) ? (double)amax_all / (448.0 * 6.0) : 1.0;
+        info[1] = s_g;
+    }
+    const float s_g32 = (float)s_g;
+    const float fp32_floor = (float)((double)fmax / F32_MAX);
+    if (per_tensor && mode != NVFP4 && mode != NVFP4_CLAMPED) br = rows, bc = cols;
+
+    for (int64_t r0 = 0; r0 < rows; r0 += br) {
+        int64_t r1 = r0 + br < rows ? r0 + br : rows;
+        for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+            int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
+            float pre = 1.0f, post = 1.0f;  /* y = x * pre or x / pre; core = q * post or q / post */
+            int divide_in = 0, divide_out = 0;
+            if (mode == GIVEN || mode == TENSOR) {
+                pre = s_tensor;
+            } else {
+                uint32_t ab = tile_amax(x, cols, r0, r1, c0, c1);
+                float a = amax_float(ab);
+                if (mode == BLOCK_FP32 || mode == BLOCK_POW2) {  /* scaling.block_fp32_scale */
+                    a = (isnan(a) || isinf(a)) ? fmax : a;
+                    a = a < fp32_floor ? fp32_floor : a;
+                    float s = (1.0f / a) * fmax;
+                    if (mode == BLOCK_POW2) s = float_of(bits_of(s) & ~MANTISSA);
+                    pre = s, post = s, divide_out = 1;
+                } else if (mode == MX_FLOOR || mode == MX_RCEIL) {  /* scaling.e8m0_scale */
+                    int32_t biased;
+                    if (mode == MX_FLOOR) {
+                        biased = (int32_t)(ab >> 23) - emax_elem;  /* NaN: 255, as torch's */
+                    } else {
+                        uint32_t q = bits_of(a / fmax);
+                        biased = ((int32_t)q >> 23) + ((q & MANTISSA) != 0);
+                    }
+                    biased = biased < 1 ? 1 : biased > 254 ? 254 : biased;
+                    float d = float_of((uint32_t)biased << 23);
+                    pre = d, post = d, divide_in = 1;
+                } else {  /* scaling.nvfp4_block_scale */
+                    a = (isnan(a) || isinf(a)) ? (float)F32_MAX : a;
+                    float s_b = rne((a / 6.0f) / s_g32, 448.0f, (uint32_t)(-6 + 127) << 23,
+                                    ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
+                    if (mode == NVFP4_CLAMPED && s_b < 0.015625f) s_b = 0.015625f;
+                    float d = s_b * s_g32;
+                    pre = d == 0.0f ? INFINITY : d, post = s_b, divide_in = 1;
+                }
+            }
+            const int in = divide_in, out = mode <= TENSOR ? 0 : divide_out ? 1 : 2;
+            /* constant arguments: each combination is its own vectorized loop */
+            if (u) {
+                if (in == 0 && out == 0) TILE(0, 0, 1);
+                else if (in == 0) TILE(0, 1, 1);
+                else TILE(1, 2, 1);
+            } else {
+                if (in == 0 && out == 0) TILE(0, 0, 0);
+                else if (in == 0) TILE(0, 1, 0);
+                else TILE(1, 2, 0);
+            }
+        }
+    }
+}
