@@ -105,6 +105,10 @@ def _load() -> ctypes.CDLL | None:
     fn.argtypes = [ptr, i64, i64, i64, i64, ctypes.c_int, f32, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                    f32, ptr, ptr, ptr, ptr]
     fn.restype = None
+    fn = lib.rcpf_quantize_t
+    fn.argtypes = [ptr, i64, i64, i64, ctypes.c_int, f32, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                   ptr, ptr, ptr, ptr, ptr]
+    fn.restype = None
     _lib = lib
     return lib
 
@@ -138,7 +142,7 @@ def fused_quantize(
     for what each mode scales by and what the core is). Returns (core, its BF16 copy if
     asked, the tensor's amax, the tensorwise or NVFP4 global scale)."""
     lib = _load()
-    assert lib is not None and x.dim() == 2
+    assert lib is not None and x.dim() == 2 and (u is None or u.is_contiguous())
     x = x.contiguous()
     rows, cols = x.shape
     core = torch.empty_like(x)
@@ -150,3 +154,27 @@ def fused_quantize(
         None if half is None else half.data_ptr(), ctypes.addressof(info),
     )
     return core, half, info[0], info[1]
+
+
+def fused_quantize_t(
+    x: torch.Tensor, f: ElementFormat, block: int, mode: str, *,
+    u: torch.Tensor | None = None, bf16: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    """fused_quantize of x in 1-D blocks along its last dimension (a block mode), for an
+    x whose transpose is contiguous (`w.t()`, `dy.t()`): the kernel reads the original
+    memory column by column, with no transposed copy. The results are views of the
+    same layout as x. Returns (core, BF16 copy if asked, the NVFP4 global scale)."""
+    lib = _load()
+    orig = x.t()
+    assert lib is not None and x.dim() == 2 and orig.is_contiguous() and mode in MODES
+    rows, cols = orig.shape
+    core = torch.empty_like(orig)
+    half = torch.empty((rows, cols), dtype=torch.bfloat16) if bf16 else None
+    scratch = torch.empty(3 * cols, dtype=torch.float32)
+    info = (ctypes.c_double * 2)(0.0, 1.0)
+    lib.rcpf_quantize_t(
+        orig.data_ptr(), rows, cols, block, MODES[mode], f.max, f.emin, f.mbits, f.emax,
+        None if u is None else u.data_ptr(), core.data_ptr(),
+        None if half is None else half.data_ptr(), ctypes.addressof(info), scratch.data_ptr(),
+    )
+    return core.t(), None if half is None else half.t(), info[1]

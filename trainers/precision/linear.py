@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from trainers.precision import gpu
+from trainers.precision import gpu, kernels
 from trainers.precision.hadamard import hadamard_last_dim
 from trainers.precision.quantize import (
     Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
@@ -75,7 +75,7 @@ class QuantizedGemm:
         if q.scaling == "mor":
             opts = self.recipe.opts
             assert isinstance(opts, MorOptions)
-            out, kept, units = mor_quantize(t, opts.threshold, q.block)
+            out, kept, units = mor_quantize(t.contiguous(), opts.threshold, q.block)
             if tel is not None:
                 tel.add_mor(self.name, kept, units)
             return Quantized(out, exact=False)
@@ -136,13 +136,14 @@ class QuantizedGemm:
         """The two operands of one GEMM, each laid out with the contraction dimension
         last: stacked and quantized in one pass where that gives the same values (see
         `_stackable`), else one after the other (a first, as the SR stream expects)."""
-        if self._stackable(a_which, b_which):
+        if self._stackable(a_which, b_which) and not kernels.usable(a):
             both = self.quantize_factored(_stack(a, b), a_which)
             if both.exact:
                 both.bf16()  # one cast, shared by the two halves
             return both.split(a.shape[0])
-        first = self.quantize_factored(a.contiguous(), a_which)
-        return first, self.quantize_factored(b.contiguous(), b_which)
+        # the fused kernel reads transposed views in place: no stacking, no copies
+        first = self.quantize_factored(a, a_which)
+        return first, self.quantize_factored(b, b_which)
 
     def _stackable(self, a_which: str, b_which: str) -> bool:
         """Stacking rows changes nothing when both operands are quantized alike with
@@ -158,7 +159,7 @@ class QuantizedGemm:
         """The copy of an operand for a GEMM that contracts over its first dimension,
         laid out with that dimension last."""
         if getattr(self.recipe, which).per_gemm:
-            return self.quantize_factored(hp.t().contiguous(), which)
+            return self.quantize_factored(hp.t(), which)
         return quantized.t()
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:

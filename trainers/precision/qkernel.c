@@ -75,109 +75,167 @@ static inline float amax_float(uint32_t bits) {
     return bits > EXPONENT ? NAN : float_of(bits);
 }
 
-/* One tile: y = x * pre (in 0) or x / pre (in 1); core = q (out 0), q / post (out 1)
- * or q * post (out 2); sr: stochastic rounding with the draws in u. */
+/* Constants of one call. */
+typedef struct {
+    float fmax, s_g32, fp32_floor;
+    int mode, emax_elem;
+    uint32_t emin_bits, offset, mshift;
+} Ctx;
+
+/* The scale of one block from its amax bits (block modes): y = x * pre (in 0) or
+ * x / pre (in 1); core = q / post (out 1) or q * post (out 2). Returns in. */
+static inline int block_scale(const Ctx *k, uint32_t ab, float *pre, float *post) {
+    float a = amax_float(ab);
+    if (k->mode == BLOCK_FP32 || k->mode == BLOCK_POW2) {  /* scaling.block_fp32_scale */
+        a = (isnan(a) || isinf(a)) ? k->fmax : a;
+        a = a < k->fp32_floor ? k->fp32_floor : a;
+        float s = (1.0f / a) * k->fmax;  /* torch's `fmax / tensor` */
+        if (k->mode == BLOCK_POW2) s = float_of(bits_of(s) & ~MANTISSA);
+        *pre = s, *post = s;
+        return 0;
+    }
+    if (k->mode == MX_FLOOR || k->mode == MX_RCEIL) {  /* scaling.e8m0_scale */
+        int32_t biased;
+        if (k->mode == MX_FLOOR) {
+            biased = (int32_t)(ab >> 23) - k->emax_elem;  /* NaN: 255, as torch's */
+        } else {
+            uint32_t q = bits_of(a / k->fmax);
+            biased = ((int32_t)q >> 23) + ((q & MANTISSA) != 0);
+        }
+        biased = biased < 1 ? 1 : biased > 254 ? 254 : biased;
+        float d = float_of((uint32_t)biased << 23);
+        *pre = d, *post = d;
+        return 1;
+    }
+    /* scaling.nvfp4_block_scale: a NaN or inf amax counts as the float32 max */
+    a = (isnan(a) || isinf(a)) ? (float)F32_MAX : a;
+    float s_b = rne((a / 6.0f) / k->s_g32, 448.0f, (uint32_t)(-6 + 127) << 23,
+                    ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
+    if (k->mode == NVFP4_CLAMPED && s_b < 0.015625f) s_b = 0.015625f;
+    float d = s_b * k->s_g32;
+    *pre = d == 0.0f ? INFINITY : d, *post = s_b;
+    return 1;
+}
+
+/* One element: scale, round, dequantize (in/out as in block_scale; out 0: core = q). */
+static inline __attribute__((always_inline)) float quant1(
+    const Ctx *k, float x, float pre, float post, const float *u, const int in, const int out) {
+    float y = in ? x / pre : x * pre;
+    float q = u ? sround(y, *u, k->fmax, k->emin_bits, k->mshift) : rne(y, k->fmax, k->emin_bits, k->offset);
+    return out == 0 ? q : out == 1 ? q / post : q * post;
+}
+
+static inline void to_bf16(const float *c, uint16_t *b, int64_t n) {
+    const uint32_t *cb = (const uint32_t *)c;
+    for (int64_t j = 0; j < n; j++) b[j] = (uint16_t)(cb[j] >> 16);  /* exact: truncation */
+}
+
+/* One tile of a row-major tensor, with constant in/out/sr: each combination compiles to
+ * its own vectorized loop. */
 static inline __attribute__((always_inline)) void tile(
-    const float *x, const float *u, float *core, uint16_t *bf16, int64_t cols,
+    const Ctx *k, const float *x, const float *u, float *core, int64_t cols,
     int64_t r0, int64_t r1, int64_t c0, int64_t c1, float pre, float post,
-    const int in, const int out, const int sr,
-    float fmax, uint32_t emin_bits, uint32_t offset, uint32_t mshift) {
+    const int in, const int out, const int sr) {
     for (int64_t i = r0; i < r1; i++) {
-        const float *xi = x + i * cols;
+        const float *xi = x + i * cols, *ui = sr ? u + i * cols : NULL;
         float *ci = core + i * cols;
-        for (int64_t j = c0; j < c1; j++) {
-            float y = in ? xi[j] / pre : xi[j] * pre;
-            float q = sr ? sround(y, u[i * cols + j], fmax, emin_bits, mshift)
-                         : rne(y, fmax, emin_bits, offset);
-            ci[j] = out == 0 ? q : out == 1 ? q / post : q * post;
-        }
-        if (bf16) {
-            uint16_t *bi = bf16 + i * cols;
-            const uint32_t *cb = (const uint32_t *)ci;
-            for (int64_t j = c0; j < c1; j++) bi[j] = (uint16_t)(cb[j] >> 16);
-        }
+        for (int64_t j = c0; j < c1; j++)
+            ci[j] = quant1(k, xi[j], pre, post, sr ? ui + j : NULL, in, out);
     }
 }
 
-#define TILE(in, out, sr) tile(x, u, core, bf16, cols, r0, r1, c0, c1, pre, post, in, out, sr, \
-                               fmax, emin_bits, offset, mshift)
+static Ctx setup(const float *x, int64_t rows, int64_t cols, int mode, float fmax, int emin,
+                 int mbits, int emax_elem, float given, double *info, float *s_tensor) {
+    Ctx k = {fmax, 1.0f, (float)((double)fmax / F32_MAX), mode, emax_elem,
+             (uint32_t)(emin + 127) << 23, ((uint32_t)(23 - mbits) << 23) + HALF_MANTISSA,
+             (uint32_t)mbits << 23};
+    float amax_all = mode == GIVEN || mode == TENSOR || mode == NVFP4 || mode == NVFP4_CLAMPED
+                         ? amax_float(tile_amax(x, cols, 0, rows, 0, cols)) : NAN;
+    info[0] = amax_all;
+    *s_tensor = given;
+    if (mode == TENSOR) {  /* scaling.tensor_scale */
+        *s_tensor = (isfinite(amax_all) && amax_all > 0) ? fmax / amax_all : 1.0f;
+        info[1] = *s_tensor;
+    } else if (mode == NVFP4 || mode == NVFP4_CLAMPED) {  /* scaling.nvfp4_global_scale */
+        double s_g = (isfinite(amax_all) && amax_all > 0) ? (double)amax_all / (448.0 * 6.0) : 1.0;
+        info[1] = s_g;
+        k.s_g32 = (float)s_g;
+    }
+    return k;
+}
 
 /* Fake-quantize the row-major rows x cols float32 tensor x in tiles of br x bc (a tile
  * at the edge is cut short, as zero padding would leave it). `u` (or NULL for RNE) holds
  * one uniform draw per element for stochastic rounding. Writes the dequantized core
  * (see Mode) and, if bf16 is not NULL, its top 16 bits (the core is BF16-exact then).
- * info[0]: the tensor's amax (NaN if it holds one); info[1]: the tensorwise scale
- * (TENSOR) or the NVFP4 global scale (double, as Python computes it). */
+ * info[0]: the tensor's amax (NaN if it holds one) in the per-tensor modes; info[1]:
+ * the tensorwise scale (TENSOR) or the NVFP4 global scale (double, as Python's). */
 void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64_t bc,
                    int mode, float fmax, int emin, int mbits, int emax_elem, float given,
                    const float *u, float *core, uint16_t *bf16, double *info) {
-    const uint32_t emin_bits = (uint32_t)(emin + 127) << 23;
-    const uint32_t offset = ((uint32_t)(23 - mbits) << 23) + HALF_MANTISSA;
-    const uint32_t mshift = (uint32_t)mbits << 23;
-    const int per_tensor = mode == GIVEN || mode == TENSOR || mode == NVFP4 || mode == NVFP4_CLAMPED;
-    float amax_all = per_tensor ? amax_float(tile_amax(x, cols, 0, rows, 0, cols)) : NAN;
-    float s_tensor = given;
-    double s_g = 1.0;
-    info[0] = amax_all;
-    if (mode == TENSOR) {  /* scaling.tensor_scale */
-        s_tensor = (isfinite(amax_all) && amax_all > 0) ? fmax / amax_all : 1.0f;
-        info[1] = s_tensor;
-    } else if (mode == NVFP4 || mode == NVFP4_CLAMPED) {  /* scaling.nvfp4_global_scale */
-        s_g = (isfinite(amax_all) && amax_all > 0) ? (double)amax_all / (448.0 * 6.0) : 1.0;
-        info[1] = s_g;
-    }
-    const float s_g32 = (float)s_g;
-    const float fp32_floor = (float)((double)fmax / F32_MAX);
-    if (per_tensor && mode != NVFP4 && mode != NVFP4_CLAMPED) br = rows, bc = cols;
-
+    float s_tensor;
+    Ctx k = setup(x, rows, cols, mode, fmax, emin, mbits, emax_elem, given, info, &s_tensor);
+    if (mode == GIVEN || mode == TENSOR) br = rows, bc = cols;
     for (int64_t r0 = 0; r0 < rows; r0 += br) {
         int64_t r1 = r0 + br < rows ? r0 + br : rows;
         for (int64_t c0 = 0; c0 < cols; c0 += bc) {
             int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
-            float pre = 1.0f, post = 1.0f;  /* y = x * pre or x / pre; core = q * post or q / post */
-            int divide_in = 0, divide_out = 0;
-            if (mode == GIVEN || mode == TENSOR) {
-                pre = s_tensor;
-            } else {
-                uint32_t ab = tile_amax(x, cols, r0, r1, c0, c1);
-                float a = amax_float(ab);
-                if (mode == BLOCK_FP32 || mode == BLOCK_POW2) {  /* scaling.block_fp32_scale */
-                    a = (isnan(a) || isinf(a)) ? fmax : a;
-                    a = a < fp32_floor ? fp32_floor : a;
-                    float s = (1.0f / a) * fmax;
-                    if (mode == BLOCK_POW2) s = float_of(bits_of(s) & ~MANTISSA);
-                    pre = s, post = s, divide_out = 1;
-                } else if (mode == MX_FLOOR || mode == MX_RCEIL) {  /* scaling.e8m0_scale */
-                    int32_t biased;
-                    if (mode == MX_FLOOR) {
-                        biased = (int32_t)(ab >> 23) - emax_elem;  /* NaN: 255, as torch's */
-                    } else {
-                        uint32_t q = bits_of(a / fmax);
-                        biased = ((int32_t)q >> 23) + ((q & MANTISSA) != 0);
-                    }
-                    biased = biased < 1 ? 1 : biased > 254 ? 254 : biased;
-                    float d = float_of((uint32_t)biased << 23);
-                    pre = d, post = d, divide_in = 1;
-                } else {  /* scaling.nvfp4_block_scale */
-                    a = (isnan(a) || isinf(a)) ? (float)F32_MAX : a;
-                    float s_b = rne((a / 6.0f) / s_g32, 448.0f, (uint32_t)(-6 + 127) << 23,
-                                    ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
-                    if (mode == NVFP4_CLAMPED && s_b < 0.015625f) s_b = 0.015625f;
-                    float d = s_b * s_g32;
-                    pre = d == 0.0f ? INFINITY : d, post = s_b, divide_in = 1;
-                }
+            float pre = s_tensor, post = 1.0f;
+            int in = 0, out = 0;
+            if (mode > TENSOR) {
+                in = block_scale(&k, tile_amax(x, cols, r0, r1, c0, c1), &pre, &post);
+                out = in ? 2 : 1;
             }
-            const int in = divide_in, out = mode <= TENSOR ? 0 : divide_out ? 1 : 2;
-            /* constant arguments: each combination is its own vectorized loop */
+#define TILE(i, o, s) tile(&k, x, u, core, cols, r0, r1, c0, c1, pre, post, i, o, s)
             if (u) {
-                if (in == 0 && out == 0) TILE(0, 0, 1);
-                else if (in == 0) TILE(0, 1, 1);
-                else TILE(1, 2, 1);
+                if (out == 0) TILE(0, 0, 1); else if (out == 1) TILE(0, 1, 1); else TILE(1, 2, 1);
             } else {
-                if (in == 0 && out == 0) TILE(0, 0, 0);
-                else if (in == 0) TILE(0, 1, 0);
-                else TILE(1, 2, 0);
+                if (out == 0) TILE(0, 0, 0); else if (out == 1) TILE(0, 1, 0); else TILE(1, 2, 0);
+            }
+#undef TILE
+        }
+    }
+    if (bf16) to_bf16(core, bf16, rows * cols);
+}
+
+/* The same for the transpose: x is row-major rows x cols, and the tensor quantized is
+ * x^T, in 1-D blocks of br along its last dimension, that is down x's columns (the
+ * copy of an operand for a GEMM that contracts over its first dimension). Written
+ * column-vectorized, with no transposed copy: core (rows x cols, row-major) holds the
+ * result transposed back, and u[c * rows + r] is the draw of x[r, c] (x^T's order).
+ * Block modes and NVFP4 only. `scratch` holds 3 * cols floats. */
+void rcpf_quantize_t(const float *x, int64_t rows, int64_t cols, int64_t br,
+                     int mode, float fmax, int emin, int mbits, int emax_elem,
+                     const float *u, float *core, uint16_t *bf16, double *info, float *scratch) {
+    float s_tensor;
+    Ctx k = setup(x, rows, cols, mode, fmax, emin, mbits, emax_elem, 1.0f, info, &s_tensor);
+    uint32_t *amax = (uint32_t *)scratch;
+    float *pre = scratch + cols, *post = scratch + 2 * cols;
+    const int in = mode >= MX_FLOOR;  /* block_scale's choice per mode */
+    for (int64_t r0 = 0; r0 < rows; r0 += br) {
+        int64_t r1 = r0 + br < rows ? r0 + br : rows;
+        for (int64_t c = 0; c < cols; c++) amax[c] = 0;
+        for (int64_t i = r0; i < r1; i++) {
+            const uint32_t *xi = (const uint32_t *)(x + i * cols);
+            for (int64_t c = 0; c < cols; c++) {
+                uint32_t a = xi[c] & ~SIGN;
+                amax[c] = a > amax[c] ? a : amax[c];
+            }
+        }
+        for (int64_t c = 0; c < cols; c++) block_scale(&k, amax[c], pre + c, post + c);
+        for (int64_t i = r0; i < r1; i++) {
+            const float *xi = x + i * cols;
+            float *ci = core + i * cols;
+            if (u) {
+                for (int64_t c = 0; c < cols; c++)
+                    ci[c] = in ? quant1(&k, xi[c], pre[c], post[c], u + c * rows + i, 1, 2)
+                               : quant1(&k, xi[c], pre[c], post[c], u + c * rows + i, 0, 1);
+            } else if (in) {
+                for (int64_t c = 0; c < cols; c++) ci[c] = quant1(&k, xi[c], pre[c], post[c], NULL, 1, 2);
+            } else {
+                for (int64_t c = 0; c < cols; c++) ci[c] = quant1(&k, xi[c], pre[c], post[c], NULL, 0, 1);
             }
         }
     }
+    if (bf16) to_bf16(core, bf16, rows * cols);
 }

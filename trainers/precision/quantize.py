@@ -137,6 +137,7 @@ def fake_quant_factored(
         fused = _fused(x, f, block, scale_mode, rounding, generator, nvfp4)
         if fused is not None:
             return fused, None
+    x = x.contiguous()  # an operand's transposed copy arrives as a view
     if block is None and not nvfp4:
         # tensorwise: FP32 current scaling (E8M0 modes do not apply to one tensor scale)
         amax = abs_max(x)
@@ -172,6 +173,8 @@ def _fused(
     is not 2-D)."""
     if x.dim() == 0 or (isinstance(block, tuple) and x.dim() != 2):
         return None
+    if rounding not in ("rne", "sr"):
+        return None
     x2 = x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
     if block is None and not nvfp4:
@@ -189,15 +192,16 @@ def _fused(
             draws = (rows // tile[0], tile[0], cols // tile[1], tile[1])
         else:
             draws = (rows, cols // tile[1], tile[1])
-    u = None
-    if rounding == "sr":  # the same draws, in the same order, as stochastic_round's
-        u = torch.rand(draws, generator=generator, dtype=torch.float32)
-    elif rounding != "rne":
-        return None
+    # the same draws, in the same order, as stochastic_round's
+    u = torch.rand(draws, generator=generator, dtype=torch.float32) if rounding == "sr" else None
     exact = scale_mode != "fp32" or mode == "tensor"
-    core, half, _, scale = kernels.fused_quantize(x2, f, tile, mode, u=u, bf16=exact)
-    core = core.view(x.shape)
-    half = half.view(x.shape) if half is not None else None
+    if tile[0] == 1 and mode != "tensor" and x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():
+        # the transposed copy of an operand: read in place, blocks down the columns
+        core, half, scale = kernels.fused_quantize_t(x, f, tile[1], mode, u=u, bf16=exact)
+    else:
+        core, half, _, scale = kernels.fused_quantize(x2, f, tile, mode, u=u, bf16=exact)
+        core = core.view(x.shape)
+        half = half.view(x.shape) if half is not None else None
     if mode == "tensor":
         return Quantized(core, divisor=scale, _bf16=half)
     if nvfp4:

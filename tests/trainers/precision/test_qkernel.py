@@ -139,3 +139,25 @@ def test_a_broken_compiler_leaves_no_partial_library(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout.strip() == "False" and "broken" in proc.stderr
     assert list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("block,mode", [m for m in MODES if m[0] is not None and not isinstance(m[0], tuple)]
+                         + [(None, "nvfp4")])
+@pytest.mark.parametrize("rounding", ["rne", "sr"])
+@pytest.mark.parametrize("shape", [(64, 48), (50, 37)])
+def test_a_transposed_view_equals_its_contiguous_copy(torch_path, fmt, block, mode, rounding, shape):
+    """The copy of an operand for the wgrad/dgrad GEMMs is quantized from a transposed
+    view, in place (the column kernel); the torch path quantizes a contiguous copy."""
+    x = _data(shape, seed=17).t()
+    assert not x.is_contiguous()
+
+    def run():
+        g = torch.Generator().manual_seed(4)
+        return fake_quant_factored(x, fmt, block, mode, rounding, g)[0]
+
+    fused, plain = torch_path(run)
+    assert _same(fused.dequant(), plain.dequant())
+    assert (fused.exact, fused.multiplier) == (plain.exact, plain.multiplier)
+    if fused.exact:
+        assert _same(fused.bf16(), plain.bf16())
