@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -103,11 +104,11 @@ def _load() -> ctypes.CDLL | None:
     fn = lib.rcpf_quantize
     i64, f32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
     fn.argtypes = [ptr, i64, i64, i64, i64, ctypes.c_int, f32, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                   f32, ptr, ptr, ptr, ptr]
+                   f32, ptr, ptr, ptr, ptr, ptr]
     fn.restype = None
     fn = lib.rcpf_quantize_t
     fn.argtypes = [ptr, i64, i64, i64, ctypes.c_int, f32, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                   ptr, ptr, ptr, ptr, ptr]
+                   ptr, ptr, ptr, ptr, ptr, ptr]
     fn.restype = None
     _lib = lib
     return lib
@@ -134,36 +135,46 @@ def usable(x: torch.Tensor) -> bool:
     )
 
 
+class Fused(NamedTuple):
+    core: torch.Tensor
+    bf16: torch.Tensor | None  # the core's BF16 copy, if asked
+    amax: float  # the tensor's amax (per-tensor modes)
+    scale: float  # the tensorwise scale (`tensor`) or the NVFP4 global scale
+    scales: torch.Tensor | None  # factored: each tile's scale, [tile row, tile column]
+
+
 def fused_quantize(
     x: torch.Tensor, f: ElementFormat, tile: tuple[int, int], mode: str, *,
-    given: float = 1.0, u: torch.Tensor | None = None, bf16: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None, float, float]:
+    given: float = 1.0, u: torch.Tensor | None = None, bf16: bool = False, factored: bool = False,
+) -> Fused:
     """Fake-quantize the 2-D float32 tensor x in tiles of `tile` (see qkernel.c's Mode
-    for what each mode scales by and what the core is). Returns (core, its BF16 copy if
-    asked, the tensor's amax, the tensorwise or NVFP4 global scale)."""
+    for what each mode scales by and what the core is). `factored` (fp32, pow2): the
+    core is the grid values and the tile scales come back to be divided out later."""
     lib = _load()
     assert lib is not None and x.dim() == 2 and (u is None or u.is_contiguous())
     x = x.contiguous()
     rows, cols = x.shape
     core = torch.empty_like(x)
     half = torch.empty((rows, cols), dtype=torch.bfloat16) if bf16 else None
+    scales = torch.empty((-(-rows // tile[0]), -(-cols // tile[1]))) if factored else None
     info = (ctypes.c_double * 2)(0.0, 1.0)
     lib.rcpf_quantize(
         x.data_ptr(), rows, cols, tile[0], tile[1], MODES[mode], f.max, f.emin, f.mbits, f.emax,
         given, None if u is None else u.data_ptr(), core.data_ptr(),
         None if half is None else half.data_ptr(), ctypes.addressof(info),
+        None if scales is None else scales.data_ptr(),
     )
-    return core, half, info[0], info[1]
+    return Fused(core, half, info[0], info[1], scales)
 
 
 def fused_quantize_t(
     x: torch.Tensor, f: ElementFormat, block: int, mode: str, *,
-    u: torch.Tensor | None = None, bf16: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    u: torch.Tensor | None = None, bf16: bool = False, factored: bool = False,
+) -> Fused:
     """fused_quantize of x in 1-D blocks along its last dimension (a block mode), for an
     x whose transpose is contiguous (`w.t()`, `dy.t()`): the kernel reads the original
     memory column by column, with no transposed copy. The results are views of the
-    same layout as x. Returns (core, BF16 copy if asked, the NVFP4 global scale)."""
+    same layout as x (`scales` too: [row of x, block])."""
     lib = _load()
     orig = x.t()
     assert lib is not None and x.dim() == 2 and orig.is_contiguous() and mode in MODES
@@ -171,10 +182,13 @@ def fused_quantize_t(
     core = torch.empty_like(orig)
     half = torch.empty((rows, cols), dtype=torch.bfloat16) if bf16 else None
     scratch = torch.empty(3 * cols, dtype=torch.float32)
+    scales = torch.empty((-(-rows // block), cols)) if factored else None
     info = (ctypes.c_double * 2)(0.0, 1.0)
     lib.rcpf_quantize_t(
         orig.data_ptr(), rows, cols, block, MODES[mode], f.max, f.emin, f.mbits, f.emax,
         None if u is None else u.data_ptr(), core.data_ptr(),
         None if half is None else half.data_ptr(), ctypes.addressof(info), scratch.data_ptr(),
+        None if scales is None else scales.data_ptr(),
     )
-    return core.t(), None if half is None else half.t(), info[1]
+    return Fused(core.t(), None if half is None else half.t(), info[0], info[1],
+                 None if scales is None else scales.t())

@@ -78,7 +78,7 @@ class QuantizedGemm:
             out, kept, units = mor_quantize(t.contiguous(), opts.threshold, q.block)
             if tel is not None:
                 tel.add_mor(self.name, kept, units)
-            return Quantized(out, exact=False)
+            return out
         if q.scaling == "delayed":
             return self._quantize_delayed(t, which, q, tel)
         if q.scaling == "tensorwise":
@@ -87,9 +87,8 @@ class QuantizedGemm:
             block, mode = t.shape[-1], q.scale_mode
         else:
             block, mode = q.block, q.scale_mode
+        # channelwise: per-row FP32 scales, factored out of the forward GEMM's output
         out, counts = fake_quant_factored(t, q.fmt, block, mode, q.rounding, self.generator, tel is not None)
-        if q.scaling == "channelwise":  # per-row FP32 scales: not BF16-exact
-            out = Quantized(out.core, exact=False)
         if tel is not None:
             tel.add(which, counts)
         return out
@@ -168,15 +167,19 @@ class QuantizedGemm:
 
 class _QuantizedLinear(torch.autograd.Function):
     # Inside, autocast is off on both device types: the GEMMs run on the fake-quantized
-    # FP32 operands with FP32 accumulation (or on real FP8 operands). On CUDA the inputs
-    # are not cast to FP32 on the way in: the real FP8 path casts a BF16 activation to
-    # float8 without an FP32 copy (same values: BF16 to FP32 is exact).
+    # FP32 operands with FP32 accumulation (or on real FP8 operands). The inputs arrive
+    # as they are (a BF16 activation under autocast): the emulated path makes them FP32
+    # (exact), the real FP8 path casts BF16 to float8 without an FP32 copy, and autograd
+    # casts the FP32 dX back to the input's dtype. Autocast is switched off and on by
+    # hand: torch.amp.custom_fwd and autocast context managers cost tens of microseconds
+    # per layer, a sizeable part of a small model's step.
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
-    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
     def forward(ctx, x, weight, bias, gemm: QuantizedGemm):
-        with torch.autocast("cuda", enabled=False):
+        state = _autocast_off()
+        try:
             return _QuantizedLinear._forward(ctx, x, weight, bias, gemm)
+        finally:
+            _autocast_restore(state)
 
     @staticmethod
     def _forward(ctx, x, weight, bias, gemm: QuantizedGemm):
@@ -200,11 +203,12 @@ class _QuantizedLinear(torch.autograd.Function):
         return out.reshape(*shape[:-1], -1)
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
-    @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, dy):
-        with torch.autocast("cuda", enabled=False):
+        state = _autocast_off()
+        try:
             return _QuantizedLinear._backward(ctx, dy)
+        finally:
+            _autocast_restore(state)
 
     @staticmethod
     def _backward(ctx, dy):
@@ -219,6 +223,23 @@ class _QuantizedLinear(torch.autograd.Function):
         return dx.reshape(ctx.shape), dw, db, None
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_off() -> tuple[bool, ...]:
+    state = tuple(torch.is_autocast_enabled(d) for d in _AUTOCAST_DEVICES)
+    for device, on in zip(_AUTOCAST_DEVICES, state):
+        if on:
+            torch.set_autocast_enabled(device, False)
+    return state
+
+
+def _autocast_restore(state: tuple[bool, ...]) -> None:
+    for device, on in zip(_AUTOCAST_DEVICES, state):
+        if on:
+            torch.set_autocast_enabled(device, True)
+
+
 def _stack(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch.cat([a, b]); transposed views are copied into the two halves of one buffer
     instead (torch.cat of transposed views is about twice as slow on CPU)."""
@@ -231,13 +252,20 @@ def _stack(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _mm(a: Quantized, b: Quantized) -> torch.Tensor:
-    """a @ b^T. BF16-exact operands multiply on the fast BF16 path (FP32 accumulation,
-    the output rounded to BF16 as a hardware low-precision GEMM does; the per-tensor
-    FP32 factors are applied to the output); others in FP32."""
-    if a.exact and b.exact:
+    """a @ b^T. BF16-exact operands whose factors are constant along the contraction
+    multiply on the fast BF16 path (FP32 accumulation, the output rounded to BF16 as a
+    hardware low-precision GEMM does; the per-tensor and per-row FP32 factors are then
+    applied to the output); others in FP32 on the dequantized values."""
+    if a.output_factored and b.output_factored:
         out = (a.bf16() @ b.bf16().t()).float()
         factor = a.multiplier * b.multiplier / (a.divisor * b.divisor)
-        return out.mul_(factor) if factor != 1.0 else out
+        if factor != 1.0:
+            out.mul_(factor)
+        if a.row_div is not None:
+            out.div_(a.row_div)
+        if b.row_div is not None:
+            out.div_(b.row_div.t())
+        return out
     return a.dequant() @ b.dequant().t()
 
 

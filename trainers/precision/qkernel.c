@@ -169,13 +169,16 @@ static Ctx setup(const float *x, int64_t rows, int64_t cols, int mode, float fma
  * one uniform draw per element for stochastic rounding. Writes the dequantized core
  * (see Mode) and, if bf16 is not NULL, its top 16 bits (the core is BF16-exact then).
  * info[0]: the tensor's amax (NaN if it holds one) in the per-tensor modes; info[1]:
- * the tensorwise scale (TENSOR) or the NVFP4 global scale (double, as Python's). */
+ * the tensorwise scale (TENSOR) or the NVFP4 global scale (double, as Python's).
+ * With `scales` (BLOCK_FP32 / BLOCK_POW2 only), the core is the grid values q and each
+ * tile's s goes to scales[tile row][tile column]: q / s is then the dequantized value. */
 void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64_t bc,
                    int mode, float fmax, int emin, int mbits, int emax_elem, float given,
-                   const float *u, float *core, uint16_t *bf16, double *info) {
+                   const float *u, float *core, uint16_t *bf16, double *info, float *scales) {
     float s_tensor;
     Ctx k = setup(x, rows, cols, mode, fmax, emin, mbits, emax_elem, given, info, &s_tensor);
     if (mode == GIVEN || mode == TENSOR) br = rows, bc = cols;
+    const int64_t tiles_per_row = (cols + bc - 1) / bc;
     for (int64_t r0 = 0; r0 < rows; r0 += br) {
         int64_t r1 = r0 + br < rows ? r0 + br : rows;
         for (int64_t c0 = 0; c0 < cols; c0 += bc) {
@@ -185,6 +188,10 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
             if (mode > TENSOR) {
                 in = block_scale(&k, tile_amax(x, cols, r0, r1, c0, c1), &pre, &post);
                 out = in ? 2 : 1;
+                if (scales) {  /* factored: core = q, the caller applies the scales */
+                    scales[(r0 / br) * tiles_per_row + c0 / bc] = post;
+                    out = 0;
+                }
             }
 #define TILE(i, o, s) tile(&k, x, u, core, cols, r0, r1, c0, c1, pre, post, i, o, s)
             if (u) {
@@ -203,10 +210,12 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
  * copy of an operand for a GEMM that contracts over its first dimension). Written
  * column-vectorized, with no transposed copy: core (rows x cols, row-major) holds the
  * result transposed back, and u[c * rows + r] is the draw of x[r, c] (x^T's order).
- * Block modes and NVFP4 only. `scratch` holds 3 * cols floats. */
+ * Block modes and NVFP4 only. `scratch` holds 3 * cols floats. `scales` as in
+ * rcpf_quantize, indexed [row block][column of x] (no stochastic rounding with it). */
 void rcpf_quantize_t(const float *x, int64_t rows, int64_t cols, int64_t br,
                      int mode, float fmax, int emin, int mbits, int emax_elem,
-                     const float *u, float *core, uint16_t *bf16, double *info, float *scratch) {
+                     const float *u, float *core, uint16_t *bf16, double *info, float *scratch,
+                     float *scales) {
     float s_tensor;
     Ctx k = setup(x, rows, cols, mode, fmax, emin, mbits, emax_elem, 1.0f, info, &s_tensor);
     uint32_t *amax = (uint32_t *)scratch;
@@ -223,10 +232,13 @@ void rcpf_quantize_t(const float *x, int64_t rows, int64_t cols, int64_t br,
             }
         }
         for (int64_t c = 0; c < cols; c++) block_scale(&k, amax[c], pre + c, post + c);
+        if (scales) memcpy(scales + (r0 / br) * cols, post, cols * sizeof(float));
         for (int64_t i = r0; i < r1; i++) {
             const float *xi = x + i * cols;
             float *ci = core + i * cols;
-            if (u) {
+            if (scales) {  /* factored (BLOCK_FP32 / BLOCK_POW2): core = q */
+                for (int64_t c = 0; c < cols; c++) ci[c] = quant1(&k, xi[c], pre[c], post[c], NULL, 0, 0);
+            } else if (u) {
                 for (int64_t c = 0; c < cols; c++)
                     ci[c] = in ? quant1(&k, xi[c], pre[c], post[c], u + c * rows + i, 1, 2)
                                : quant1(&k, xi[c], pre[c], post[c], u + c * rows + i, 0, 1);

@@ -55,20 +55,30 @@ def _round(
 
 @dataclass
 class Quantized:
-    """A fake-quantized tensor as `core / divisor * multiplier`. With `exact`, `core` is
-    representable in BF16 (grid values times power-of-two or E4M3 block scales) and the
-    per-tensor FP32 factors can be applied to a GEMM's output instead (NUMERICS.md,
-    "emulating without losing anything"); otherwise `core` is the FP32 dequantized
-    tensor and the factors are 1."""
+    """A fake-quantized tensor as `core / divisor * multiplier / row_div / col_div`.
+    With `exact`, `core` is representable in BF16 (grid values times power-of-two or
+    E4M3 block scales), and the FP32 factors that are constant along a GEMM's
+    contraction (per tensor, or per row: `row_div`) can be applied to the GEMM's output
+    instead (NUMERICS.md, "emulating without losing anything"); `col_div` (per column)
+    is constant along the contraction only after a transpose. Otherwise `core` is the
+    FP32 dequantized tensor and the factors are 1."""
 
     core: torch.Tensor
     divisor: float = 1.0
     multiplier: float = 1.0
     exact: bool = True
+    row_div: torch.Tensor | None = None  # (rows, 1) FP32 scales, one per row
+    col_div: torch.Tensor | None = None  # (1, cols)
     # `core` cast to BF16 and the dequantized tensor, each made once: the forward and
     # wgrad GEMMs (or dgrad and wgrad) share an operand
     _bf16: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _deq: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def output_factored(self) -> bool:
+        """A GEMM contracting over the last dimension can run on the BF16 core with all
+        factors applied to its output."""
+        return self.exact and self.col_div is None
 
     def bf16(self) -> torch.Tensor:
         if self._bf16 is None:
@@ -82,23 +92,46 @@ class Quantized:
                 out = out / self.divisor
             if self.multiplier != 1.0:
                 out = out * self.multiplier
+            if self.row_div is not None:
+                out = out / self.row_div
+            if self.col_div is not None:
+                out = out / self.col_div
             self._deq = out
         return self._deq
 
-    def _derived(self, core: torch.Tensor, view) -> Quantized:
-        """The same quantization of a view of core (rows, or the transpose)."""
-        cast = view(self._bf16) if self._bf16 is not None else None
-        deq = view(self._deq) if self._deq is not None else None
-        return Quantized(core, self.divisor, self.multiplier, self.exact, cast, deq)
-
     def split(self, rows: int) -> tuple[Quantized, Quantized]:
         """The first `rows` rows and the rest (each contiguous when `core` is)."""
-        top, rest = slice(None, rows), slice(rows, None)
-        return (self._derived(self.core[top], lambda t: t[top]),
-                self._derived(self.core[rest], lambda t: t[rest]))
+        def part(sl: slice) -> Quantized:
+            return Quantized(
+                self.core[sl], self.divisor, self.multiplier, self.exact,
+                None if self.row_div is None else self.row_div[sl], self.col_div,
+                None if self._bf16 is None else self._bf16[sl], None if self._deq is None else self._deq[sl],
+            )
+        return part(slice(None, rows)), part(slice(rows, None))
 
     def t(self) -> Quantized:
-        return self._derived(self.core.t(), lambda t: t.t())
+        def t(v: torch.Tensor | None) -> torch.Tensor | None:
+            return None if v is None else v.t()
+        return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact,
+                         t(self.col_div), t(self.row_div), t(self._bf16), t(self._deq))
+
+
+def _tile_factors(scales: torch.Tensor, tile: tuple[int, int], shape: torch.Size) -> dict | None:
+    """Per-tile FP32 scales (tile rows x tile columns) as output factors of the grid
+    values: one scale (a divisor), one per row (tiles span the columns), one per
+    column (tiles span the rows); None if they vary both ways."""
+    (n_rows, n_cols), (rows, cols) = scales.shape, shape
+    if n_rows == 1 and n_cols == 1:
+        return {"divisor": float(scales)}
+    if n_cols == 1:
+        return {"row_div": scales.repeat_interleave(tile[0], 0)[:rows] if tile[0] > 1 else scales}
+    if n_rows == 1:
+        return {"col_div": scales.repeat_interleave(tile[1], 1)[:, :cols] if tile[1] > 1 else scales}
+    return None
+
+
+def _factorable(tile: tuple[int, int], shape) -> bool:
+    return len(shape) == 2 and (tile[1] >= shape[1] or tile[0] >= shape[0])
 
 
 def quantize_with_scale(
@@ -150,6 +183,10 @@ def fake_quant_factored(
     if scale_mode in ("fp32", "pow2"):
         s = block_fp32_scale(amax, f.max, scale_mode == "pow2")
         q, c = _round(g.view * s, fmt, rounding, generator, counts)
+        tile = block if isinstance(block, tuple) else (1, block)
+        if scale_mode == "fp32" and _factorable(tile, x.shape):
+            tiles = s.view(g.view.shape[0], g.view.shape[-2]) if g.dims == -1 else s.view(s.shape[0], s.shape[2])
+            return Quantized(g.restore(q), **_tile_factors(tiles, tile, x.shape)), c
         return Quantized(g.restore(q.div_(s)), exact=scale_mode == "pow2"), c
     if nvfp4:
         s_g = nvfp4_global_scale(amax.amax())
@@ -194,18 +231,22 @@ def _fused(
             draws = (rows, cols // tile[1], tile[1])
     # the same draws, in the same order, as stochastic_round's
     u = torch.rand(draws, generator=generator, dtype=torch.float32) if rounding == "sr" else None
-    exact = scale_mode != "fp32" or mode == "tensor"
+    factored = mode == "fp32" and _factorable(tile, x.shape)
+    exact = scale_mode != "fp32" or mode == "tensor" or factored
     if tile[0] == 1 and mode != "tensor" and x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():
         # the transposed copy of an operand: read in place, blocks down the columns
-        core, half, scale = kernels.fused_quantize_t(x, f, tile[1], mode, u=u, bf16=exact)
+        r = kernels.fused_quantize_t(x, f, tile[1], mode, u=u, bf16=exact, factored=factored)
+        core, half = r.core, r.bf16
     else:
-        core, half, _, scale = kernels.fused_quantize(x2, f, tile, mode, u=u, bf16=exact)
-        core = core.view(x.shape)
-        half = half.view(x.shape) if half is not None else None
+        r = kernels.fused_quantize(x2, f, tile, mode, u=u, bf16=exact, factored=factored)
+        core = r.core.view(x.shape)
+        half = r.bf16.view(x.shape) if r.bf16 is not None else None
     if mode == "tensor":
-        return Quantized(core, divisor=scale, _bf16=half)
+        return Quantized(core, divisor=r.scale, _bf16=half)
     if nvfp4:
-        return Quantized(core, multiplier=scale, _bf16=half)
+        return Quantized(core, multiplier=r.scale, _bf16=half)
+    if factored:
+        return Quantized(core, _bf16=half, **_tile_factors(r.scales, tile, x.shape))
     return Quantized(core, exact=exact, _bf16=half)
 
 
@@ -214,10 +255,9 @@ def quantize_delayed(x: torch.Tensor, fmt: str, scale: float) -> tuple[Quantized
     and return abs_max(x) for the history, in one fused pass where it can."""
     x = x.float()
     if kernels.usable(x) and x.dim() > 0:
-        core, half, amax, _ = kernels.fused_quantize(
-            x.reshape(-1, x.shape[-1]), get_format(fmt), (1, 1), "given", given=scale, bf16=True
-        )
-        return Quantized(core.view(x.shape), divisor=scale, _bf16=half.view(x.shape)), amax
+        r = kernels.fused_quantize(x.reshape(-1, x.shape[-1]), get_format(fmt), (1, 1), "given",
+                                   given=scale, bf16=True)
+        return Quantized(r.core.view(x.shape), divisor=scale, _bf16=r.bf16.view(x.shape)), r.amax
     return quantize_with_scale(x, fmt, scale)[0], abs_max(x)
 
 
@@ -268,16 +308,19 @@ def fake_quant_tensorwise(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def mor_quantize(
     x: torch.Tensor, threshold: float, block: int | None
-) -> tuple[torch.Tensor, torch.Tensor | int, int]:
+) -> tuple[Quantized, torch.Tensor | int, int]:
     """Mixture of Representations: E4M3 with current scaling (per tensor or per 1-D
     block), kept where the relative error ||Q - T|| / ||T|| is at most `threshold`,
-    BF16 elsewhere. Returns (values, units kept in FP8, units)."""
+    BF16 elsewhere. Returns (the operand, units kept in FP8, units). Per tensor, either
+    choice is BF16-exact, so its GEMMs run as the E4M3 tensorwise recipe's or as BF16's."""
     x = x.float()
     if block is None:
-        q = fake_quant(x, "e4m3", None, "fp32")[0]
-        err, ref = (q - x).norm(), x.norm()
-        keep = bool(err <= threshold * ref)  # one choice: compute only the kept form
-        return (q if keep else x.bfloat16().float()), int(keep), 1
+        q = fake_quant_factored(x, "e4m3", None, "fp32")[0]
+        err, ref = (q.dequant() - x).norm(), x.norm()
+        if bool(err <= threshold * ref):  # one choice: compute only the kept form
+            return q, 1, 1
+        half = x.bfloat16()
+        return Quantized(half.float(), _bf16=half), 0, 1
     g = Grouped(x, block)
     s = block_fp32_scale(g.amax(), 448.0)
     q = round_inplace_ok(g.view * s, "e4m3").div_(s)
@@ -285,4 +328,4 @@ def mor_quantize(
     ref = g.view.square().sum(-1, keepdim=True)
     keep = err <= threshold**2 * ref
     out = torch.where(keep, q, g.view.bfloat16().float())
-    return g.restore(out), keep.sum(), keep.numel()
+    return Quantized(g.restore(out), exact=False), keep.sum(), keep.numel()

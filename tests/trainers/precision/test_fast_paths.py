@@ -14,7 +14,7 @@ import torch
 from trainers.precision import kernels
 from trainers.precision.formats import round_inplace_ok, round_to_format
 from trainers.precision.heap import keep_freed_memory
-from trainers.precision.linear import QuantizedGemm
+from trainers.precision.linear import QuantizedGemm, _mm
 from trainers.recipes import RECIPES, resolve_recipe
 
 QUANTIZED = [n for n, r in RECIPES.items() if not r.is_reference]
@@ -101,6 +101,8 @@ def test_shared_copies_equal_fresh_ones(name):
     q = gemm.quantize_factored(x, "x")
     deq, t = q.dequant(), q.t()
     fresh = q.core / q.divisor * q.multiplier
+    if q.row_div is not None:  # per-row FP32 scales (1-D blocks spanning the row)
+        fresh = fresh / q.row_div
     assert _same_bits(deq, fresh) and _same_bits(t.dequant(), fresh.t())
     if q.exact:
         assert _same_bits(q.bf16().t().float(), q.core.t().bfloat16().float())
@@ -111,3 +113,40 @@ def test_shared_copies_equal_fresh_ones(name):
 def test_training_processes_keep_freed_memory():
     assert keep_freed_memory() is True
     assert keep_freed_memory() is True  # idempotent
+
+
+def test_per_row_fp32_scales_are_applied_to_the_gemm_output():
+    """NUMERICS.md: per-row FP32 factors move to the GEMM output, so the GEMM runs on the
+    BF16-exact grid values: channelwise weights (one scale per output channel), 1x128
+    blocks that span a row, and 128x128 tiles that span the rows or the columns (the
+    latter after the transpose that the dgrad GEMM takes)."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(96, 64, generator=gen)
+    cw = QuantizedGemm(resolve_recipe("fp8_channelwise")).quantize_factored(w, "w")
+    assert cw.output_factored and cw.row_div is not None and cw.row_div.shape == (96, 1)
+    assert _same_bits(cw.core, cw.core.bfloat16().float())  # grid values only
+    block = QuantizedGemm(resolve_recipe("fp8_block"))
+    x = block.quantize_factored(torch.randn(40, 64, generator=gen), "x")
+    assert x.output_factored and x.row_div.shape == (40, 1)
+    wide = block.quantize_factored(torch.randn(64, 256, generator=gen), "w")  # 1 x 2 tiles
+    assert not wide.output_factored and wide.t().output_factored
+    assert _same_bits(wide.t().dequant(), wide.dequant().t())
+    # a 1x128 block that does not span the row stays dequantized (FP32 GEMM)
+    assert not block.quantize_factored(torch.randn(40, 256, generator=gen), "x").exact
+
+
+@pytest.mark.parametrize("threshold,expect", [(1e9, "fp8_tensorwise"), (1e-12, "bf16")])
+def test_mor_per_tensor_runs_each_gemm_as_the_representation_it_chose(threshold, expect):
+    """A tensor MoR keeps in E4M3 multiplies as the E4M3 tensorwise recipe's forward;
+    one it keeps in BF16 as BF16 autocast's GEMM (BF16 operands and output)."""
+    gen = torch.Generator().manual_seed(4)
+    x, w = torch.randn(32, 64, generator=gen), torch.randn(48, 64, generator=gen)
+    mor = QuantizedGemm(resolve_recipe("mor", {"threshold": threshold}))
+    xq, wq = mor.quantize_pair(x, "x", w, "w")
+    got = _mm(xq, wq)
+    if expect == "bf16":
+        want = (x.bfloat16() @ w.bfloat16().t()).float()
+    else:
+        ref = QuantizedGemm(resolve_recipe("fp8_tensorwise"))
+        want = _mm(*ref.quantize_pair(x, "x", w, "w"))
+    assert _same_bits(got, want)

@@ -70,6 +70,8 @@ def test_fused_equals_torch_bit_for_bit(torch_path, fmt, block, mode, rounding, 
     fused, plain = torch_path(run)
     assert _same(fused.dequant(), plain.dequant())
     assert (fused.exact, fused.divisor, fused.multiplier) == (plain.exact, plain.divisor, plain.multiplier)
+    for a, b in ((fused.row_div, plain.row_div), (fused.col_div, plain.col_div)):
+        assert (a is None and b is None) or _same(a, b)
     if fused.exact:
         assert _same(fused.bf16(), plain.bf16())
 
@@ -159,5 +161,7 @@ def test_a_transposed_view_equals_its_contiguous_copy(torch_path, fmt, block, mo
     fused, plain = torch_path(run)
     assert _same(fused.dequant(), plain.dequant())
     assert (fused.exact, fused.multiplier) == (plain.exact, plain.multiplier)
+    for a, b in ((fused.row_div, plain.row_div), (fused.col_div, plain.col_div)):
+        assert (a is None and b is None) or _same(a.contiguous(), b.contiguous())
     if fused.exact:
         assert _same(fused.bf16(), plain.bf16())
