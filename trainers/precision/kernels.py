@@ -110,6 +110,9 @@ def _load() -> ctypes.CDLL | None:
     fn.argtypes = [ptr, i64, i64, i64, ctypes.c_int, f32, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                    ptr, ptr, ptr, ptr, ptr, ptr]
     fn.restype = None
+    fn = lib.rcpf_epilogue
+    fn.argtypes = [ptr, ptr, i64, i64, f32, ctypes.c_int, ptr, ptr, ptr]
+    fn.restype = None
     _lib = lib
     return lib
 
@@ -141,6 +144,10 @@ class Fused(NamedTuple):
     amax: float  # the tensor's amax (per-tensor modes)
     scale: float  # the tensorwise scale (`tensor`) or the NVFP4 global scale
     scales: torch.Tensor | None  # factored: each tile's scale, [tile row, tile column]
+
+
+def usable_for_epilogue(out: torch.Tensor) -> bool:
+    return _enabled and out.is_cpu and out.dim() == 2 and out.is_contiguous() and _load() is not None
 
 
 def fused_quantize(
@@ -192,3 +199,25 @@ def fused_quantize_t(
     )
     return Fused(core.t(), None if half is None else half.t(), info[0], info[1],
                  None if scales is None else scales.t())
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def epilogue(
+    out: torch.Tensor, factor: float, row_div: torch.Tensor | None, col_div: torch.Tensor | None,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """`out.float() * factor / row_div / col_div + bias` for a BF16 GEMM output, in one
+    pass with torch's roundings (a factor of 1 is skipped, as linear._mm skips it).
+    row_div holds one value per row of out, col_div and bias one per column."""
+    lib = _load()
+    assert lib is not None and out.dtype == torch.bfloat16 and out.is_contiguous() and out.dim() == 2
+    rows, cols = out.shape
+    parts = [t if t is None else t.float().contiguous() for t in (row_div, col_div, bias)]
+    assert all(p is None or p.numel() == n for p, n in zip(parts, (rows, cols, cols)))
+    result = torch.empty((rows, cols), dtype=torch.float32)
+    lib.rcpf_epilogue(out.data_ptr(), result.data_ptr(), rows, cols, factor, factor != 1.0,
+                      *(_ptr(p) for p in parts))
+    return result

@@ -191,15 +191,15 @@ class _QuantizedLinear(torch.autograd.Function):
             out, saved = gpu.forward(gemm, x2, w)
             ctx.save_for_backward(*saved)
             ctx.real = True
+            if bias is not None:
+                out = out + bias.float()
         else:
             x2 = x2.float()
             xq, wq = gemm.quantize_pair(x2, "x", w, "w")
             ctx.save_for_backward(x2, w)
             ctx.quantized = (xq, wq)
             ctx.real = False
-            out = _mm(xq, wq)
-        if bias is not None:
-            out = out + bias.float()
+            out = _mm(xq, wq, bias)
         return out.reshape(*shape[:-1], -1)
 
     @staticmethod
@@ -251,22 +251,26 @@ def _stack(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _mm(a: Quantized, b: Quantized) -> torch.Tensor:
-    """a @ b^T. BF16-exact operands whose factors are constant along the contraction
-    multiply on the fast BF16 path (FP32 accumulation, the output rounded to BF16 as a
-    hardware low-precision GEMM does; the per-tensor and per-row FP32 factors are then
-    applied to the output); others in FP32 on the dequantized values."""
+def _mm(a: Quantized, b: Quantized, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """a @ b^T (+ bias). BF16-exact operands whose factors are constant along the
+    contraction multiply on the fast BF16 path (FP32 accumulation, the output rounded to
+    BF16 as a hardware low-precision GEMM does; the per-tensor and per-row FP32 factors
+    are then applied to the output); others in FP32 on the dequantized values."""
     if a.output_factored and b.output_factored:
-        out = (a.bf16() @ b.bf16().t()).float()
+        out = a.bf16() @ b.bf16().t()
         factor = a.multiplier * b.multiplier / (a.divisor * b.divisor)
+        if kernels.usable_for_epilogue(out):
+            return kernels.epilogue(out, factor, a.row_div, b.row_div, bias)
+        out = out.float()
         if factor != 1.0:
             out.mul_(factor)
         if a.row_div is not None:
             out.div_(a.row_div)
         if b.row_div is not None:
             out.div_(b.row_div.t())
-        return out
-    return a.dequant() @ b.dequant().t()
+    else:
+        out = a.dequant() @ b.dequant().t()
+    return out if bias is None else out + bias.float()
 
 
 def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quantized):

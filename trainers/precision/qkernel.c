@@ -251,3 +251,24 @@ void rcpf_quantize_t(const float *x, int64_t rows, int64_t cols, int64_t br,
     }
     if (bf16) to_bf16(core, bf16, rows * cols);
 }
+
+/* The epilogue of an emulated low-precision GEMM (linear._mm): the BF16 output widened
+ * to float32, times the per-tensor factor (if apply_factor), divided by the per-row
+ * factors of the left operand (row_div[i]) and of the right one (col_div[j]), plus the
+ * bias (bias[j]), each step rounded in float32 as torch's separate ops round it. */
+void rcpf_epilogue(const uint16_t *in, float *out, int64_t rows, int64_t cols, float factor,
+                   int apply_factor, const float *row_div, const float *col_div, const float *bias) {
+    for (int64_t i = 0; i < rows; i++) {
+        const uint16_t *ii = in + i * cols;
+        float *oi = out + i * cols;
+        const float r = row_div ? row_div[i] : 1.0f;
+        for (int64_t j = 0; j < cols; j++) {
+            float v = float_of((uint32_t)ii[j] << 16);
+            if (apply_factor) v = v * factor;
+            if (row_div) v = v / r;
+            if (col_div) v = v / col_div[j];
+            if (bias) v = v + bias[j];
+            oi[j] = v;
+        }
+    }
+}

@@ -165,3 +165,24 @@ def test_a_transposed_view_equals_its_contiguous_copy(torch_path, fmt, block, mo
         assert (a is None and b is None) or _same(a.contiguous(), b.contiguous())
     if fused.exact:
         assert _same(fused.bf16(), plain.bf16())
+
+
+@pytest.mark.parametrize("name", ["fp8_tensorwise", "fp8_channelwise", "fp8_block", "nvfp4", "mxfp8"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gemm_epilogue_equals_torch(torch_path, name, with_bias):
+    """The BF16 GEMM's output widened, scaled by the per-tensor and per-row factors and
+    biased in one pass gives the separate torch ops' result bit for bit."""
+    from trainers.precision.linear import QuantizedGemm, _mm
+    from trainers.recipes import resolve_recipe
+
+    gen = torch.Generator().manual_seed(8)
+    x, w = torch.randn(40, 64, generator=gen) * 5, torch.randn(24, 64, generator=gen) / 7
+    bias = torch.randn(24, generator=gen) if with_bias else None
+
+    def run():
+        xq, wq = QuantizedGemm(resolve_recipe(name)).quantize_pair(x, "x", w, "w")
+        assert xq.output_factored and wq.output_factored  # the BF16 path with its epilogue
+        return _mm(xq, wq, bias)
+
+    fused, plain = torch_path(run)
+    assert _same(fused, plain)
