@@ -132,7 +132,7 @@ def usable(x: torch.Tensor) -> bool:
     """Whether the fused kernel takes this tensor (a CPU float32 tensor, the library
     built, and small enough or torch on one thread)."""
     return (
-        _enabled and x.device.type == "cpu" and x.dtype == torch.float32
+        _enabled and x.is_cpu and x.dtype == torch.float32
         and (x.numel() <= _MAX_SINGLE_THREAD or torch.get_num_threads() == 1)
         and _load() is not None
     )
@@ -162,7 +162,7 @@ def fused_quantize(
     x = x.contiguous()
     rows, cols = x.shape
     core = torch.empty_like(x)
-    half = torch.empty((rows, cols), dtype=torch.bfloat16) if bf16 else None
+    half = torch.empty_like(x, dtype=torch.bfloat16) if bf16 else None
     scales = torch.empty((-(-rows // tile[0]), -(-cols // tile[1]))) if factored else None
     info = (ctypes.c_double * 2)(0.0, 1.0)
     lib.rcpf_quantize(
@@ -187,7 +187,7 @@ def fused_quantize_t(
     assert lib is not None and x.dim() == 2 and orig.is_contiguous() and mode in MODES
     rows, cols = orig.shape
     core = torch.empty_like(orig)
-    half = torch.empty((rows, cols), dtype=torch.bfloat16) if bf16 else None
+    half = torch.empty_like(orig, dtype=torch.bfloat16) if bf16 else None
     scratch = torch.empty(3 * cols, dtype=torch.float32)
     scales = torch.empty((-(-rows // block), cols)) if factored else None
     info = (ctypes.c_double * 2)(0.0, 1.0)
