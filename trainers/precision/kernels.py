@@ -108,8 +108,8 @@ def _load() -> ctypes.CDLL | None:
     fn.restype = None
     fn = lib.rcpf_quantize_t
     fn.argtypes = [ptr, i64, i64, i64, ctypes.c_int, f32, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                   ptr, ptr, ptr, ptr, ptr, ptr]
-    fn.restype = None
+                   ptr, ptr, ptr, ptr, ptr]
+    fn.restype = ctypes.c_int
     fn = lib.rcpf_epilogue
     fn.argtypes = [ptr, ptr, i64, i64, f32, ctypes.c_int, ptr, ptr, ptr]
     fn.restype = None
@@ -188,15 +188,15 @@ def fused_quantize_t(
     rows, cols = orig.shape
     core = torch.empty_like(orig)
     half = torch.empty_like(orig, dtype=torch.bfloat16) if bf16 else None
-    scratch = torch.empty(3 * cols, dtype=torch.float32)
     scales = torch.empty((-(-rows // block), cols)) if factored else None
     info = (ctypes.c_double * 2)(0.0, 1.0)
-    lib.rcpf_quantize_t(
+    if lib.rcpf_quantize_t(
         orig.data_ptr(), rows, cols, block, MODES[mode], f.max, f.emin, f.mbits, f.emax,
         None if u is None else u.data_ptr(), core.data_ptr(),
-        None if half is None else half.data_ptr(), ctypes.addressof(info), scratch.data_ptr(),
+        None if half is None else half.data_ptr(), ctypes.addressof(info),
         None if scales is None else scales.data_ptr(),
-    )
+    ):
+        raise MemoryError(f"fused quantizer: no memory for {cols} column scales")
     return Fused(core.t(), None if half is None else half.t(), info[0], info[1],
                  None if scales is None else scales.t())
 

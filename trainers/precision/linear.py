@@ -135,7 +135,7 @@ class QuantizedGemm:
         """The two operands of one GEMM, each laid out with the contraction dimension
         last: stacked and quantized in one pass where that gives the same values (see
         `_stackable`), else one after the other (a first, as the SR stream expects)."""
-        if self._stackable(a_which, b_which) and not kernels.usable(a):
+        if not kernels.usable(a) and self._stackable(a_which, b_which):
             both = self.quantize_factored(_stack(a, b), a_which)
             if both.exact:
                 both.bf16()  # one cast, shared by the two halves

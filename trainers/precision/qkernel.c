@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXPONENT 0x7F800000u
@@ -210,13 +211,14 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
  * copy of an operand for a GEMM that contracts over its first dimension). Written
  * column-vectorized, with no transposed copy: core (rows x cols, row-major) holds the
  * result transposed back, and u[c * rows + r] is the draw of x[r, c] (x^T's order).
- * Block modes and NVFP4 only. `scratch` holds 3 * cols floats. `scales` as in
- * rcpf_quantize, indexed [row block][column of x] (no stochastic rounding with it). */
-void rcpf_quantize_t(const float *x, int64_t rows, int64_t cols, int64_t br,
-                     int mode, float fmax, int emin, int mbits, int emax_elem,
-                     const float *u, float *core, uint16_t *bf16, double *info, float *scratch,
-                     float *scales) {
+ * Block modes and NVFP4 only. `scales` as in rcpf_quantize, indexed [row block][column
+ * of x] (no stochastic rounding with it). Returns 0, or -1 if out of memory. */
+int rcpf_quantize_t(const float *x, int64_t rows, int64_t cols, int64_t br,
+                    int mode, float fmax, int emin, int mbits, int emax_elem,
+                    const float *u, float *core, uint16_t *bf16, double *info, float *scales) {
     float s_tensor;
+    float *scratch = malloc(3 * cols * sizeof(float));
+    if (!scratch) return -1;
     Ctx k = setup(x, rows, cols, mode, fmax, emin, mbits, emax_elem, 1.0f, info, &s_tensor);
     uint32_t *amax = (uint32_t *)scratch;
     float *pre = scratch + cols, *post = scratch + 2 * cols;
@@ -249,7 +251,9 @@ void rcpf_quantize_t(const float *x, int64_t rows, int64_t cols, int64_t br,
             }
         }
     }
+    free(scratch);
     if (bf16) to_bf16(core, bf16, rows * cols);
+    return 0;
 }
 
 /* The epilogue of an emulated low-precision GEMM (linear._mm): the BF16 output widened

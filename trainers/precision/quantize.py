@@ -234,7 +234,7 @@ def _fused(
     u = torch.rand(draws, generator=generator, dtype=torch.float32) if rounding == "sr" else None
     factored = mode == "fp32" and _factorable(tile, x.shape)
     exact = scale_mode != "fp32" or mode == "tensor" or factored
-    if tile[0] == 1 and mode != "tensor" and x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():
+    if tile[0] == 1 and mode != "tensor" and flat and rows > 1 and x.stride() == (1, rows):
         # the transposed copy of an operand: read in place, blocks down the columns
         r = kernels.fused_quantize_t(x, f, tile[1], mode, u=u, bf16=exact, factored=factored)
         core, half = r.core, r.bf16
