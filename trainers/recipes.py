@@ -105,7 +105,10 @@ class RecipeConfig:
     x: OperandQuant | None = None
     w: OperandQuant | None = None
     dy: OperandQuant | None = None
-    wgrad_hp: bool = False  # the wgrad GEMM runs in high precision
+    # the weight's copy for the dgrad GEMM where a recipe quantizes it unlike the forward
+    # copy (torchao rowwise_with_gw_hp: tensorwise)
+    w_dgrad: OperandQuant | None = None
+    wgrad_hp: bool = False  # the wgrad GEMM runs in the reference precision (BF16)
     hadamard_wgrad: bool = False
     options: type[RecipeOptions] = field(default=RecipeOptions)
     # The option values this config was resolved with (None: the defaults).
@@ -155,7 +158,7 @@ class RecipeConfig:
             "name": self.name,
             "description": self.description,
             "x": fmt(self.x),
-            "w": fmt(self.w),
+            "w": fmt(self.w) + (f"; dgrad copy {fmt(self.w_dgrad)}" if self.w_dgrad else ""),
             "dy": fmt(self.dy),
             "wgrad": wgrad,
             "options": self.opts.model_dump(mode="json"),
@@ -195,8 +198,10 @@ RECIPES: dict[str, RecipeConfig] = {
             x=_ROW, w=_ROW, dy=_ROW,
         ),
         RecipeConfig(
-            "fp8_rowwise_gw_hp", "torchao rowwise_with_gw_hp: as fp8_rowwise, wgrad GEMM in high precision",
+            "fp8_rowwise_gw_hp",
+            "torchao rowwise_with_gw_hp: as fp8_rowwise, but W tensorwise for dgrad and the wgrad GEMM in BF16",
             x=_ROW, w=_ROW, dy=_ROW, wgrad_hp=True,
+            w_dgrad=OperandQuant("e4m3", "tensorwise", scale_mode="pow2"),
         ),
         RecipeConfig(
             "fp8_block", "TransformerEngine Float8BlockScaling: x, dY 1x128; W 128x128; FP32 scales",

@@ -276,14 +276,16 @@ def _mm(a: Quantized, b: Quantized, bias: torch.Tensor | None = None) -> torch.T
 def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quantized):
     recipe = gemm.recipe
     # dgrad dX = dY . W contracts over the output features: W's copy has them last
-    if recipe.w.per_gemm:
+    if recipe.w_dgrad is not None:  # quantized its own way (orientation-free scalings)
+        dyq, wt = gemm.quantize_factored(dy2, "dy"), gemm.quantize_factored(w, "w_dgrad").t()
+    elif recipe.w.per_gemm:
         dyq, wt = gemm.quantize_pair(dy2, "dy", w.t(), "w")
     else:
         dyq, wt = gemm.quantize_factored(dy2, "dy"), wq.t()
     dx = _mm(dyq, wt)
     # wgrad dW = dY^T . X contracts over the tokens
-    if recipe.wgrad_hp:
-        return dx, dy2.t() @ x2
+    if recipe.wgrad_hp:  # in the reference precision, as the bf16 recipe's wgrad
+        return dx, (dy2.t().bfloat16() @ x2.bfloat16()).float()
     if recipe.hadamard_wgrad:
         a = gemm.quantize_factored(hadamard_last_dim(dy2.t().contiguous()), "dy")
         b = gemm.quantize_factored(hadamard_last_dim(x2.t().contiguous()), "x")
