@@ -19,6 +19,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trainers.recipes import recipe_revision
+
 # Bump when the meaning of a RunSpec field changes, so old ledgers are not reused.
 RUN_KEY_VERSION = 1
 
@@ -102,6 +104,9 @@ class RunSpec(_Frozen):
         out: they say where a run is filed, not what it computes."""
         decisive = self.model_dump(mode="json", exclude={"campaign", "role"})
         decisive["_version"] = RUN_KEY_VERSION
+        revision = recipe_revision(self.recipe)
+        if revision > 1:  # only then: the keys of recipes never revised stay as they were
+            decisive["_recipe_revision"] = revision
         blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

@@ -92,6 +92,13 @@ class Nvfp4Options(Fp4Options):
     scale_clamp: bool = False  # block scales >= 2^-6 (torchao) instead of subnormal (TE)
 
 
+class BlockOptions(RecipeOptions):
+    # TransformerEngine Float8BlockScaling rounds its FP32 block scales down to powers of
+    # two by default; true keeps the exact fmax / amax scales, as TE does with
+    # NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1 (a common setting on Hopper).
+    use_f32_scales: bool = False
+
+
 class MorOptions(RecipeOptions):
     threshold: float = Field(0.05, gt=0.0)  # max relative error ||Q - T|| / ||T|| kept in FP8
     granularity: Literal["tensor", "block"] = "tensor"
@@ -111,6 +118,10 @@ class RecipeConfig:
     wgrad_hp: bool = False  # the wgrad GEMM runs in the reference precision (BF16)
     hadamard_wgrad: bool = False
     options: type[RecipeOptions] = field(default=RecipeOptions)
+    # The numerics revision: bumped when a change to the code gives this recipe different
+    # results. It enters the run key (above 1), so a resumed campaign re-runs the
+    # recipe's old runs instead of pooling results of two different numerics.
+    revision: int = 1
     # The option values this config was resolved with (None: the defaults).
     settings: RecipeOptions | None = None
 
@@ -142,6 +153,9 @@ class RecipeConfig:
             w = replace(w, scale_mode=mode, block=(16, 16) if opts.weight_2d else 16)
             dy = replace(dy, scale_mode=mode, rounding="sr" if opts.stochastic_rounding else "rne")
             had = opts.hadamard
+        if isinstance(opts, BlockOptions):
+            mode = "fp32" if opts.use_f32_scales else "pow2"
+            x, w, dy = (replace(q, scale_mode=mode) for q in (x, w, dy))
         if isinstance(opts, MorOptions):
             block = opts.block_size if opts.granularity == "block" else None
             x, w, dy = (replace(q, block=block) for q in (x, w, dy))
@@ -187,6 +201,7 @@ RECIPES: dict[str, RecipeConfig] = {
             "fp8_channelwise",
             "FP8 formats paper: per-output-channel weight scales, per-tensor activation scales",
             x=_E4M3, w=OperandQuant("e4m3", "channelwise", scale_mode="fp32"), dy=_E5M2,
+            revision=2,  # 2: the forward GEMM on BF16 with the channel scales on its output
         ),
         RecipeConfig(
             "fp8_delayed",
@@ -202,11 +217,15 @@ RECIPES: dict[str, RecipeConfig] = {
             "torchao rowwise_with_gw_hp: as fp8_rowwise, but W tensorwise for dgrad and the wgrad GEMM in BF16",
             x=_ROW, w=_ROW, dy=_ROW, wgrad_hp=True,
             w_dgrad=OperandQuant("e4m3", "tensorwise", scale_mode="pow2"),
+            revision=2,  # 2: W tensorwise for dgrad, the wgrad GEMM in BF16 (was FP32)
         ),
         RecipeConfig(
-            "fp8_block", "TransformerEngine Float8BlockScaling: x, dY 1x128; W 128x128; FP32 scales",
-            x=OperandQuant("e4m3", "block", 128), w=OperandQuant("e4m3", "block", (128, 128)),
-            dy=OperandQuant("e4m3", "block", 128),
+            "fp8_block",
+            "TransformerEngine Float8BlockScaling: x, dY 1x128; W 128x128; power-of-two scales "
+            "(TE's default; use_f32_scales for exact FP32 scales)",
+            x=OperandQuant("e4m3", "block", 128, "pow2"), w=OperandQuant("e4m3", "block", (128, 128), "pow2"),
+            dy=OperandQuant("e4m3", "block", 128, "pow2"), options=BlockOptions,
+            revision=2,  # 2: TE's power-of-two scales by default (were FP32), the option
         ),
         RecipeConfig(
             "mxfp8", "OCP MXFP8: E4M3 elements, E8M0 scales per 1x32 block",
@@ -224,6 +243,7 @@ RECIPES: dict[str, RecipeConfig] = {
         RecipeConfig(
             "mor", "Mixture of Representations: E4M3 or BF16 per tensor/block by relative error",
             x=_MOR, w=_MOR, dy=_MOR, options=MorOptions,
+            revision=2,  # 2: per tensor, each GEMM as E4M3 tensorwise or BF16 (was FP32)
         ),
     )
 }
@@ -261,3 +281,10 @@ def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any
 def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeConfig:
     """The frozen config of a recipe name with a campaign's options applied."""
     return get_recipe(name).resolve(options)
+
+
+def recipe_revision(name: str) -> int:
+    """The numerics revision of a registered recipe (1 for names the registry does not
+    know, such as a command trainer's own recipes)."""
+    recipe = RECIPES.get(name)
+    return recipe.revision if recipe is not None else 1

@@ -66,3 +66,22 @@ def test_target_reached_follows_the_mode():
     assert low.reached(1.0) and low.reached(0.5) and not low.reached(1.01)
     assert high.reached(1.0) and not high.reached(0.99)
     assert not low.reached(float("nan")) and not high.reached(float("inf"))
+
+
+def test_a_recipes_numerics_revision_changes_its_run_keys_only(monkeypatch):
+    """A code change that gives a recipe new numerics bumps its revision: a resumed
+    campaign then re-runs that recipe's old runs (new keys) and keeps every other
+    recipe's runs (same keys)."""
+    from dataclasses import replace
+
+    import trainers.recipes as recipes
+
+    base = _first_spec()
+    specs = {name: base.model_copy(update={"recipe": name}) for name in ("bf16", "fp8_tensorwise", "mor")}
+    before = {name: s.run_key for name, s in specs.items()}
+    monkeypatch.setitem(recipes.RECIPES, "mor", replace(recipes.RECIPES["mor"], revision=3))
+    after = {name: s.run_key for name, s in specs.items()}
+    assert after["mor"] != before["mor"]
+    assert after["bf16"] == before["bf16"] and after["fp8_tensorwise"] == before["fp8_tensorwise"]
+    # a name the registry does not know (a command trainer's own recipe) has revision 1
+    assert recipes.recipe_revision("my_trainers_recipe") == 1

@@ -125,7 +125,7 @@ def test_per_row_fp32_scales_are_applied_to_the_gemm_output():
     cw = QuantizedGemm(resolve_recipe("fp8_channelwise")).quantize_factored(w, "w")
     assert cw.output_factored and cw.row_div is not None and cw.row_div.shape == (96, 1)
     assert _same_bits(cw.core, cw.core.bfloat16().float())  # grid values only
-    block = QuantizedGemm(resolve_recipe("fp8_block"))
+    block = QuantizedGemm(resolve_recipe("fp8_block", {"use_f32_scales": True}))
     x = block.quantize_factored(torch.randn(40, 64, generator=gen), "x")
     assert x.output_factored and x.row_div.shape == (40, 1)
     wide = block.quantize_factored(torch.randn(64, 256, generator=gen), "w")  # 1 x 2 tiles

@@ -92,7 +92,12 @@ ORACLES = {
     ),
     "mxfp8": ((_q("e4m3", 32),) * 2,) * 3,
     "mxfp4": ((_q("e2m1", 32),) * 2,) * 3,
-    "fp8_block": (
+    "fp8_block": (  # TransformerEngine's default: power-of-two block scales
+        (_q("e4m3", 128, "pow2"), _q("e4m3", (128, 128), "pow2")),
+        (_q("e4m3", 128, "pow2"), _q("e4m3", (128, 128), "pow2")),
+        (_q("e4m3", 128, "pow2"),) * 2,
+    ),
+    "fp8_block use_f32_scales": (
         (_q("e4m3", 128, "fp32"), _q("e4m3", (128, 128), "fp32")),
         (_q("e4m3", 128, "fp32"), _q("e4m3", (128, 128), "fp32")),
         (_q("e4m3", 128, "fp32"),) * 2,
@@ -107,9 +112,10 @@ ORACLES = {
 
 @pytest.mark.parametrize("name", list(ORACLES))
 def test_each_gemm_quantizes_along_its_contraction_dimension(name):
-    options = {"stochastic_rounding": False} if name == "nvfp4" else {}
+    recipe, _, option = name.partition(" ")
+    options = {"stochastic_rounding": False} if name == "nvfp4" else {option: True} if option else {}
     x, w, b, dy = _problem(1, m=128, k=64, n=48)
-    out, gx, gw, _ = _run(QuantizedGemm(resolve_recipe(name, options)), x, w, b, dy)
+    out, gx, gw, _ = _run(QuantizedGemm(resolve_recipe(recipe, options)), x, w, b, dy)
     ref_out, ref_dx, ref_dw = _oracle_grads(x, w, dy, *ORACLES[name])
     for got, ref in ((out - b, ref_out), (gx, ref_dx), (gw, ref_dw)):
         # the same operands, FP32 accumulation; BF16-exact operands run as a BF16 GEMM

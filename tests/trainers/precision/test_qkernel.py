@@ -167,9 +167,12 @@ def test_a_transposed_view_equals_its_contiguous_copy(torch_path, fmt, block, mo
         assert _same(fused.bf16(), plain.bf16())
 
 
-@pytest.mark.parametrize("name", ["fp8_tensorwise", "fp8_channelwise", "fp8_block", "nvfp4", "mxfp8"])
+@pytest.mark.parametrize("name,options", [
+    ("fp8_tensorwise", {}), ("fp8_channelwise", {}), ("fp8_block", {}),
+    ("fp8_block", {"use_f32_scales": True}), ("nvfp4", {}), ("mxfp8", {}),
+])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_gemm_epilogue_equals_torch(torch_path, name, with_bias):
+def test_gemm_epilogue_equals_torch(torch_path, name, options, with_bias):
     """The BF16 GEMM's output widened, scaled by the per-tensor and per-row factors and
     biased in one pass gives the separate torch ops' result bit for bit."""
     from trainers.precision.linear import QuantizedGemm, _mm
@@ -180,7 +183,7 @@ def test_gemm_epilogue_equals_torch(torch_path, name, with_bias):
     bias = torch.randn(24, generator=gen) if with_bias else None
 
     def run():
-        xq, wq = QuantizedGemm(resolve_recipe(name)).quantize_pair(x, "x", w, "w")
+        xq, wq = QuantizedGemm(resolve_recipe(name, options)).quantize_pair(x, "x", w, "w")
         assert xq.output_factored and wq.output_factored  # the BF16 path with its epilogue
         return _mm(xq, wq, bias)
 
