@@ -38,6 +38,7 @@ VARIANTS: list = [
     {"nvfp4": {"stochastic_rounding": False, "hadamard": False, "weight_2d": False}},
     {"nvfp4": {"scale_clamp": True, "bf16_last_blocks": 1}},
     {"mor": {"granularity": "block", "block_size": 16, "threshold": 0.03}},
+    {"fp8_block": {"use_f32_scales": True}},
     {"fp8_tensorwise": {"quantize_residual": True}},
     {"nvfp4": {"quantize_residual": True}},
 ]
