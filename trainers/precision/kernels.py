@@ -73,7 +73,13 @@ def _build(cc: str) -> Path:
     target = cache_dir() / f"qkernel-{key}.so"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home on a cluster node: a private temporary cache
+        target = Path(tempfile.gettempdir()) / f"rcpforge-kernels-{os.getuid()}" / target.name
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
     # build beside the target and rename: concurrent workers never load a partial file
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)

@@ -189,3 +189,29 @@ def test_gemm_epilogue_equals_torch(torch_path, name, options, with_bias):
 
     fused, plain = torch_path(run)
     assert _same(fused, plain)
+
+
+def test_workers_starting_together_build_one_library(tmp_path):
+    """Campaign workers on a fresh machine (or a shared cache directory) start at once:
+    each builds beside the target and renames, so all load a complete library and one
+    file remains."""
+    cache = tmp_path / "cache"
+    code = "from trainers.precision import kernels; print(kernels.available())"
+    env = dict(os.environ, RCPFORGE_KERNEL_CACHE=str(cache))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(4)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [o.strip() for o, _ in outs] == ["True"] * 4, [e for _, e in outs]
+    assert [p.name for p in cache.iterdir()] == [next(cache.iterdir()).name]
+    assert next(cache.iterdir()).suffix == ".so"
+
+
+def test_an_unwritable_cache_directory_falls_back_to_a_private_temporary_one(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code = "from trainers.precision import kernels; print(kernels.available())"
+    env = dict(os.environ, RCPFORGE_KERNEL_CACHE=str(blocker / "kernels"), TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.stdout.strip() == "True", proc.stderr
+    assert list((tmp_path / "tmp").glob("rcpforge-kernels-*/qkernel-*.so"))
