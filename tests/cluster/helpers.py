@@ -40,9 +40,21 @@ def assert_clean_ledger(campaign, n_keys: int) -> dict[str, float]:
     return tokens
 
 
-def start_cli(*args: str) -> subprocess.Popen:
+# The CLI with Python's Ctrl-C handler whatever the test runner inherited: a shell starts
+# background jobs with SIGINT ignored, the child would inherit that and a test's SIGINT
+# would do nothing (seen when .ci/run itself ran in the background).
+_INTERRUPTIBLE = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('orchestrator.cli', run_name='__main__', alter_sys=True)"
+)
+
+
+def start_cli(*args: str, interruptible: bool = False) -> subprocess.Popen:
+    """`rcpforge` in a child process; `interruptible`: SIGINT raises KeyboardInterrupt in
+    it even if this process ignores SIGINT."""
+    launch = ["-c", _INTERRUPTIBLE] if interruptible else ["-m", "orchestrator.cli"]
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", *args],
+        [sys.executable, *launch, *args],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

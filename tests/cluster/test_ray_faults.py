@@ -66,7 +66,7 @@ def test_ctrl_c_cancels_the_tasks_and_a_rerun_finishes_cleanly(ray_address, tmp_
     path = write_campaign(tmp_path, slow_campaign(backend, sleep=0.4, checkpoint_every=None))
     campaign = load_campaign(path)
     runs_of(campaign)
-    proc = start_cli("run", str(path))
+    proc = start_cli("run", str(path), interruptible=True)
     wait_for(lambda: mid_run(campaign, min_points=2), "a run with 2 eval points logged", proc)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
