@@ -116,10 +116,10 @@ class Quantized:
                          t(self.col_div), t(self.row_div), t(self._bf16), t(self._deq))
 
 
-def _tile_factors(scales: torch.Tensor, tile: tuple[int, int], shape: torch.Size) -> dict | None:
-    """Per-tile FP32 scales (tile rows x tile columns) as output factors of the grid
-    values: one scale (a divisor), one per row (tiles span the columns), one per
-    column (tiles span the rows); None if they vary both ways."""
+def _tile_factors(scales: torch.Tensor, tile: tuple[int, int], shape: torch.Size) -> dict:
+    """Per-tile FP32 scales (tile rows x tile columns) of a `_factorable` tiling as
+    factors of the grid values: one scale (a divisor), one per row (tiles span the
+    columns) or one per column (tiles span the rows)."""
     (n_rows, n_cols), (rows, cols) = scales.shape, shape
     if n_rows == 1 and n_cols == 1:
         return {"divisor": float(scales)}
@@ -127,7 +127,7 @@ def _tile_factors(scales: torch.Tensor, tile: tuple[int, int], shape: torch.Size
         return {"row_div": scales.repeat_interleave(tile[0], 0)[:rows] if tile[0] > 1 else scales}
     if n_rows == 1:
         return {"col_div": scales.repeat_interleave(tile[1], 1)[:, :cols] if tile[1] > 1 else scales}
-    return None
+    raise ValueError(f"{n_rows}x{n_cols} tile scales vary along both dimensions: not factorable")
 
 
 def _factorable(tile: tuple[int, int], shape) -> bool:
@@ -237,13 +237,12 @@ def _fused(
     if tile[0] == 1 and mode != "tensor" and flat and rows > 1 and x.stride() == (1, rows):
         # the transposed copy of an operand: read in place, blocks down the columns
         r = kernels.fused_quantize_t(x, f, tile[1], mode, u=u, bf16=exact, factored=factored)
-        core, half = r.core, r.bf16
     else:
         r = kernels.fused_quantize(x2, f, tile, mode, u=u, bf16=exact, factored=factored)
-        core, half = r.core, r.bf16
-        if not flat:
-            core = core.view(x.shape)
-            half = half.view(x.shape) if half is not None else None
+    core, half = r.core, r.bf16
+    if not flat:
+        core = core.view(x.shape)
+        half = half.view(x.shape) if half is not None else None
     if mode == "tensor":
         return Quantized(core, divisor=r.scale, _bf16=half)
     if nvfp4:
