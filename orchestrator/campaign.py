@@ -161,7 +161,7 @@ class _Launcher:
 
     def first_attempt(self, spec: RunSpec) -> None:
         entry = self.ledger.get(spec.run_key)
-        run_id = entry.run_id if entry else self.tracking.create_run(self.experiment_id, spec)
+        run_id = self.tracking.take_up(self.experiment_id, spec, entry)
         self.launch(spec, run_id, (entry.attempts if entry else 0) + 1)
 
     def launch(self, spec: RunSpec, run_id: str, attempt: int) -> None:

@@ -57,6 +57,9 @@ class LedgerEntry:
     backend_job: str | None = None
     recipe: str = ""
     batch_size: int = 0
+    # False for a run made just before the store went away: its hyperparameters were
+    # never logged, and the launcher logs them when it takes the run up again
+    has_params: bool = True
 
 
 _log = logging.getLogger("rcpforge.tracking")
@@ -200,6 +203,7 @@ class Tracking:
                     backend_job=tags.get(TAG_BACKEND_JOB),
                     recipe=tags.get(TAG_RECIPE, ""),
                     batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
+                    has_params=bool(run.data.params),
                 )
             token = page.token
             if not token:
@@ -209,15 +213,30 @@ class Tracking:
         self, experiment_id: str, spec: RunSpec, extra_tags: dict[str, str] | None = None, run_name: str | None = None
     ) -> str:
         """`extra_tags` and `run_name` are for tune runs (their study and trial)."""
-        from mlflow.entities import Param, RunTag
-
         tags = {**spec_tags(spec), **(extra_tags or {})}
         run = self._create_once(experiment_id, spec.run_key, run_name or spec.run_name, tags)
-        params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
-        params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
-        self.client.log_batch(run.info.run_id, params=params, tags=[RunTag(TAG_STATUS, "pending")])
+        self.log_params(run.info.run_id, spec)
         self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
+
+    def take_up(self, experiment_id: str, spec: RunSpec, entry: LedgerEntry | None) -> str:
+        """The run of `spec` to launch: its ledger entry's, or a new one. A run made by an
+        orchestrator that stopped before it logged the hyperparameters (the store went
+        away between the two calls) gets them now, so no run of the ledger lacks them."""
+        if entry is None:
+            return self.create_run(experiment_id, spec)
+        if not entry.has_params:
+            self.log_params(entry.run_id, spec)
+        return entry.run_id
+
+    def log_params(self, run_id: str, spec: RunSpec) -> None:
+        """One call, so a run has all its hyperparameters or none."""
+        from mlflow.entities import Param
+
+        params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
+        params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
+        if params:
+            self.client.log_batch(run_id, params=params)
 
     def _create_once(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str]):
         """`create_run` is not idempotent: a try whose answer was lost (a tracking server

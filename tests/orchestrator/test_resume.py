@@ -67,3 +67,48 @@ def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval_excess_loss")]
         assert len(steps) == len(set(steps)), f"duplicated eval points in {run.info.run_name}"
         assert len(client.get_metric_history(run.info.run_id, "tokens_to_target")) == 1
+
+
+class _GoneAfterCreate:
+    """A store that answers create_run and then goes away: the orchestrator stops with
+    the run made and its hyperparameters not yet logged."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def log_batch(self, *args, **kwargs):
+        raise ConnectionError("connection refused")
+
+
+def test_a_run_made_just_before_the_store_went_away_gets_its_hyperparameters_on_resume(tmp_path):
+    from orchestrator.campaign import run_campaign
+    from orchestrator.tracking import Tracking, TrackingUnavailable, _RetryingClient
+    from sweeps.expand import expand
+
+    campaign = load_campaign(write_campaign(tmp_path, tiny_campaign(recipes=["bf16"], seeds=1)))
+    tracking = Tracking(campaign.tracking_uri)
+    tracking.client = _RetryingClient(_GoneAfterCreate(MlflowClient(tracking_uri=campaign.tracking_uri)),
+                                      campaign.tracking_uri, retry_s=0.05, first_delay_s=0.001)
+    exp = tracking.open_experiment(campaign.name, campaign.artifact_dir)
+    stranded = expand(campaign)[0]
+    try:
+        tracking.create_run(exp, stranded)
+        raise AssertionError("the store was gone: create_run should have given up")
+    except TrackingUnavailable:
+        pass
+    client, runs = _statuses(campaign)
+    assert len(runs) == 1 and runs[0].data.params == {}  # the state the outage left
+    made = runs[0].info.run_id
+
+    summary = run_campaign(campaign)
+    assert summary.statuses["converged"] == 2
+    client, runs = _statuses(campaign)
+    by_key = {r.data.tags[TAG_RUN_KEY]: r for r in runs}
+    assert len(runs) == 2 and by_key[stranded.run_key].info.run_id == made  # taken up, not made again
+    for spec in expand(campaign):
+        expected = {k: str(v) for k, v in spec.hparams.items()}
+        expected.update({f"recipe.{k}": str(v) for k, v in spec.recipe_options.items()})
+        assert expected and by_key[spec.run_key].data.params == expected
