@@ -98,3 +98,27 @@ def test_min_acceptable_mean_of_an_infinite_rcp_is_nan_not_a_hang():
     assert math.isnan(min_acceptable_mean(float("inf"), 10.0, 8, 10))
     assert math.isnan(min_acceptable_mean(1000.0, float("inf"), 8, 10))
     assert min_acceptable_mean(float("inf"), 0.0, 8, 10) == float("inf")  # stdev 0: the checker returns the mean
+
+
+def test_min_acceptable_mean_of_a_huge_rcp_ends_at_the_resolution_of_a_double(monkeypatch):
+    # Above ~1e12 neighbouring doubles are more than the 1e-4 tolerance apart, and the
+    # checker's loop never ends. A fuzzed RCP file with epochs ~1e20 hung the CLI here.
+    import analysis.rcp as rcp
+
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        assert len(calls) < 200, "the bisection does not end"  # [0, 1e20] to the last bit: ~70 halvings
+        return real(*args)
+
+    real = rcp._one_sided_p
+    monkeypatch.setattr(rcp, "_one_sided_p", counted)
+    mean, sd = 1e20, 1e19
+    m_star = rcp.min_acceptable_mean(mean, sd, 8, 10)
+    assert 0 < m_star < mean
+    # and it is the checker's answer, as far as a double resolves it
+    from scipy import stats
+
+    closed = mean - stats.t.ppf(0.95, 8 + 10 - 2 - 2) * sd * np.sqrt(1 / 8 + 1 / (10 - 2))
+    assert m_star == pytest.approx(closed, rel=6e-5)
