@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analysis.factors import cell_values, derived_rcps, factor_curve, factors, factors_json
+from analysis.factors import Factor, cell_values, derived_rcps, factor_curve, factors, factors_json
 from analysis.load import write_parquet
 from analysis.rcp import trimmed_count
 from analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
@@ -58,9 +58,8 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     write_parquet(table, out / "rcp_table.parquet")
     result.written += [out / "rcp_table.csv", out / "rcp_table.parquet"]
 
-    found = []
+    found, selections = comparisons(runs, table, req)
     if req.reference in req.recipes:
-        found = factors(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples, seed=req.seed)
         reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams)
         for cand in sorted({f.candidate for f in found}):
             derived = derived_rcps(reference_records, cand, factor_curve(found, cand))
@@ -72,11 +71,21 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
         result.notes.append(f"reference recipe {req.reference!r} is not in the campaign; no factors")
     _json(out / "factors.json", factors_json(found, req.reference, req.confidence, req.resamples, req.seed))
 
-    selections = _selections(runs, table, req)
     _json(out / "selection.json", selection_json(selections, req.selection))
     write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes))
     result.written += [out / "factors.json", out / "selection.json", out / "summary.md"]
     return result
+
+
+def comparisons(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> tuple[list[Factor], list[Selection]]:
+    """What `analyze` writes and the report shows beside the RCP table: the convergence
+    factors against the reference recipe (none when the campaign lacks it) and every
+    cell's selection statistics."""
+    found = []
+    if req.reference in req.recipes:
+        found = factors(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples,
+                        seed=req.seed)
+    return found, _selections(runs, table, req)
 
 
 def _selections(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> list[Selection]:
@@ -128,7 +137,3 @@ def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selecti
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
-
-
-# The report builds the same selection statistics as `analyze`.
-selections_of = _selections

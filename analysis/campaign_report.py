@@ -2,36 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import yaml
 
 from analysis import plots
+from analysis.analyze import AnalysisRequest
 from analysis.report import Section
-from sweeps.spec import Campaign, redact_uri
 
 TABLE_COLUMNS = ["recipe", "batch_size", "runs", "converged", "not_converged", "diverged", "pending_or_failed",
                  "olympic_mean", "stdev", "min_acceptable_mean", "max_speedup"]
 
 
-def settings_section(campaign: Campaign) -> Section:
-    settings = campaign.model_dump(mode="json", exclude={"base_dir"})
-    settings["tracking"] = {"uri": redact_uri(campaign.tracking_uri)}
+@dataclass(frozen=True)
+class CampaignFacts:
+    """What a report says of its campaign besides the runs, handed over as plain values
+    (the analysis reads no campaign file)."""
+
+    request: AnalysisRequest
+    settings: dict  # the campaign's settings as a person may see them (passwords masked)
+    target_metric: str
+    target_value: float
+    batch_sizes: list[int]
+
+
+def settings_section(settings: dict) -> Section:
     return Section("settings", "Campaign settings", preformatted=yaml.safe_dump(settings, sort_keys=False))
 
 
-def _kept_batch_sizes(runs: pa.Table, campaign: Campaign) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+def _kept_batch_sizes(runs: pa.Table, req: AnalysisRequest) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
     """Per recipe, the batch sizes each pruning mode keeps (mlperf, envelope)."""
     from analysis.rcp_set import RcpSet
     from analysis.rcp_table import rcp_records
 
     mlperf, envelope = {}, {}
-    for recipe in campaign.recipes:
-        records = rcp_records(runs, recipe.name, campaign.benchmark, campaign.hparams)
+    for recipe in req.recipes:
+        records = rcp_records(runs, recipe, req.benchmark, req.hparams)
         if not records:
             continue
         for mode, into in (("mlperf", mlperf), ("envelope", envelope)):
-            rcps = RcpSet(records, campaign.benchmark, campaign.submission_runs, prune=mode)
-            into[recipe.name] = {int(r.bs) for r in rcps.pruned.values()}
+            rcps = RcpSet(records, req.benchmark, req.submission_runs, prune=mode)
+            into[recipe] = {int(r.bs) for r in rcps.pruned.values()}
     return mlperf, envelope
 
 
@@ -65,29 +77,30 @@ def selection_section(selections: list) -> Section:
     )
 
 
-def build_sections(campaign: Campaign, runs: pa.Table, table: pa.Table, curves: pa.Table,
-                   telemetry_names: list[str], found: list | None = None, selections: list | None = None,
-                   reference: str = "bf16") -> list[Section]:
-    sections = [settings_section(campaign)]
+def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves: pa.Table,
+                   telemetry_names: list[str], found: list | None = None,
+                   selections: list | None = None) -> list[Section]:
+    req = facts.request
+    sections = [settings_section(facts.settings)]
     sections.append(Section(
         "rcp-table", "RCP table",
-        text=(f"Samples to converge per (recipe, batch size), benchmark {campaign.benchmark}, "
-              f"N = {campaign.submission_runs} submission runs; statistics exactly as the MLCommons checker."),
+        text=(f"Samples to converge per (recipe, batch size), benchmark {req.benchmark}, "
+              f"N = {req.submission_runs} submission runs; statistics exactly as the MLCommons checker."),
         columns=TABLE_COLUMNS, rows=table.to_pylist(),
     ))
-    metric = campaign.target.metric
+    metric = facts.target_metric
     sections.append(Section(
         "curves", "Eval curves",
-        text=f"Every seed's {metric} against tokens; the dashed line is the target ({campaign.target.value}).",
-        figure=plots.eval_curves(runs, curves, metric, campaign.target.value),
+        text=f"Every seed's {metric} against tokens; the dashed line is the target ({facts.target_value}).",
+        figure=plots.eval_curves(runs, curves, metric, facts.target_value),
         figure_caption="one panel per recipe (rows) and batch size (columns)",
     ))
-    edges = [campaign.batch_sizes[0], campaign.batch_sizes[-1]]
+    edges = [facts.batch_sizes[0], facts.batch_sizes[-1]]
     sections.append(Section(
         "distribution", "Tokens to target at the minimum and maximum batch size",
         figure=plots.tokens_distribution(runs, edges), figure_caption="box: quartiles; dots: runs",
     ))
-    mlperf, envelope = _kept_batch_sizes(runs, campaign)
+    mlperf, envelope = _kept_batch_sizes(runs, req)
     sections.append(Section(
         "rcp-curve", "RCP curve and pruning",
         text="Olympic mean of samples to converge against batch size. Hollow: removed by the checker's pruning "
@@ -95,7 +108,7 @@ def build_sections(campaign: Campaign, runs: pa.Table, table: pa.Table, curves: 
         figure=plots.rcp_curve(table, mlperf, envelope), figure_caption="log2 batch size",
     ))
     if found is not None:
-        sections.append(factor_section(found, reference))
+        sections.append(factor_section(found, req.reference))
     if selections is not None:
         sections.append(selection_section(selections))
     if telemetry_names:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.mllog_read import CheckerStops, read_submission
+from trainers.contract.mllog.read import CheckerStops, read_submission
 from analysis.rcp_set import PRUNE_MODES, SUBMISSION_RUNS, RULESETS, RcpError, RcpSet, Record, ruleset_file, with_405b_slack
 
 DEFAULT_RULESET = "6.0.0"  # the checker's command-line default

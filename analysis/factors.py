@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
-from analysis.mllog_read import NOT_CONVERGED
+from trainers.contract.mllog.read import NOT_CONVERGED
 from analysis.rcp import trimmed_count
 from analysis.rcp_set import convergence_key
 from analysis.stats import bootstrap_ratio, mann_whitney_p, prob_improvement

@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeps.spec import redact_uri
-from trainers.tracking_schema import (
+from trainers.contract.uri import redact_uri
+from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.load import RUN_SCHEMA, NoSuchCampaign, sort_runs
-from trainers.tracking_schema import (
+from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from analysis.mllog_read import NOT_CONVERGED
+from trainers.contract.mllog.read import NOT_CONVERGED
 from analysis.stats import best_passing_of_k, expected_min_of_k, olympic_means, robust_z
 
 

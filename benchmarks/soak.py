@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from sweeps.spec import load_campaign  # noqa: E402
 from tests.helpers.campaigns import tiny_campaign, write_campaign  # noqa: E402
 from tests.reliability.test_worker_kills import _worker_pids  # noqa: E402
-from trainers.tracking_schema import TAG_RUN_KEY, TAG_STATUS  # noqa: E402
+from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS  # noqa: E402
 
 
 def _start(path: Path) -> subprocess.Popen:

@@ -2,6 +2,9 @@
 
 A backend executes picklable calls `fn(*args)` and reports each one's completion once.
 It knows nothing of MLflow or campaigns: the orchestrator hands it `execute_run` jobs.
+`Backend` is the whole contract, every method included: callers never probe a backend
+for optional parts, and `tests/cluster/test_backend_contract.py` runs every backend
+through the same tests.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ class Job:
     task_id: str
     fn: Callable[..., Any]
     args: tuple
+    # Called with `args` before a backend that requeues jobs (Slurm, on preemption or a
+    # time limit) runs the job again; its errors are ignored (the requeue matters more).
+    on_requeue: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,17 @@ class Done:
 
 
 class Backend(Protocol):
-    def submit(self, job: Job) -> None: ...
+    def submit(self, job: Job) -> None:
+        """Queue a job; it may start now or at the next `wait` (Slurm sends each wave of
+        submissions as one job array)."""
+        ...
+
+    def job_ids(self) -> dict[str, str]:
+        """Task id -> the cluster's id of its job, for jobs the cluster owns beyond this
+        process (Slurm): the orchestrator files them on the runs, so nobody launches a
+        key again while its job is live. Backends whose jobs die with this process
+        (local workers, Ray tasks) return {}."""
+        ...
 
     def wait(self, timeout: float) -> list[Done]:
         """Completions since the last call; waits up to `timeout` s for the first."""
@@ -43,4 +59,6 @@ class Backend(Protocol):
         """Stop every job not yet completed; they will not be reported."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release this process's hold on the backend; jobs a cluster owns go on."""
+        ...

@@ -69,6 +69,9 @@ class LocalBackend:
         self._queue.append(job)
         self._dispatch()
 
+    def job_ids(self) -> dict[str, str]:
+        return {}  # worker processes die with the orchestrator: no job outlives this process
+
     def in_flight(self) -> int:
         return len(self._queue) + sum(w.job is not None for w in self._workers)
 

@@ -61,14 +61,18 @@ def _connect(address: str, local_num_cpus: int | None) -> bool:
 
 
 class RayBackend:
-    def __init__(self, address: str = "local", num_cpus: float = 1.0, num_gpus: float = 0.0,
-                 max_retries: int = 3, local_num_cpus: int | None = None):
-        self._owned = _connect(address, local_num_cpus)
+    """`settings` is the campaign's `backend:` section of kind ray (`RayBackendSpec` in
+    `sweeps/backends.py` defines every setting and default once)."""
+
+    def __init__(self, settings: Any):
+        num_cpus, num_gpus = settings.num_cpus, settings.num_gpus
+        self._owned = _connect(settings.address, settings.local_num_cpus)
         self._check_resources(num_cpus, num_gpus)
         import ray
 
         self._ray = ray
-        self._options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries, retry_exceptions=False)
+        self._options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=settings.max_retries,
+                             retry_exceptions=False)
         self._remote = ray.remote(_call)
         self._refs: dict[Any, str] = {}  # object ref -> task id
 
@@ -90,6 +94,9 @@ class RayBackend:
     def submit(self, job: Job) -> None:
         ref = self._remote.options(**self._options, name=job.task_id).remote(job.fn, *job.args)
         self._refs[ref] = job.task_id
+
+    def job_ids(self) -> dict[str, str]:
+        return {}  # Ray tasks end with the driver: no job outlives this process
 
     def in_flight(self) -> int:
         return len(self._refs)

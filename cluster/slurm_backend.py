@@ -32,61 +32,66 @@ _GRACE_POLLS = 3
 
 class _Resumable(submitit.helpers.Checkpointable):
     """Requeue = the same call again; the progress lives in the run's own checkpoint.
-    A job function may say what a requeue means to it (`fn.on_requeue(*args)`, e.g. the
-    run's ledger entry reads `preempted` until the job runs again)."""
+    The job's `on_requeue(*args)` says what a requeue means to it (e.g. the run's ledger
+    entry reads `preempted` until the job runs again)."""
 
-    def __call__(self, fn, *args):
+    def __call__(self, fn, on_requeue, *args):
         return fn(*args)
 
-    def checkpoint(self, fn, *args):
-        hook = getattr(fn, "on_requeue", None)
-        if hook is not None:
+    def checkpoint(self, fn, on_requeue, *args):
+        if on_requeue is not None:
             try:
-                hook(*args)
+                on_requeue(*args)
             except Exception:  # noqa: BLE001 - the requeue matters more than the note
                 pass
-        return super().checkpoint(fn, *args)
+        return super().checkpoint(fn, on_requeue, *args)
+
+
+def submitit_parameters(settings: Any, job_name: str) -> dict[str, Any]:
+    """The campaign's Slurm settings under submitit's parameter names."""
+    params: dict[str, Any] = dict(
+        timeout_min=settings.time_min, nodes=settings.nodes, tasks_per_node=1, cpus_per_task=settings.cpus_per_task,
+        slurm_job_name=job_name, slurm_array_parallelism=settings.array_parallelism,
+        slurm_signal_delay_s=settings.signal_delay_s, slurm_setup=[*_environment(), *settings.setup],
+        slurm_additional_parameters=dict(settings.additional_parameters), stderr_to_stdout=True,
+    )
+    if settings.gpus_per_node:
+        params["gpus_per_node"] = settings.gpus_per_node
+    if settings.mem_gb is not None:
+        params["mem_gb"] = settings.mem_gb
+    for key, value in (("slurm_partition", settings.partition), ("slurm_account", settings.account),
+                       ("slurm_qos", settings.qos)):
+        if value is not None:
+            params[key] = value
+    return params
+
+
+def _environment() -> list[str]:
+    """The worker runs this interpreter (submitit's command is sys.executable) with this
+    import path, whatever the job's login environment says."""
+    paths = [str(_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    return [f"export PYTHONPATH={shlex.quote(pythonpath)}"]
 
 
 class SlurmBackend:
-    def __init__(self, folder: Path, *, partition: str | None = None, account: str | None = None,
-                 qos: str | None = None, time_min: int = 60, nodes: int = 1, gpus_per_node: int = 0,
-                 cpus_per_task: int = 1, mem_gb: float | None = None, array_parallelism: int = 64,
-                 additional_parameters: dict[str, Any] | None = None, setup: list[str] | None = None,
-                 max_requeues: int = 3, signal_delay_s: int = 60, job_name: str = "rcpforge",
-                 poll_s: float = 1.0):
-        preflight(partition)
+    """`settings` is the campaign's `backend:` section of kind slurm (every parameter and
+    its default is defined once, in `sweeps/backends.py`'s `SlurmBackendSpec`); this
+    class only maps it onto submitit's names."""
+
+    def __init__(self, settings: Any, folder: Path, job_name: str = "rcpforge", poll_s: float = 1.0):
+        preflight(settings.partition)
         self.folder = Path(folder)
         self.poll_s = poll_s
-        self._executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm", slurm_max_num_timeout=max_requeues)
-        params: dict[str, Any] = dict(
-            timeout_min=time_min, nodes=nodes, tasks_per_node=1, cpus_per_task=cpus_per_task,
-            slurm_job_name=job_name, slurm_array_parallelism=array_parallelism,
-            slurm_signal_delay_s=signal_delay_s, slurm_setup=[*self._environment(), *(setup or [])],
-            slurm_additional_parameters=dict(additional_parameters or {}), stderr_to_stdout=True,
-        )
-        if gpus_per_node:
-            params["gpus_per_node"] = gpus_per_node
-        if mem_gb is not None:
-            params["mem_gb"] = mem_gb
-        for key, value in (("slurm_partition", partition), ("slurm_account", account), ("slurm_qos", qos)):
-            if value is not None:
-                params[key] = value
+        self._executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm",
+                                               slurm_max_num_timeout=settings.max_requeues)
         try:
-            self._executor.update_parameters(**params)
+            self._executor.update_parameters(**submitit_parameters(settings, job_name))
         except ValueError as err:
             raise BackendError(f"backend.additional_parameters: {str(err).splitlines()[0]}") from None
         self._queued: list[Job] = []
         self._jobs: dict[str, tuple[submitit.Job, int]] = {}  # task id -> (job, polls seen lost)
         self._last_poll = 0.0
-
-    @staticmethod
-    def _environment() -> list[str]:
-        """The worker runs this interpreter (submitit's command is sys.executable) with
-        this import path, whatever the job's login environment says."""
-        paths = [str(_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-        pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-        return [f"export PYTHONPATH={shlex.quote(pythonpath)}"]
 
     def submit(self, job: Job) -> None:
         self._queued.append(job)
@@ -97,7 +102,7 @@ class SlurmBackend:
             return
         queued, self._queued = self._queued, []
         with self._executor.batch():
-            handles = [self._executor.submit(_Resumable(), job.fn, *job.args) for job in queued]
+            handles = [self._executor.submit(_Resumable(), job.fn, job.on_requeue, *job.args) for job in queued]
         for job, handle in zip(queued, handles):
             self._jobs[job.task_id] = (handle, 0)
 

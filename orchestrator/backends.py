@@ -4,6 +4,9 @@ a local campaign never imports ray or submitit."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from cluster.backend import Backend
 from orchestrator.tracking import LedgerEntry
 from sweeps.spec import Campaign
@@ -32,21 +35,28 @@ def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
     if spec.kind == "ray":
         from cluster.ray_backend import RayBackend
 
-        return RayBackend(spec.address, spec.num_cpus, spec.num_gpus, spec.max_retries, spec.local_num_cpus)
+        return RayBackend(spec)
     if spec.kind == "slurm":
         from cluster.slurm_backend import SlurmBackend
 
-        return SlurmBackend(
-            campaign.base_dir / spec.folder, partition=spec.partition, account=spec.account, qos=spec.qos,
-            time_min=spec.time_min, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
-            cpus_per_task=spec.cpus_per_task, mem_gb=spec.mem_gb, array_parallelism=spec.array_parallelism,
-            additional_parameters=spec.additional_parameters, setup=spec.setup,
-            max_requeues=spec.max_requeues, signal_delay_s=spec.signal_delay_s,
-            job_name=f"rcpforge-{campaign.name}",
-        )
+        return SlurmBackend(spec, campaign.base_dir / spec.folder, job_name=f"rcpforge-{campaign.name}")
     from cluster.local import LocalBackend
 
     return LocalBackend(workers or spec.workers)
+
+
+@contextmanager
+def running_backend(campaign: Campaign, workers: int | None = None) -> Iterator[Backend]:
+    """The campaign's backend for the time of a launch: on any exception (Ctrl-C
+    included) every job in flight is cancelled; closed on the way out either way."""
+    backend = make_backend(campaign, workers)
+    try:
+        yield backend
+    except BaseException:
+        backend.cancel()
+        raise
+    finally:
+        backend.close()
 
 
 def slurm_jobs(ledger: dict[str, LedgerEntry]) -> dict[str, str]:

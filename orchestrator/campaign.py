@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from cluster.backend import Backend, BackendError, Job
-from orchestrator.backends import check_backend, live_keys, make_backend
-from orchestrator.execute import execute_run
+from orchestrator.backends import check_backend, live_keys, running_backend
+from orchestrator.execute import assignment_for, execute_run, note_requeue
 from orchestrator.tracking import LedgerEntry, Tracking
 from sweeps.expand import expand
 from sweeps.spec import Campaign
@@ -125,9 +125,9 @@ def run_campaign(
         summary = CampaignSummary(plan=plan)
         if not plan.launch and not plan.elsewhere:
             return summary
-        backend = make_backend(campaign, workers)  # bad settings fail here, before any submission
-        run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event)
-        try:
+        # bad settings fail as the backend starts, before any submission
+        with running_backend(campaign, workers) as backend:
+            run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event)
             for spec in plan.launch:
                 run.first_attempt(spec)
             run.record_jobs()
@@ -136,11 +136,6 @@ def run_campaign(
                 return summary
             run.follow(plan.elsewhere)
             run.until_done()
-        except BaseException:
-            backend.cancel()
-            raise
-        finally:
-            backend.close()
         return summary
 
 
@@ -166,20 +161,15 @@ class _Launcher:
 
     def launch(self, spec: RunSpec, run_id: str, attempt: int) -> None:
         self.runs[spec.run_key] = (spec, run_id, attempt)
-        args = (spec.model_dump_json(), self.campaign.tracking_uri, run_id, attempt, str(self.campaign.run_dir(spec)),
-                self.campaign.benchmark, str(self.campaign.base_dir.resolve()), None, self.campaign.backend.stall_timeout_s,
-                self.campaign.tracking.retry_s)
-        self.backend.submit(Job(spec.run_key, execute_run, args))
+        job = assignment_for(self.campaign, spec, run_id, attempt)
+        self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue))
         self.summary.launched += 1
         self.notify("start", spec, None)
 
     def record_jobs(self) -> None:
         """File each cluster job id on its run, so that nobody launches the key again
         while the job is live."""
-        job_ids = getattr(self.backend, "job_ids", None)
-        if job_ids is None:
-            return
-        for task_id, job_id in job_ids().items():
+        for task_id, job_id in self.backend.job_ids().items():
             spec, run_id, _ = self.runs[task_id]
             if (run_id, job_id) not in self.recorded:
                 self.tracking.set_backend_job(run_id, f"slurm:{job_id}")

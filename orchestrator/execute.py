@@ -1,4 +1,5 @@
-"""The unit of work a backend executes: one RunSpec, tracked in its MLflow run.
+"""The unit of work a backend executes: one attempt of one RunSpec (a `RunAssignment`),
+tracked in its MLflow run.
 
 Runs in a worker (a local process, a Ray task, a Slurm job). A trainer's exception is a
 result (`failed`, with the traceback), never an exception out of here.
@@ -18,9 +19,10 @@ from typing import Callable
 
 from orchestrator.stall import Stalled, StallGuard
 from orchestrator.tracking import DEFAULT_RETRY_S, RunLog
+from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
-from trainers.mllog_writer import RESULT_FILE, MllogReporter, MllogWriter
-from trainers.registry import get_trainer
+from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
+from trainers.registry import get_trainer, writes_mllog
 
 
 @dataclass
@@ -58,29 +60,47 @@ class RunContext:
             signal.setitimer(signal.ITIMER_REAL, remaining)
 
 
-def execute_run(
-    spec_json: str,
-    tracking_uri: str,
-    run_id: str,
-    attempt: int,
-    output_dir: str,
-    benchmark: str | None = None,
-    campaign_dir: str | None = None,
-    watch: Callable[[EvalPoint], None] | None = None,
-    stall_timeout_s: float | None = None,
-    tracking_retry_s: float = DEFAULT_RETRY_S,
-) -> dict:
-    spec = RunSpec.model_validate_json(spec_json)
-    log = RunLog(tracking_uri, run_id, spec.target.metric, Path(output_dir), retry_s=tracking_retry_s)
-    log.start(attempt)
-    stall = StallGuard(stall_timeout_s)
-    context = RunContext(log, Path(output_dir), benchmark or spec.campaign, Path(campaign_dir or Path.cwd()), watch, stall)
+@dataclass(frozen=True)
+class RunAssignment:
+    """One attempt of one run, as the launcher hands it to a backend: picklable, the
+    job's one argument. `benchmark` names the MLLOG file's benchmark (default: the
+    campaign's name); `campaign_dir` is where a trainer resolves relative paths."""
+
+    spec_json: str
+    tracking_uri: str
+    run_id: str
+    attempt: int
+    output_dir: str
+    benchmark: str | None = None
+    campaign_dir: str | None = None
+    stall_timeout_s: float | None = None
+    tracking_retry_s: float = DEFAULT_RETRY_S
+
+
+def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
+                   output_dir: Path | None = None) -> RunAssignment:
+    """The assignment of a campaign's run (a tune trial's runs give their own folder)."""
+    return RunAssignment(
+        spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(output_dir or campaign.run_dir(spec)),
+        campaign.benchmark, str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
+        campaign.tracking.retry_s,
+    )
+
+
+def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = None) -> dict:
+    """Run one attempt; `watch` sees each eval point once logged (a tuning pruner)."""
+    spec = RunSpec.model_validate_json(job.spec_json)
+    log = RunLog(job.tracking_uri, job.run_id, spec.target.metric, Path(job.output_dir), retry_s=job.tracking_retry_s)
+    log.start(job.attempt)
+    stall = StallGuard(job.stall_timeout_s)
+    context = RunContext(log, Path(job.output_dir), job.benchmark or spec.campaign,
+                         Path(job.campaign_dir or Path.cwd()), watch, stall)
     writer = None
     start = time.monotonic()
     try:
         trainer = get_trainer(spec.trainer_kind)
         reporter = context
-        if not getattr(trainer, "writes_mllog", False):
+        if not writes_mllog(trainer):
             writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec)
             reporter = MllogReporter(context, writer, spec.target.metric)
         with stall:
@@ -104,21 +124,18 @@ def execute_run(
     return result.model_dump(mode="json")
 
 
-def _note_requeue(spec_json: str, tracking_uri: str, run_id: str, *_rest) -> None:
+def note_requeue(job: RunAssignment) -> None:
     """The job was preempted or hit its time limit and is requeued by the cluster: the
     run reads `preempted` (never an outcome) until the requeued job starts it again.
-    Called with all of `execute_run`'s arguments; a short retry window, as the job is
-    killed soon after (backend.signal_delay_s) and the requeue matters more."""
+    A backend that requeues (Slurm) calls it, as the `Job`'s `on_requeue`, with the job's
+    arguments; a short retry window, as the job is killed soon after
+    (backend.signal_delay_s) and the requeue matters more."""
     from orchestrator.tracking import mark_preempted
 
-    mark_preempted(tracking_uri, run_id, retry_s=_REQUEUE_NOTE_RETRY_S)
+    mark_preempted(job.tracking_uri, job.run_id, retry_s=_REQUEUE_NOTE_RETRY_S)
 
 
 _REQUEUE_NOTE_RETRY_S = 20.0
-
-
-# Backends that requeue jobs (Slurm) call this before the requeue.
-execute_run.on_requeue = _note_requeue  # type: ignore[attr-defined]
 
 
 def _stop_writer(writer: MllogWriter, result: RunResult) -> RunResult:

@@ -223,15 +223,6 @@ class Campaign(_Strict):
         return max(3, min(self.seeds_for(r.name) for r in self.recipes) // 2)
 
 
-# userinfo "user:password@" sits before the first "/" of the authority
-_URI_PASSWORD = re.compile(r"(?P<head>://[^/:@\s]*:)[^@\s/]*(?P<at>@)")
-
-
-def redact_uri(uri: str) -> str:
-    """The URI with any password replaced by ***, for everything a person or a log sees."""
-    return _URI_PASSWORD.sub(r"\g<head>***\g<at>", uri)
-
-
 def _format_errors(err: ValidationError) -> str:
     lines = []
     for e in err.errors():

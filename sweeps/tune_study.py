@@ -17,7 +17,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeps.spec import Campaign, redact_uri
+from sweeps.spec import Campaign
+from trainers.contract.uri import redact_uri
 from sweeps.tune_optuna import make_pruner, make_sampler
 from sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
 

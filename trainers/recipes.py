@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainers.contract.revisions import recipe_revision  # noqa: F401 - also this registry's name for it
+
 ElementFormat = Literal["e4m3", "e5m2", "e2m1"]
 # tensorwise: one FP32 current scale; delayed: FP32 scale from an amax history;
 # channelwise: one scale per row of the tensor as stored (weights: per output channel);
@@ -118,10 +120,6 @@ class RecipeConfig:
     wgrad_hp: bool = False  # the wgrad GEMM runs in the reference precision (BF16)
     hadamard_wgrad: bool = False
     options: type[RecipeOptions] = field(default=RecipeOptions)
-    # The numerics revision: bumped when a change to the code gives this recipe different
-    # results. It enters the run key (above 1), so a resumed campaign re-runs the
-    # recipe's old runs instead of pooling results of two different numerics.
-    revision: int = 1
     # The option values this config was resolved with (None: the defaults).
     settings: RecipeOptions | None = None
 
@@ -129,6 +127,11 @@ class RecipeConfig:
         quantized = [q is not None for q in (self.x, self.w, self.dy)]
         if any(quantized) and not all(quantized):
             raise ValueError(f"recipe {self.name}: quantize x, W and dY together or none")
+
+    @property
+    def revision(self) -> int:
+        """The numerics revision (the run contract's table: trainers/contract/revisions.py)."""
+        return recipe_revision(self.name)
 
     @property
     def is_reference(self) -> bool:
@@ -201,7 +204,6 @@ RECIPES: dict[str, RecipeConfig] = {
             "fp8_channelwise",
             "FP8 formats paper: per-output-channel weight scales, per-tensor activation scales",
             x=_E4M3, w=OperandQuant("e4m3", "channelwise", scale_mode="fp32"), dy=_E5M2,
-            revision=2,  # 2: the forward GEMM on BF16 with the channel scales on its output
         ),
         RecipeConfig(
             "fp8_delayed",
@@ -217,7 +219,6 @@ RECIPES: dict[str, RecipeConfig] = {
             "torchao rowwise_with_gw_hp: as fp8_rowwise, but W tensorwise for dgrad and the wgrad GEMM in BF16",
             x=_ROW, w=_ROW, dy=_ROW, wgrad_hp=True,
             w_dgrad=OperandQuant("e4m3", "tensorwise", scale_mode="pow2"),
-            revision=2,  # 2: W tensorwise for dgrad, the wgrad GEMM in BF16 (was FP32)
         ),
         RecipeConfig(
             "fp8_block",
@@ -225,7 +226,6 @@ RECIPES: dict[str, RecipeConfig] = {
             "(TE's default; use_f32_scales for exact FP32 scales)",
             x=OperandQuant("e4m3", "block", 128, "pow2"), w=OperandQuant("e4m3", "block", (128, 128), "pow2"),
             dy=OperandQuant("e4m3", "block", 128, "pow2"), options=BlockOptions,
-            revision=2,  # 2: TE's power-of-two scales by default (were FP32), the option
         ),
         RecipeConfig(
             "mxfp8", "OCP MXFP8: E4M3 elements, E8M0 scales per 1x32 block",
@@ -243,7 +243,6 @@ RECIPES: dict[str, RecipeConfig] = {
         RecipeConfig(
             "mor", "Mixture of Representations: E4M3 or BF16 per tensor/block by relative error",
             x=_MOR, w=_MOR, dy=_MOR, options=MorOptions,
-            revision=2,  # 2: per tensor, each GEMM as E4M3 tensorwise or BF16 (was FP32)
         ),
     )
 }
@@ -283,8 +282,3 @@ def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeCo
     return get_recipe(name).resolve(options)
 
 
-def recipe_revision(name: str) -> int:
-    """The numerics revision of a registered recipe (1 for names the registry does not
-    know, such as a command trainer's own recipes)."""
-    recipe = RECIPES.get(name)
-    return recipe.revision if recipe is not None else 1

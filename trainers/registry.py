@@ -101,6 +101,12 @@ def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[s
         raise TrainerError(str(err)) from None
 
 
+def writes_mllog(trainer: Trainer) -> bool:
+    """Whether the trainer writes its run's MLLOG result file itself (`Trainer.writes_mllog`;
+    a user's trainer class that does not say is taken as not writing one)."""
+    return bool(getattr(trainer, "writes_mllog", False))
+
+
 def get_trainer(kind: str) -> Trainer:
     if kind in _BUILTIN:
         return _load(_BUILTIN[kind][2])()

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.load import NoSuchCampaign, load_campaign_runs, load_runs, write_parquet
 from analysis.load_sql import is_sql_uri, load_runs_sql
-from trainers import tracking_schema as ts
+from trainers.contract import schema as ts
 
 
 @pytest.fixture(scope="module")

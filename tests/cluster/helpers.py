@@ -12,7 +12,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from tests.conftest import ROOT
-from trainers.tracking_schema import TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def runs_of(campaign):

@@ -10,7 +10,7 @@ from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, runs_of, slow_campaign
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from trainers.tracking_schema import TAG_ATTEMPTS, TAG_BACKEND_JOB
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB
 
 COLUMNS = ("pending", "running", "converged", "not_converged", "diverged", "failed")
 

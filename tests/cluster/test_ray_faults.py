@@ -14,7 +14,7 @@ from tests.cluster.helpers import (
 )
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from trainers.tracking_schema import TAG_ATTEMPTS, TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_RUN_KEY, TAG_STATUS
 
 
 def test_a_worker_sigkilled_mid_run_is_retried_and_recorded_once(ray_address, tmp_path):

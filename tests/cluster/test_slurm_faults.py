@@ -19,7 +19,7 @@ from tests.cluster.helpers import (
 )
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from trainers.tracking_schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY, TAG_STATUS
 
 
 def _check_resumed(campaign, tokens, run, tmp_path):

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from sweeps.expand import expand
 from sweeps.spec import load_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.tracking_schema import TAG_ATTEMPTS, TAG_ERROR, TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR, TAG_RUN_KEY, TAG_STATUS
 
 
 def _runs(campaign):

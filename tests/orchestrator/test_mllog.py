@@ -22,7 +22,7 @@ from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
-from trainers.tracking_schema import TAG_ATTEMPTS
+from trainers.contract.schema import TAG_ATTEMPTS
 
 EXAMPLES = ROOT / "sweeps" / "examples"
 N = 4  # submission runs of the tiny campaign's benchmark
@@ -133,7 +133,7 @@ def test_import_reads_exported_directories_back_as_the_same_runs(tiny, exported,
     assert rcp_table(original, "rcpforge_tiny", N).equals(rcp_table(imported, "rcpforge_tiny", N))
     # an imported run exports again unchanged
     again = tmp_path / "again"
-    from orchestrator.mllog_results import export_results
+    from orchestrator.results_dirs import export_results
 
     export_results(uri, "again", again, lambda spec: None)
     for folder in results.glob("*/bs*"):
@@ -224,7 +224,7 @@ def test_import_of_a_submission_in_epochs(tmp_path):
     launcher prefixes and epoch counts; what is stored is what the checker reads."""
     import json
 
-    from orchestrator.mllog_results import import_results
+    from orchestrator.results_dirs import import_results
 
     def line(key, value=None, **meta):
         return "0: :::MLLOG " + json.dumps({"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME",
@@ -259,7 +259,7 @@ def test_eval_points_of_an_external_program_reach_mlflow_while_it_runs(tmp_path)
     import threading
     import time
 
-    from orchestrator.execute import execute_run
+    from orchestrator.execute import RunAssignment, execute_run
     from orchestrator.tracking import Tracking
     from sweeps.expand import expand
     from sweeps.spec import parse_campaign
@@ -282,8 +282,8 @@ def test_eval_points_of_an_external_program_reach_mlflow_while_it_runs(tmp_path)
     tracking = Tracking(campaign.tracking_uri)
     run_id = tracking.create_run(tracking.open_experiment(campaign.name, tmp_path / "art"), spec)
     outcome = {}
-    worker = threading.Thread(target=lambda: outcome.update(execute_run(
-        spec.model_dump_json(), campaign.tracking_uri, run_id, 1, str(tmp_path / "run"), "live", str(tmp_path))))
+    worker = threading.Thread(target=lambda: outcome.update(execute_run(RunAssignment(
+        spec.model_dump_json(), campaign.tracking_uri, run_id, 1, str(tmp_path / "run"), "live", str(tmp_path)))))
     worker.start()
     try:
         deadline = time.monotonic() + 120

@@ -16,7 +16,7 @@ from sweeps.spec import load_campaign
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.store import run_statuses
-from trainers.tracking_schema import TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def _statuses(campaign):

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.tracking import RunLog, Tracking, TrackingUnavailable, _RetryingClient
 from trainers.contract import RunResult, RunStatus
-from trainers.tracking_schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
 
 URI = "postgresql+psycopg2://rcpforge:s3cret-pw@db.example:5432/mlflow"
 
@@ -122,19 +122,16 @@ def test_final_metrics_of_an_attempt_that_lost_its_outcome_tag_are_not_written_t
 
 
 def test_a_requeued_job_marks_its_run_preempted_with_the_arguments_the_launcher_gives(tmp_path):
-    """Slurm calls `execute_run.on_requeue(*job.args)`: every argument the launcher
-    passes must be accepted, or the note is lost (the hook's errors are swallowed)."""
-    import inspect
-
+    """Slurm calls the job's `on_requeue(*job.args)`: the arguments the launcher passes
+    must be accepted, or the note is lost (the hook's errors are swallowed)."""
     from mlflow import MlflowClient
 
-    from orchestrator.execute import execute_run
+    from orchestrator.execute import RunAssignment, note_requeue
 
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     client = MlflowClient(tracking_uri=uri)
     exp = client.create_experiment("c", artifact_location=(tmp_path / "art").as_uri())
     run_id = client.create_run(exp).info.run_id
-    every = [p for p in inspect.signature(execute_run).parameters]
-    args = ["{}", uri, run_id, 1, str(tmp_path / "run")] + [None] * (len(every) - 5)
-    execute_run.on_requeue(*args)
+    args = (RunAssignment("{}", uri, run_id, 1, str(tmp_path / "run")),)
+    note_requeue(*args)
     assert client.get_run(run_id).data.tags[TAG_STATUS] == "preempted"

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from sweeps.spec import load_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.reliability.conftest import unavailable
-from trainers.tracking_schema import TAG_ERROR, TAG_STATUS
+from trainers.contract.schema import TAG_ERROR, TAG_STATUS
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.tracking_schema import TAG_ATTEMPTS, TAG_STATUS
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 
 OUTAGE_S = 3.0  # plus the restart (6-13 s): longer than the first retries (0.5, 1, 2, 4 s)
 

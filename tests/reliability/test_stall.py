@@ -7,7 +7,7 @@ from mlflow import MlflowClient
 
 from sweeps.spec import load_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.tracking_schema import TAG_ERROR, TAG_STATUS
+from trainers.contract.schema import TAG_ERROR, TAG_STATUS
 
 
 def test_a_hanging_run_is_stopped_and_recorded_failed(tmp_path, cli):

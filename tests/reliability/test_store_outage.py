@@ -16,7 +16,7 @@ from sweeps.spec import load_campaign
 from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.store import run_statuses
-from trainers.tracking_schema import TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def test_campaign_survives_a_locked_store(tmp_path):

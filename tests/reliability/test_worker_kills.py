@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 from sweeps.spec import load_campaign
 from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.tracking_schema import TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def _children(pid: int) -> list[int]:

@@ -19,7 +19,7 @@ from tests.conftest import run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract import RunSpec, RunStatus
 from trainers.registry import get_trainer
-from trainers.tracking_schema import TAG_ROLE, TAG_SPEC, TAG_TUNE_TRIAL
+from trainers.contract.schema import TAG_ROLE, TAG_SPEC, TAG_TUNE_TRIAL
 
 BAD_LR = 0.0003  # converges, but about 3x slower than a good lr on this model
 TRIALS = 6

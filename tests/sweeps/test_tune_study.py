@@ -17,13 +17,13 @@ from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from sweeps.spec import load_campaign
-from sweeps.tune import select_cells, tune_campaign
+from orchestrator.tune import select_cells, tune_campaign
 from sweeps.tune_study import storage_url
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract import RunSpec
 from trainers.registry import get_trainer
-from trainers.tracking_schema import TAG_ROLE, TAG_STATUS, TAG_TUNE_TRIAL
+from trainers.contract.schema import TAG_ROLE, TAG_STATUS, TAG_TUNE_TRIAL
 
 
 @pytest.fixture(scope="module")

@@ -72,14 +72,13 @@ def test_a_recipes_numerics_revision_changes_its_run_keys_only(monkeypatch):
     """A code change that gives a recipe new numerics bumps its revision: a resumed
     campaign then re-runs that recipe's old runs (new keys) and keeps every other
     recipe's runs (same keys)."""
-    from dataclasses import replace
-
+    import trainers.contract.revisions as revisions
     import trainers.recipes as recipes
 
     base = _first_spec()
     specs = {name: base.model_copy(update={"recipe": name}) for name in ("bf16", "fp8_tensorwise", "mor")}
     before = {name: s.run_key for name, s in specs.items()}
-    monkeypatch.setitem(recipes.RECIPES, "mor", replace(recipes.RECIPES["mor"], revision=3))
+    monkeypatch.setitem(revisions.RECIPE_REVISIONS, "mor", 3)
     after = {name: s.run_key for name, s in specs.items()}
     assert after["mor"] != before["mor"]
     assert after["bf16"] == before["bf16"] and after["fp8_tensorwise"] == before["fp8_tensorwise"]

@@ -2,7 +2,7 @@
 
 Outcome, in this order:
 - a `run_stop` with status `success`: converged, with the value to converge exactly as
-  `mlperf_logging.rcp_checker` reads it (`analysis/mllog_read.py`);
+  `mlperf_logging.rcp_checker` reads it (`trainers/contract/mllog/read.py`);
 - a `run_stop` with any other status (MLLOG has `aborted`): not_converged;
 - a budget spent before any run_stop: the process is stopped, not_converged. The budgets
   of an external program are the wall-clock `max_wall_s` of the trainer settings and the
@@ -28,8 +28,8 @@ from typing import Any
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
 from trainers.command.settings import CommandSettings, env_name, substitute
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
-from analysis.mllog_read import TOKEN, MllogReader
-from trainers.mllog_writer import RESULT_FILE
+from trainers.contract.mllog.read import TOKEN, MllogReader
+from trainers.contract.mllog.write import RESULT_FILE
 
 OUTPUT_LOG = "output.log"
 

@@ -64,6 +64,8 @@ def lr_at(tokens: int, hp: TinyLMHParams) -> float:
 
 
 class TinyLMTrainer:
+    writes_mllog = False  # the executor writes result.txt from the eval points
+
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         start = time.monotonic()
         cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})

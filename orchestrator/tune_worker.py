@@ -1,5 +1,5 @@
 """What a backend runs for one trial: its seeds, one after the other, each through
-`execute_run` as a tracked `role: tune` run.
+`execute_run` (the campaign launcher's unit of work) as a tracked `role: tune` run.
 
 The first seed reports its distance to the target to the Optuna trial at every eval
 (step = tokens) and the study's pruner may stop it; later seeds are judged by the
@@ -9,14 +9,28 @@ are not trained: their MLflow runs are closed with that status."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from orchestrator.execute import execute_run
+from orchestrator.execute import RunAssignment, execute_run
 from orchestrator.tracking import RunLog
 from sweeps.tune_objective import distance
 from sweeps.tune_spec import PrunerSpec
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun, Target
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """One trial as a backend job: the Optuna trial its first seed reports to, and each
+    seed's assignment, in order."""
+
+    storage: str
+    study: str
+    trial_id: int
+    pruner: str  # the PrunerSpec, as JSON
+    max_tokens: int
+    single_seed: bool
+    runs: tuple[RunAssignment, ...]
 
 
 _STORAGES: dict[str, object] = {}
@@ -36,17 +50,17 @@ def _storage(url: str):
 class _TrialWatch:
     """Reports eval points to the Optuna trial and asks its pruner."""
 
-    def __init__(self, job: dict[str, Any], target: Target):
+    def __init__(self, job: TrialJob, target: Target):
         import optuna
 
         from sweeps.tune_optuna import make_pruner
 
         optuna.logging.set_verbosity(logging.WARNING)
-        pruner = make_pruner(PrunerSpec.model_validate_json(job["pruner"]), job["max_tokens"], job["single_seed"])
+        pruner = make_pruner(PrunerSpec.model_validate_json(job.pruner), job.max_tokens, job.single_seed)
         # The sampler is never asked here; a random one costs nothing to set up.
-        study = optuna.load_study(study_name=job["study"], storage=_storage(job["storage"]),
+        study = optuna.load_study(study_name=job.study, storage=_storage(job.storage),
                                   sampler=optuna.samplers.RandomSampler(), pruner=pruner)
-        self.trial = optuna.trial.Trial(study, job["trial_id"])
+        self.trial = optuna.trial.Trial(study, job.trial_id)
         self.target = target
 
     def __call__(self, point: EvalPoint) -> None:
@@ -64,12 +78,12 @@ class _Curve:
 class _SeedWatch:
     """The hopeless rule on one later seed's own curve (nothing is reported)."""
 
-    def __init__(self, job: dict[str, Any], target: Target):
+    def __init__(self, job: TrialJob, target: Target):
         from sweeps.tune_optuna import HopelessPruner
 
-        spec = PrunerSpec.model_validate_json(job["pruner"])
+        spec = PrunerSpec.model_validate_json(job.pruner)
         # Only the budget half of the rule: "cannot win" compares whole trials.
-        self.rule = (HopelessPruner(job["max_tokens"], spec.window, spec.min_fraction, single_seed=False)
+        self.rule = (HopelessPruner(job.max_tokens, spec.window, spec.min_fraction, single_seed=False)
                      if spec.kind == "hopeless" else None)
         self.curve = _Curve()
         self.target = target
@@ -83,19 +97,19 @@ class _SeedWatch:
             raise StopRun(point, f"pruned at {point.tokens} tokens, distance to target {d:.4g}")
 
 
-def run_trial(job: dict[str, Any]) -> list[dict]:
-    """`job`: storage, study, trial_id, pruner (JSON), max_tokens, single_seed, tracking_uri and runs,
-    a list of {spec (JSON), run_id, output_dir}, seed by seed. Returns each seed's result."""
+def run_trial(job: TrialJob) -> list[dict]:
+    """Each seed's result, in order."""
     results: list[dict] = []
-    for i, run in enumerate(job["runs"]):
-        spec = RunSpec.model_validate_json(run["spec"])
+    for i, run in enumerate(job.runs):
+        spec = RunSpec.model_validate_json(run.spec_json)
         stop = next((r for r in results if r["status"] in (RunStatus.pruned.value, RunStatus.failed.value)), None)
         if stop is not None:
             skipped = RunResult(status=RunStatus(stop["status"]),
                                 error=f"not run: an earlier seed of this trial ended {stop['status']}")
-            RunLog(job["tracking_uri"], run["run_id"], spec.target.metric, Path(run["output_dir"])).finish(skipped)
+            RunLog(run.tracking_uri, run.run_id, spec.target.metric, Path(run.output_dir),
+                   retry_s=run.tracking_retry_s).finish(skipped)
             results.append(skipped.model_dump(mode="json"))
             continue
         watch = _TrialWatch(job, spec.target) if i == 0 else _SeedWatch(job, spec.target)
-        results.append(execute_run(run["spec"], job["tracking_uri"], run["run_id"], 1, run["output_dir"], watch=watch))
+        results.append(execute_run(run, watch=watch))
     return results

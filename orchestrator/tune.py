@@ -3,7 +3,8 @@
 The orchestrator process owns each cell's Optuna study and drives it ask-and-tell: it
 asks a trial, creates the MLflow runs of the trial's seeds (`role: tune`, so campaign
 analysis never counts them), hands the trial to the campaign's backend as one job
-(`tune_worker.run_trial`, which runs each seed through `execute_run`), and tells the
+(`tune_worker.run_trial`, which runs each seed's `RunAssignment` through `execute_run`,
+as the campaign's launcher does), and tells the
 study the censored objective when the job is done. Up to `workers` trials are in
 flight at once. Everything a trial leaves is in the study's storage and in MLflow, so
 a killed tune loses at most the trials in flight, and running it again continues.
@@ -19,8 +20,11 @@ import optuna
 from optuna.trial import TrialState
 
 from cluster.backend import Backend, Job
-from orchestrator.campaign import campaign_lock, make_backend
+from orchestrator.backends import running_backend
+from orchestrator.campaign import campaign_lock
+from orchestrator.execute import assignment_for
 from orchestrator.tracking import Tracking
+from orchestrator.tune_worker import TrialJob, run_trial
 from sweeps.spec import Campaign
 from sweeps.tune_objective import score
 from sweeps.tune_spec import TUNE_SEED_OFFSET, TuneSpec
@@ -28,9 +32,8 @@ from sweeps.tune_study import (
     Cell, CellSummary, TuneError, evidence, finished, grid_points, open_study, storage_url, summarize,
 )
 from sweeps.tune_table import table_path, write_hparams_table
-from sweeps.tune_worker import run_trial
 from trainers.contract import RunResult, RunSpec, RunStatus
-from trainers.tracking_schema import TAG_STATUS, TAG_TUNE_STUDY, TAG_TUNE_TRIAL
+from trainers.contract.schema import TAG_TUNE_STUDY, TAG_TUNE_TRIAL
 
 MAX_FAILURES_IN_A_ROW = 3
 
@@ -123,14 +126,13 @@ class _CellRun:
         ]
         trial.set_user_attr("mlflow_run_ids", run_ids)
         folder = self.campaign.base_dir / "rcpforge-runs" / self.campaign.name / "tune" / self.study.study_name
-        job = {
-            "storage": self.storage, "study": self.study.study_name, "trial_id": trial._trial_id,
-            "pruner": self.tune.pruner.model_dump_json(), "max_tokens": self.campaign.budget.max_tokens,
-            "single_seed": self.tune.seeds == 1,
-            "tracking_uri": self.campaign.tracking_uri,
-            "runs": [{"spec": s.model_dump_json(), "run_id": rid, "output_dir": str(folder / f"t{trial.number}-s{s.seed}")}
-                     for s, rid in zip(specs, run_ids)],
-        }
+        job = TrialJob(
+            storage=self.storage, study=self.study.study_name, trial_id=trial._trial_id,
+            pruner=self.tune.pruner.model_dump_json(), max_tokens=self.campaign.budget.max_tokens,
+            single_seed=self.tune.seeds == 1,
+            runs=tuple(assignment_for(self.campaign, s, rid, 1, folder / f"t{trial.number}-s{s.seed}")
+                       for s, rid in zip(specs, run_ids)),
+        )
         task_id = re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.study.study_name}-t{trial.number}")
         self.in_flight[task_id] = _Trial(trial, run_ids)
         self.backend.submit(Job(task_id, run_trial, (job,)))
@@ -165,7 +167,7 @@ class _CellRun:
     def _close_runs(self, run_ids: list[str], error: str) -> None:
         """Mark failed the runs of a trial that never finished them (the worker died)."""
         for rid in run_ids:
-            status = self.tracking.client.get_run(rid).data.tags.get(TAG_STATUS)
+            status = self.tracking.status_of(rid)
             if status in (RunStatus.pending.value, RunStatus.running.value):
                 self.tracking.mark_failed(rid, error)
 
@@ -189,8 +191,7 @@ def tune_campaign(
     with tune_lock(campaign):
         tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
-        backend = make_backend(campaign, workers)
-        try:
+        with running_backend(campaign, workers) as backend:
             every = [(r.name, bs) for r in campaign.recipes for bs in campaign.batch_sizes]
             for cell in cells:
                 # The sampler's seed depends on the cell, not on which cells this call tunes.
@@ -203,9 +204,4 @@ def tune_campaign(
                     best = {**campaign.hparams[cell.batch_size], **summary.best_params}
                     write_hparams_table(table_path(campaign.base_dir, cell.recipe), campaign.name, cell.recipe,
                                         {cell.batch_size: (best, evidence(summary, storage, tune))})
-        except BaseException:
-            backend.cancel()
-            raise
-        finally:
-            backend.close()
     return summaries

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.tracking import Tracking
-from trainers.contract import RunSpec, RunStatus
-from analysis.mllog_read import follow_file
-from trainers.mllog_writer import RESULT_FILE
-from trainers.tracking_schema import (
+from trainers.contract import RunStatus
+from trainers.contract.mllog.read import follow_file, parse_line
+from trainers.contract.mllog.write import RESULT_FILE
+from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     TAG_ATTEMPTS,
     TAG_BATCH_SIZE,
@@ -34,10 +34,8 @@ from trainers.tracking_schema import (
     TAG_CAMPAIGN,
     TAG_RECIPE,
     TAG_ROLE,
-    TAG_RUN_KEY,
     TAG_SEED,
     TAG_SOURCE,
-    TAG_SPEC,
     TAG_STATUS,
     TAG_TARGET_METRIC,
     TAG_TRAINER,
@@ -94,20 +92,15 @@ def export_results(tracking_uri: str, campaign: str, results_dir: Path, run_dir_
 
 
 def _result_file(tracking: Tracking, run_id: str, tmp: Path, run_dir_of) -> Path:
-    client = tracking.client
-    if any(a.path == RESULT_FILE for a in client.list_artifacts(run_id)):
-        tmp.mkdir(parents=True, exist_ok=True)
-        return Path(client.download_artifacts(run_id, RESULT_FILE, str(tmp)))
-    run = client.get_run(run_id)
-    spec_json = run.data.tags.get(TAG_SPEC)
-    if spec_json:
-        try:
-            local = run_dir_of(RunSpec.model_validate_json(spec_json)) / RESULT_FILE
-        except ValueError:
-            local = None
-        if local is not None and local.is_file():
+    downloaded = tracking.result_file(run_id, tmp)
+    if downloaded is not None:
+        return downloaded
+    run_name, spec = tracking.recorded_spec(run_id)
+    if spec is not None:
+        local = run_dir_of(spec) / RESULT_FILE
+        if local.is_file():
             return local
-    raise ResultsError(f"run {run.info.run_name} ({run_id}) has no {RESULT_FILE}: neither an artifact nor in its run folder")
+    raise ResultsError(f"run {run_name} ({run_id}) has no {RESULT_FILE}: neither an artifact nor in its run folder")
 
 
 # --- import ------------------------------------------------------------------------------
@@ -167,35 +160,22 @@ def import_results(folders: list[Path], campaign: str, tracking_uri: str, recipe
 
 def _import_one(tracking: Tracking, experiment_id: str, campaign: str, path: Path, reading, recipe: str,
                 bs: int, seed: int, key: str) -> None:
-    from mlflow.entities import Metric
-
     status = RunStatus.converged if reading.converged else RunStatus.not_converged
     tags = {
-        TAG_CAMPAIGN: campaign, TAG_ROLE: "campaign", TAG_RUN_KEY: key, TAG_RECIPE: recipe,
+        TAG_CAMPAIGN: campaign, TAG_ROLE: "campaign", TAG_RECIPE: recipe,
         TAG_BATCH_SIZE: str(bs), TAG_SEED: str(seed), TAG_STATUS: status.value, TAG_ATTEMPTS: "1",
         TAG_TRAINER: "import", TAG_TARGET_METRIC: "eval_accuracy", TAG_SOURCE: str(path.resolve()),
     }
     if reading.benchmark:
         tags[TAG_BENCHMARK] = str(reading.benchmark)
-    client = tracking.client
-    run = client.create_run(experiment_id, run_name=f"{recipe}-bs{bs}-s{seed}", tags=tags)
-    run_id = run.info.run_id
-    metrics = [Metric("eval_accuracy", float(value), 0, step) for step, value in _curve(reading)]
+    metrics = [("eval_accuracy", value, step) for step, value in _curve(reading)]
     if status is RunStatus.converged:
-        metrics.append(Metric(METRIC_SAMPLES_TO_TARGET, float(reading.value_to_converge), 0, 0))
-    for i in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[i : i + 1000])
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / RESULT_FILE
-        shutil.copyfile(path, copy)
-        client.log_artifact(run_id, str(copy))
-    client.set_terminated(run_id, status="FINISHED")
+        metrics.append((METRIC_SAMPLES_TO_TARGET, float(reading.value_to_converge), 0))
+    tracking.import_run(experiment_id, key, f"{recipe}-bs{bs}-s{seed}", tags, metrics, path)
 
 
 def _curve(reading) -> list[tuple[int, float]]:
     """The eval_accuracy points, stepped by samples_count (or by their order)."""
-    from analysis.mllog_read import parse_line
-
     points: dict[int, float] = {}
     for i, line in enumerate(reading.lines):
         event = parse_line(line)

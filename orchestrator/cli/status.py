@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from orchestrator.cli_app import app, console, fail, load_campaign_or_fail
+from orchestrator.cli.app import app, console, fail, load_campaign_or_fail
 
 
 @app.command()
@@ -23,7 +23,7 @@ def status(
     campaign = load_campaign_or_fail(campaign_file)
     from orchestrator.status import COLUMNS, campaign_status
     from orchestrator.tracking import TrackingUnavailable
-    from sweeps.spec import redact_uri
+    from trainers.contract.uri import redact_uri
 
     try:
         cells = campaign_status(campaign)

@@ -1,4 +1,4 @@
-"""The run contract shared by every part of rcpforge.
+"""The run contract's plain types, shared by every part of rcpforge.
 
 A `RunSpec` is everything that decides the result of one training run; its `run_key`
 is a stable hash of exactly that, so a campaign does each run once and only once.
@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainers.recipes import recipe_revision
+from trainers.contract.revisions import recipe_revision
 
 # Bump when the meaning of a RunSpec field changes, so old ledgers are not reused.
 RUN_KEY_VERSION = 1
@@ -133,7 +133,12 @@ class Reporter(Protocol):
     `eval_point` receives eval points as they happen (the orchestrator logs them to
     MLflow; extra entries in `metrics`, such as numeric telemetry, are logged beside the
     eval curve). `output_dir` is this run's own folder, the same on every attempt: result
-    files (MLLOG `result.txt`) and checkpoints go there."""
+    files (MLLOG `result.txt`) and checkpoints go there.
+
+    The executor's reporter also carries `campaign_dir` (where relative paths of the
+    campaign resolve), `benchmark` (the MLLOG benchmark name) and `idle()` (a trainer
+    that waits on something else calls it, so pending points get written); trainers read
+    them with a default, so a bare reporter of a test or another tool still works."""
 
     output_dir: Path
 
@@ -154,4 +159,12 @@ class StopRun(BaseException):
 
 
 class Trainer(Protocol):
+    """Turns a RunSpec into a RunResult, reporting eval points as they happen.
+
+    `writes_mllog`: True when the trainer writes the run's MLLOG `result.txt` into
+    `reporter.output_dir` itself (the command trainer keeps its program's lines); else the
+    executor writes it around the trainer. A user's class may leave it out (False)."""
+
+    writes_mllog: bool
+
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult: ...

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
+from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail
 
 
 @app.command()
@@ -23,8 +23,8 @@ def tune(
     """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write
     hparams.<recipe>.yaml beside the campaign. Running it again continues the studies."""
     campaign = load_campaign_or_fail(campaign_file)
-    from sweeps.spec import redact_uri
-    from sweeps.tune import select_cells, tune_campaign
+    from trainers.contract.uri import redact_uri
+    from orchestrator.tune import select_cells, tune_campaign
     from sweeps.tune_study import TuneError, storage_url
     from sweeps.tune_table import table_path
 

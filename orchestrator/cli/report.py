@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.cli_app import app, console, fail, load_campaign_or_fail
+from orchestrator.cli.analysis import analysis_request
+from orchestrator.cli.app import app, console, fail, load_campaign_or_fail
+from trainers.contract.uri import redact_uri
 
 
 @app.command()
@@ -21,7 +23,7 @@ def report(
     if fmt not in ("html", "md"):
         fail(f"--format must be html or md, got {fmt!r}")
     campaign = load_campaign_or_fail(campaign_file)
-    from analysis.campaign_report import build_sections
+    from analysis.campaign_report import CampaignFacts, build_sections
     from analysis.curves import load_curves, telemetry_metrics
     from analysis.load import NoSuchCampaign, load_runs
     from analysis.rcp_table import rcp_table
@@ -38,18 +40,14 @@ def report(
     telemetry = telemetry_metrics(campaign.tracking_uri, run_ids)
     curves = load_curves(campaign.tracking_uri, run_ids, [campaign.target.metric, *telemetry])
     found, selections = None, None
-    if reference in {r.name for r in campaign.recipes}:
-        from analysis.analyze import AnalysisRequest, selections_of
-        from analysis.factors import factors
-        from analysis.selection import SelectionSettings
+    request = analysis_request(campaign, reference, seed)
+    if reference in request.recipes:
+        from analysis.analyze import comparisons
 
-        found = factors(runs, reference, campaign.benchmark, seed=seed)
-        request = AnalysisRequest(
-            campaign=campaign.name, benchmark=campaign.benchmark, submission_runs=campaign.submission_runs,
-            recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference, seed=seed,
-            selection=SelectionSettings(seed=seed),
-        )
-        selections = selections_of(runs, table, request)
-    sections = build_sections(campaign, runs, table, curves, telemetry, found, selections, reference)
+        found, selections = comparisons(runs, table, request)
+    settings = campaign.model_dump(mode="json", exclude={"base_dir"})
+    settings["tracking"] = {"uri": redact_uri(campaign.tracking_uri)}
+    facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes)
+    sections = build_sections(facts, runs, table, curves, telemetry, found, selections)
     path = write_report(out, f"rcpforge report: {campaign.name}", sections, fmt)
     console.print(f"wrote {path} ({len(sections)} sections)")

@@ -1,6 +1,6 @@
-"""The analysis commands: `analyze` (what a campaign's runs mean), `export` (the runs as
-a table and/or as MLCommons results directories), `check` (a submission against RCPs) and `rcp-stats` (the RCPs' statistics),
-the last two exactly as the MLCommons checker computes them."""
+"""The analysis commands: `analyze` (what a campaign's runs mean), `check` (a submission
+against RCPs) and `rcp-stats` (the RCPs' statistics), the last two exactly as the
+MLCommons checker computes them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
+from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail, load_runs_or_fail
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -33,16 +33,11 @@ def analyze(
 ) -> None:
     """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary."""
     campaign = load_campaign_or_fail(campaign_file)
-    from analysis.analyze import AnalysisRequest, analyze_runs
-    from analysis.selection import SelectionSettings
+    from analysis.analyze import analyze_runs
 
     raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None
-    runs = _load_or_fail(campaign)
-    request = AnalysisRequest(
-        campaign=campaign.name, benchmark=campaign.benchmark, submission_runs=campaign.submission_runs,
-        recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference,
-        resamples=resamples, seed=seed, selection=SelectionSettings(seed=seed), reference_rcps=raw_reference,
-    )
+    runs = load_runs_or_fail(campaign)
+    request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference)
     result = analyze_runs(runs, request, out)
     table = result.table
     _print_table(table, f"RCP table: {campaign.name} (benchmark {campaign.benchmark}, N = {campaign.submission_runs}, samples to converge)")
@@ -58,6 +53,18 @@ def analyze(
         )
 
 
+def analysis_request(campaign, reference: str, seed: int, **more):
+    """The analysis of a campaign, in the plain terms the analysis package takes."""
+    from analysis.analyze import AnalysisRequest
+    from analysis.selection import SelectionSettings
+
+    return AnalysisRequest(
+        campaign=campaign.name, benchmark=campaign.benchmark, submission_runs=campaign.submission_runs,
+        recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference, seed=seed,
+        selection=SelectionSettings(seed=seed), **more,
+    )
+
+
 def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
     from analysis.rcp_set import RULESETS, RcpError, ruleset_file
 
@@ -69,57 +76,6 @@ def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
     if not isinstance(raw, dict) or not all(isinstance(r, dict) and "BS" in r and "Benchmark" in r for r in raw.values()):
         fail(f"--reference-rcps {source!r}: not an MLCommons RCP file (records need Benchmark and BS)")
     return raw
-
-
-def _load_or_fail(campaign):
-    from analysis.load import NoSuchCampaign, load_campaign_runs
-
-    try:
-        return load_campaign_runs(campaign.tracking_uri, campaign.name)
-    except NoSuchCampaign as err:
-        fail(str(err))
-
-
-@app.command()
-def export(
-    campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
-    parquet: Path = typer.Option(None, "--parquet", help="write the runs table (one row per run) to this Parquet file"),
-    results: Path = typer.Option(None, "--results", help="write MLCommons results directories <recipe>/bs<batch size>/result_<i>.txt under this folder"),
-) -> None:
-    """Export a campaign's runs as a table (--parquet) and/or as MLCommons results directories (--results)."""
-    if parquet is None and results is None:
-        fail("export: give --parquet FILE, --results DIR, or both")
-    campaign = load_campaign_or_fail(campaign_file)
-    if parquet is not None:
-        from analysis.load import write_parquet
-
-        runs = _load_or_fail(campaign)
-        write_parquet(runs, parquet)
-        console.print(f"wrote {parquet} ({runs.num_rows} runs)")
-    if results is not None:
-        _export_results(campaign, campaign_file, results)
-
-
-def _export_results(campaign, campaign_file: Path, results: Path) -> None:
-    from analysis.load import NoSuchCampaign
-    from orchestrator.mllog_results import ResultsError, export_results
-
-    try:
-        cells = export_results(campaign.tracking_uri, campaign.name, results, campaign.run_dir)
-    except (NoSuchCampaign, ResultsError) as err:
-        fail(str(err))
-    if not cells:
-        fail(f"campaign {campaign.name} has no run with an outcome yet; run `rcpforge run {campaign_file}` first")
-    for cell in cells:
-        console.print(f"{cell.folder}: {cell.files} result files ({cell.recipe}, batch size {cell.batch_size})")
-        if cell.left_out:
-            err_console.print(f"note: {cell.recipe} bs {cell.batch_size}: {cell.left_out} runs without an outcome left out")
-    console.print(
-        f"check one with: rcpforge check DIR --rcps RCP_FILE --submission-runs {campaign.submission_runs}, or "
-        f"python -m mlperf_logging.rcp_checker DIR --rcp_usage training --custom_rcps RCP_FILE "
-        f"(benchmark {campaign.benchmark} must be known to the checker's submission_runs)",
-        highlight=False,
-    )
 
 
 def _print_table(table, title: str) -> None:

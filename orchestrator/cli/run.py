@@ -1,17 +1,15 @@
-"""`rcpforge run` and `rcpforge recipes`."""
+"""`rcpforge run`: launch a campaign's runs."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from orchestrator.cli_app import app, console, err_console, fail, load_campaign_or_fail
-from sweeps.spec import redact_uri
+from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail
+from trainers.contract.uri import redact_uri
 
 
 @app.command()
@@ -69,22 +67,3 @@ def _with_backend(campaign, kind: str):
         return campaign.model_copy(update={"backend": with_kind(campaign.backend, kind)})
     except ValueError as err:
         fail(str(err))
-
-
-@app.command()
-def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
-    """List the precision recipes: the format of each GEMM operand and the options
-    (with defaults) a campaign may set as `{recipe: {option: value}}`."""
-    from trainers.recipes import RECIPES
-
-    rows = [r.summary() for r in RECIPES.values()]
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    view = Table(title="recipes", show_lines=True)
-    for col in ("name", "x", "W", "dY", "wgrad", "options (default)", "description"):
-        view.add_column(col, overflow="fold")
-    for r in rows:
-        options = "\n".join(f"{k}={json.dumps(v)}" for k, v in r["options"].items())
-        view.add_row(r["name"], r["x"], r["w"], r["dy"], r["wgrad"], options, r["description"])
-    console.print(view)

@@ -1,5 +1,5 @@
 """The `rcpforge` Typer app and what every command shares. Commands live in
-`orchestrator/cmd_*.py`, one module per area, and register on `app`. Heavy imports
+`orchestrator/cli/<group>.py`, one module per command group, and register on `app`. Heavy imports
 (torch, mlflow) happen inside commands, so `--help` and campaign validation stay fast."""
 
 from __future__ import annotations
@@ -28,4 +28,14 @@ def load_campaign_or_fail(path: Path):
     try:
         return load_campaign(path)
     except CampaignError as err:
+        fail(str(err))
+
+
+def load_runs_or_fail(campaign):
+    """The campaign's runs table, or one line saying there is no such campaign."""
+    from analysis.load import NoSuchCampaign, load_campaign_runs
+
+    try:
+        return load_campaign_runs(campaign.tracking_uri, campaign.name)
+    except NoSuchCampaign as err:
         fail(str(err))

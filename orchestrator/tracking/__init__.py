@@ -1,0 +1,20 @@
+"""The one adapter to MLflow: every write of rcpforge to a tracking store goes through
+this package (the analysis reads on its own, in `analysis/load*.py`).
+
+Experiment = campaign; one MLflow run per run key, created by the orchestrator before the
+run is launched and reattached on every retry, so a run key never has two MLflow runs.
+The tag schema (`trainers/contract/schema.py`) is a public contract: analysis reads it.
+
+- `client`: the retry policy every call runs under;
+- `store`: the orchestrator's calls (experiment, ledger, runs, imports);
+- `run_log`: a worker's calls on its own run.
+"""
+
+from __future__ import annotations
+
+from orchestrator.tracking.client import DEFAULT_RETRY_S, TrackingUnavailable, _RetryingClient, sqlite_uri
+from orchestrator.tracking.run_log import RunLog
+from orchestrator.tracking.store import LedgerEntry, Tracking, mark_preempted, spec_tags
+
+__all__ = ["DEFAULT_RETRY_S", "LedgerEntry", "RunLog", "Tracking", "TrackingUnavailable", "_RetryingClient",
+           "mark_preempted", "sqlite_uri", "spec_tags"]

@@ -1,0 +1,107 @@
+"""A worker's writes to its own MLflow run: eval points in batches, the outcome once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
+from trainers.contract import EvalPoint, RunResult, RunStatus
+from trainers.contract.schema import (
+    METRIC_SAMPLES_TO_TARGET,
+    METRIC_TOKENS_TO_TARGET,
+    METRIC_TOKENS_TRAINED,
+    METRIC_WALL_S,
+    TAG_ATTEMPTS,
+    TAG_ERROR,
+    TAG_STATUS,
+)
+
+_FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET}
+
+
+class RunLog:
+    """A worker's handle on its own MLflow run: eval points go out in batches, and on a
+    retry the points the run already logged are not written again."""
+
+    def __init__(self, uri: str, run_id: str, target_metric: str, output_dir: Path, flush_every_s: float = 2.0,
+                 retry_s: float = DEFAULT_RETRY_S):
+        self.client = retrying_client(uri, retry_s)
+        self.output_dir = output_dir
+        output_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id
+        self.flush_every_s = flush_every_s
+        self._pending: list = []
+        self._last_flush = time.monotonic()
+        history = self.client.get_metric_history(run_id, target_metric)
+        self.logged_until = max((m.step for m in history), default=-1)
+        self._final_logged: set[str] = set()
+
+    def start(self, attempt: int) -> None:
+        from mlflow.entities import RunTag
+
+        if attempt > 1 or self.logged_until >= 0:
+            # Final metrics an earlier attempt (or a requeued job) wrote without its
+            # outcome tag, the store gone between the two: written again they would be
+            # duplicate points. A first start of a fresh run has none: no read.
+            self._final_logged = set(self.client.get_run(self.run_id).data.metrics) & _FINAL_METRICS
+        self.client.update_run(self.run_id, status="RUNNING")
+        self.client.log_batch(
+            self.run_id,
+            tags=[RunTag(TAG_STATUS, RunStatus.running.value), RunTag(TAG_ATTEMPTS, str(attempt))],
+        )
+
+    def eval_point(self, point: EvalPoint) -> None:
+        from mlflow.entities import Metric
+
+        if point.tokens <= self.logged_until:
+            return  # logged by an earlier attempt; a deterministic rerun gives the same value
+        now = int(time.time() * 1000)
+        self._pending.extend(Metric(k, float(v), now, point.tokens) for k, v in point.metrics.items())
+        self._pending.append(Metric("samples", float(point.samples), now, point.tokens))
+        self.logged_until = point.tokens
+        self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        """Write what waits once `flush_every_s` has passed; a trainer that waits on
+        something else (an external program's output) calls it when idle, so that its
+        last points do not wait for the next one."""
+        if self.flush_due():
+            self.flush()
+
+    def flush_due(self) -> bool:
+        return bool(self._pending) and time.monotonic() - self._last_flush >= self.flush_every_s
+
+    def flush(self) -> None:
+        # MLflow accepts at most 1000 metrics in one batch.
+        for i in range(0, len(self._pending), 1000):
+            self.client.log_batch(self.run_id, metrics=self._pending[i : i + 1000])
+        self._pending = []
+        self._last_flush = time.monotonic()
+
+    def log_artifact(self, path: Path) -> None:
+        """Store a run's file (its MLLOG result.txt) beside its metrics; a retry
+        overwrites the earlier attempt's copy."""
+        if path.is_file():
+            self.client.log_artifact(self.run_id, str(path))
+
+    def finish(self, result: RunResult) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        self.flush()
+        now = int(time.time() * 1000)
+        metrics = []
+        # Final metrics are written once, with the outcome: a failed attempt is retried
+        # and must not leave a point that the retry would write again.
+        if result.status.is_outcome:
+            metrics += [Metric(METRIC_TOKENS_TRAINED, float(result.tokens_trained), now, 0),
+                        Metric(METRIC_WALL_S, float(result.wall_s), now, 0)]
+        if result.status is RunStatus.converged:
+            metrics += [Metric(METRIC_TOKENS_TO_TARGET, float(result.tokens_to_target), now, 0),
+                        Metric(METRIC_SAMPLES_TO_TARGET, float(result.samples_to_target), now, 0)]
+        metrics = [m for m in metrics if m.key not in self._final_logged]
+        tags = [RunTag(TAG_STATUS, result.status.value)]
+        if result.error:
+            tags.append(RunTag(TAG_ERROR, result.error[-MAX_TAG:]))
+        self.client.log_batch(self.run_id, metrics=metrics, tags=tags)
+        self.client.set_terminated(self.run_id, status="FAILED" if result.status is RunStatus.failed else "FINISHED")

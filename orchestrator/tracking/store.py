@@ -1,0 +1,242 @@
+"""The orchestrator's side of the tracking store: a campaign's experiment, its ledger
+(one MLflow run per run key), runs created, taken up, failed; imported runs and their
+result files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
+from trainers.contract import RunResult, RunSpec, RunStatus
+from trainers.contract.mllog.write import RESULT_FILE
+from trainers.contract.schema import (
+    METRIC_SAMPLES_TO_TARGET,
+    METRIC_TOKENS_TO_TARGET,
+    METRIC_TOKENS_TRAINED,
+    METRIC_WALL_S,
+    TAG_ATTEMPTS,
+    TAG_BACKEND_JOB,
+    TAG_BATCH_SIZE,
+    TAG_CAMPAIGN,
+    TAG_ERROR,
+    TAG_RECIPE,
+    TAG_ROLE,
+    TAG_RUN_KEY,
+    TAG_SEED,
+    TAG_SPEC,
+    TAG_STATUS,
+    TAG_TARGET_METRIC,
+    TAG_TRAINER,
+)
+
+_PAGE = 5000
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    run_id: str
+    run_key: str
+    status: RunStatus
+    attempts: int
+    backend_job: str | None = None
+    recipe: str = ""
+    batch_size: int = 0
+    # False for a run made just before the store went away: its hyperparameters were
+    # never logged, and the launcher logs them when it takes the run up again
+    has_params: bool = True
+
+
+class Tracking:
+    """The orchestrator's view of one campaign's experiment."""
+
+    def __init__(self, uri: str, retry_s: float = DEFAULT_RETRY_S):
+        self.uri = uri
+        self.client = retrying_client(uri, retry_s)
+
+    def open_experiment(self, name: str, artifact_dir: Path) -> str:
+        """Create the schema (this first call does it, once, before any worker starts)
+        and the campaign's experiment; return its id."""
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return self.client.create_experiment(name, artifact_location=artifact_dir.resolve().as_uri())
+        except Exception as err:
+            # made by an earlier try whose answer was lost (a server stopped mid-request)
+            if getattr(err, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return self.client.get_experiment_by_name(name).experiment_id
+
+    def ledger(self, experiment_id: str, role: str = "campaign") -> dict[str, LedgerEntry]:
+        """Every run key of the campaign with its MLflow run and status."""
+        entries: dict[str, LedgerEntry] = {}
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{TAG_ROLE}` = '{role}'",
+                max_results=_PAGE,
+                page_token=token,
+            )
+            for run in page:
+                tags = run.data.tags
+                key = tags.get(TAG_RUN_KEY)
+                if key is None:
+                    continue
+                entries[key] = LedgerEntry(
+                    run_id=run.info.run_id,
+                    run_key=key,
+                    status=RunStatus(tags.get(TAG_STATUS, "pending")),
+                    attempts=int(tags.get(TAG_ATTEMPTS, "0")),
+                    backend_job=tags.get(TAG_BACKEND_JOB),
+                    recipe=tags.get(TAG_RECIPE, ""),
+                    batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
+                    has_params=bool(run.data.params),
+                )
+            token = page.token
+            if not token:
+                return entries
+
+    def create_run(
+        self, experiment_id: str, spec: RunSpec, extra_tags: dict[str, str] | None = None, run_name: str | None = None
+    ) -> str:
+        """`extra_tags` and `run_name` are for tune runs (their study and trial)."""
+        tags = {**spec_tags(spec), **(extra_tags or {})}
+        run = self._create_once(experiment_id, spec.run_key, run_name or spec.run_name, tags)
+        self.log_params(run.info.run_id, spec)
+        self.client.update_run(run.info.run_id, status="SCHEDULED")
+        return run.info.run_id
+
+    def take_up(self, experiment_id: str, spec: RunSpec, entry: LedgerEntry | None) -> str:
+        """The run of `spec` to launch: its ledger entry's, or a new one. A run made by an
+        orchestrator that stopped before it logged the hyperparameters (the store went
+        away between the two calls) gets them now, so no run of the ledger lacks them."""
+        if entry is None:
+            return self.create_run(experiment_id, spec)
+        if not entry.has_params:
+            self.log_params(entry.run_id, spec)
+        return entry.run_id
+
+    def log_params(self, run_id: str, spec: RunSpec) -> None:
+        """One call, so a run has all its hyperparameters or none."""
+        from mlflow.entities import Param
+
+        params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
+        params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
+        if params:
+            self.client.log_batch(run_id, params=params)
+
+    def _create_once(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str]):
+        """`create_run` is not idempotent: a try whose answer was lost (a tracking server
+        stopped mid-request) may have made the run, so every later try looks for it
+        first, and a run key never gets two MLflow runs."""
+        tried = False
+
+        def attempt():
+            nonlocal tried
+            if tried:
+                found = self.client.raw.search_runs(
+                    [experiment_id], filter_string=f"tags.`{TAG_RUN_KEY}` = '{run_key}'", max_results=1)
+                if found:
+                    return found[0]
+            tried = True
+            return self.client.raw.create_run(experiment_id, run_name=run_name, tags=tags)
+
+        return self.client.retry("create_run", attempt)
+
+    def result_of(self, run_id: str) -> RunResult:
+        """The recorded result of a run that a worker finished on its own (a cluster job
+        followed by a restarted orchestrator)."""
+        run = self.client.get_run(run_id)
+        tags, metrics = run.data.tags, run.data.metrics
+
+        def whole(name: str) -> int | None:
+            return int(metrics[name]) if name in metrics else None
+
+        return RunResult(
+            status=RunStatus(tags.get(TAG_STATUS, "failed")),
+            tokens_to_target=whole(METRIC_TOKENS_TO_TARGET),
+            samples_to_target=whole(METRIC_SAMPLES_TO_TARGET),
+            tokens_trained=whole(METRIC_TOKENS_TRAINED) or 0,
+            wall_s=metrics.get(METRIC_WALL_S, 0.0),
+            error=tags.get(TAG_ERROR),
+        )
+
+    def status_of(self, run_id: str) -> str | None:
+        """The run's status tag as recorded."""
+        return self.client.get_run(run_id).data.tags.get(TAG_STATUS)
+
+    def recorded_spec(self, run_id: str) -> tuple[str, RunSpec | None]:
+        """The run's name and the RunSpec it was filed with (None for an imported run, or
+        a spec tag this version cannot read)."""
+        run = self.client.get_run(run_id)
+        spec_json = run.data.tags.get(TAG_SPEC)
+        spec = None
+        if spec_json:
+            try:
+                spec = RunSpec.model_validate_json(spec_json)
+            except ValueError:
+                spec = None
+        return run.info.run_name, spec
+
+    def result_file(self, run_id: str, into: Path) -> Path | None:
+        """The run's MLLOG result file artifact, downloaded into `into`; None when the run
+        has none."""
+        if not any(a.path == RESULT_FILE for a in self.client.list_artifacts(run_id)):
+            return None
+        into.mkdir(parents=True, exist_ok=True)
+        return Path(self.client.download_artifacts(run_id, RESULT_FILE, str(into)))
+
+    def import_run(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str],
+                   metrics: list[tuple[str, float, int]], result_file: Path) -> str:
+        """A finished run read from elsewhere (an MLCommons result file): its tags, its
+        metrics as (name, value, step), and the file as its `result.txt` artifact."""
+        import shutil
+        import tempfile
+
+        from mlflow.entities import Metric
+
+        run_id = self._create_once(experiment_id, run_key, run_name, {**tags, TAG_RUN_KEY: run_key}).info.run_id
+        points = [Metric(name, float(value), 0, step) for name, value, step in metrics]
+        for i in range(0, len(points), 1000):  # MLflow takes at most 1000 metrics a batch
+            self.client.log_batch(run_id, metrics=points[i : i + 1000])
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / RESULT_FILE
+            shutil.copyfile(result_file, copy)
+            self.client.log_artifact(run_id, str(copy))
+        self.client.set_terminated(run_id, status="FINISHED")
+        return run_id
+
+    def set_backend_job(self, run_id: str, job: str) -> None:
+        self.client.set_tag(run_id, TAG_BACKEND_JOB, job)
+
+    def mark_failed(self, run_id: str, error: str) -> None:
+        """Record a failure that the worker could not record itself (it died)."""
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(
+            run_id, tags=[RunTag(TAG_STATUS, RunStatus.failed.value), RunTag(TAG_ERROR, error[-MAX_TAG:])]
+        )
+        self.client.set_terminated(run_id, status="FAILED")
+
+
+def mark_preempted(uri: str, run_id: str, retry_s: float = DEFAULT_RETRY_S) -> None:
+    retrying_client(uri, retry_s).set_tag(run_id, TAG_STATUS, RunStatus.preempted.value)
+
+
+def spec_tags(spec: RunSpec) -> dict[str, str]:
+    return {
+        TAG_CAMPAIGN: spec.campaign,
+        TAG_ROLE: spec.role,
+        TAG_RUN_KEY: spec.run_key,
+        TAG_RECIPE: spec.recipe,
+        TAG_BATCH_SIZE: str(spec.batch_size),
+        TAG_SEED: str(spec.seed),
+        TAG_TRAINER: spec.trainer_kind,
+        TAG_TARGET_METRIC: spec.target.metric,
+        TAG_SPEC: spec.model_dump_json()[:MAX_TAG],
+        TAG_STATUS: RunStatus.pending.value,
+        TAG_ATTEMPTS: "0",
+    }

@@ -1,0 +1,135 @@
+"""The package rules of `../shared/DESIGN.md`, read from every import statement of every
+module (those inside functions included: a lazy import is still a dependency)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("analysis", "cluster", "orchestrator", "sweeps", "trainers")
+VOCABULARY = "trainers.contract"
+
+# package -> the packages (or third-party roots) it must never import
+FORBIDDEN = {
+    "analysis": {"cluster", "orchestrator", "sweeps", "torch"},
+    "sweeps": {"orchestrator", "cluster", "analysis"},
+    "trainers": {"orchestrator", "analysis", "sweeps", "cluster"},
+    "cluster": {"analysis", "sweeps", "orchestrator"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module this file imports, absolute, relative imports resolved."""
+    module = _module_name(path)
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.add(name)
+            # `from pkg import module` imports pkg.module
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            graph[_module_name(path)] = _imports(path)
+    return graph
+
+
+def _ours(name: str, graph: dict[str, set[str]]) -> bool:
+    return name in graph
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Cycles among the top-level packages (a -> b when a module of a imports one of b)."""
+    edges = {p: set() for p in PACKAGES}
+    for module, imported in graph.items():
+        for name in imported:
+            top = name.split(".")[0]
+            if top in edges and top != module.split(".")[0] and _ours(name, graph):
+                edges[module.split(".")[0]].add(top)
+    cycles, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for package in PACKAGES:
+        if package not in state:
+            visit(package, [package])
+    return cycles
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, imported in sorted(graph.items()):
+        top = module.split(".")[0]
+        in_vocabulary = module == VOCABULARY or module.startswith(VOCABULARY + ".")
+        for name in sorted(imported):
+            root = name.split(".")[0]
+            if root in FORBIDDEN.get(top, ()):
+                found.append(f"{module} imports {name}")
+            if top == "analysis" and root == "trainers" and _ours(name, graph) and not (
+                name == VOCABULARY or name.startswith(VOCABULARY + ".")
+            ):
+                found.append(f"{module} imports {name}: of trainers, analysis may import only {VOCABULARY}")
+            if in_vocabulary and root in PACKAGES and _ours(name, graph) and not (
+                name == VOCABULARY or name.startswith(VOCABULARY + ".")
+            ):
+                found.append(f"{module} imports {name}: the vocabulary imports nothing else of rcpforge")
+            if in_vocabulary and root in ("torch", "mlflow", "ray", "submitit", "optuna"):
+                found.append(f"{module} imports {name}: the vocabulary stays free of heavy dependencies")
+    return found
+
+
+def test_every_module_keeps_the_package_rules():
+    graph = import_graph()
+    assert len(graph) > 60  # every package was read
+    assert violations(graph) == []
+
+
+def test_no_package_imports_one_that_imports_it_back():
+    assert package_cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    # each rule catches its own breach
+    ({"analysis.x": {"sweeps.spec"}, "sweeps.spec": set()}, "analysis.x imports sweeps.spec"),
+    ({"analysis.x": {"trainers.tinylm.train"}, "trainers.tinylm.train": set()}, "may import only trainers.contract"),
+    ({"trainers.contract.run": {"trainers.recipes"}, "trainers.recipes": set()}, "imports nothing else"),
+    ({"trainers.contract.run": {"mlflow"}}, "free of heavy dependencies"),
+    ({"cluster.local": {"orchestrator.execute"}, "orchestrator.execute": set()}, "cluster.local imports orchestrator"),
+])
+def test_the_rules_catch_a_breach(source, expected):
+    assert any(expected in v for v in violations(source))
+
+
+def test_a_package_cycle_is_found():
+    graph = {"sweeps.tune": {"orchestrator.campaign"}, "orchestrator.campaign": {"sweeps.spec"}, "sweeps.spec": set()}
+    assert package_cycles(graph) == [["orchestrator", "sweeps", "orchestrator"]] or package_cycles(graph) == [
+        ["sweeps", "orchestrator", "sweeps"]]

@@ -1,0 +1,35 @@
+"""The shared vocabulary of rcpforge: what writers (trainers, the orchestrator) and
+readers (the analysis) of runs both speak.
+
+- `run`: the run contract's plain types (RunSpec and its run key, RunResult, EvalPoint,
+  the Reporter and Trainer protocols), re-exported here;
+- `revisions`: the numerics revision of each recipe, which enters the run key;
+- `schema`: the tag and metric names a run is filed under in MLflow;
+- `uri`: tracking URIs as a person may see them (passwords masked);
+- `mllog`: the one home of MLLOG, the checker-exact reader and the result-file writer.
+
+This package imports nothing else of rcpforge (`tests/test_boundaries.py` holds it to
+that), and neither torch nor mlflow: the CLI, the campaign validator and the analysis
+import it.
+"""
+
+from __future__ import annotations
+
+from trainers.contract.run import (
+    OUTCOMES,
+    RUN_KEY_VERSION,
+    Budget,
+    EvalPoint,
+    Reporter,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    StopRun,
+    Target,
+    Trainer,
+)
+
+__all__ = [
+    "OUTCOMES", "RUN_KEY_VERSION", "Budget", "EvalPoint", "Reporter", "RunResult", "RunSpec", "RunStatus",
+    "StopRun", "Target", "Trainer",
+]
