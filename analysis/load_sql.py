@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.load import RUN_SCHEMA, NoSuchCampaign, sort_runs
+from trainers.contract.uri import redact_uri
 from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
@@ -56,7 +57,7 @@ def _experiment_id(conn, campaign: str, uri: str) -> int:
         binds["ws"] = _DEFAULT_WORKSPACE
     row = conn.execute(text(sql), binds).first()
     if row is None:
-        raise NoSuchCampaign(f"no runs of campaign {campaign!r} in {uri}; run `rcpforge run` first")
+        raise NoSuchCampaign(f"no runs of campaign {campaign!r} in {redact_uri(uri)}; run `rcpforge run` first")
     return row[0]
 
 

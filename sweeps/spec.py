@@ -28,7 +28,13 @@ from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from trainers.contract import Budget, RunSpec, Target
 from trainers.recipes import RecipeError, validate_recipe_options
 from sweeps.tune_spec import TuneSpec
-from trainers.registry import TrainerError, check_campaign_fit, validate_hparams, validate_trainer_settings
+from trainers.registry import (
+    TrainerError,
+    check_campaign_fit,
+    check_target_metric,
+    validate_hparams,
+    validate_trainer_settings,
+)
 
 DEFAULT_DB = "rcpforge-mlflow.db"
 
@@ -182,6 +188,7 @@ class Campaign(_Strict):
                 for b, hp in self.hparams.items()
             }
             check_campaign_fit(self.trainer, hparams)
+            check_target_metric(self.trainer, self.target.metric)
         except TrainerError as err:
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)

@@ -101,6 +101,23 @@ def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[s
         raise TrainerError(str(err)) from None
 
 
+def check_target_metric(settings: dict[str, Any], metric: str) -> None:
+    """A target metric the trainer never reports fails the campaign when it loads, not
+    every run in its workers; a settings model opts in with a
+    `reported_metrics(settings)` classmethod (the tiny LM's; a command trainer's program
+    may log anything)."""
+    model = _model(settings["kind"], 0, "Settings")
+    reported = getattr(model, "reported_metrics", None)
+    if reported is None:
+        return
+    names = reported(settings)
+    if metric not in names:
+        raise TrainerError(
+            f"target.metric: {metric!r} is not reported by the {settings['kind']} trainer with these settings; "
+            f"it reports {', '.join(names)}: set target.metric to one of them"
+        )
+
+
 def writes_mllog(trainer: Trainer) -> bool:
     """Whether the trainer writes its run's MLLOG result file itself (`Trainer.writes_mllog`;
     a user's trainer class that does not say is taken as not writing one)."""

@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail, load_runs_or_fail
+from trainers.contract.uri import redact_uri
 
 
 @app.command("import")
@@ -34,7 +35,7 @@ def import_cmd(
     for (name, bs), count in sorted(summary.cells.items()):
         console.print(f"{name} bs {bs}: {count} runs imported")
     console.print(f"campaign {campaign}: {summary.imported} runs imported, {summary.already} already there")
-    console.print(f"tracking store: {uri}")
+    console.print(f"tracking store: {redact_uri(uri)}")
 
 
 @app.command()

@@ -36,3 +36,23 @@ def test_password_in_a_postgresql_tracking_uri_is_never_written(tmp_path, cli, m
     assert not _files_containing(tmp_path / "out", secret)
     # The campaign file itself holds the password: the check above is not vacuous.
     assert _files_containing(tmp_path / "camp", secret) == [str(path)]
+
+
+def test_password_in_a_tracking_uri_stays_out_of_import_output_and_the_no_such_campaign_error(tmp_path, cli,
+                                                                                              mlflow_server):
+    """`rcpforge import --tracking-uri` and the SQL loader's "no such campaign" error name
+    the store without its password."""
+    from tests.analysis.mllog_dirs import write_results
+
+    secret = mlflow_server.password
+    folder = write_results(tmp_path / "sys" / "bench", "bench", 16, [300.0, 320.0, 310.0])
+    imported = cli("import", str(folder), "--campaign", "secret_import", "--tracking-uri", mlflow_server.backend_uri)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert "3 runs imported" in imported.stdout and "tracking store:" in imported.stdout
+    assert secret not in imported.stdout + imported.stderr
+
+    data = tiny_campaign(name="secret_never_run", recipes=["bf16"], seeds=3, tracking={"uri": mlflow_server.backend_uri})
+    path = write_campaign(tmp_path / "camp", data)
+    missing = cli("analyze", str(path), "--out", str(tmp_path / "out"))
+    assert missing.returncode == 2 and "no runs of campaign 'secret_never_run'" in missing.stderr
+    assert "***" in missing.stderr and secret not in missing.stdout + missing.stderr

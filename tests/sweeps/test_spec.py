@@ -130,3 +130,18 @@ def test_yaml_roundtrip_keeps_integer_batch_keys(tmp_path):
     path = write_campaign(tmp_path, tiny_campaign())
     assert yaml.safe_load(path.read_text())["hparams"][16]["lr"] == 0.01
     assert load_campaign(path).hparams[16]["lr"] == 0.01
+
+
+def test_a_target_metric_the_tiny_lm_never_reports_fails_the_campaign_as_it_loads():
+    """A typo in target.metric is one line naming the field and the metrics there are,
+    before anything runs (not a failure of every run in its worker)."""
+    typo = tiny_campaign(target={"metric": "eval_los", "mode": "min", "value": 0.3})
+    with pytest.raises(CampaignError, match=r"target\.metric: 'eval_los' is not reported .* eval_excess_loss, eval_loss"):
+        parse_campaign(typo)
+    # the excess loss needs a source of known entropy: a text file has none
+    text = tiny_campaign()
+    text["trainer"] = dict(text["trainer"], data={"source": "text", "path": "corpus.txt"})
+    with pytest.raises(CampaignError, match=r"it reports eval_loss: set target\.metric"):
+        parse_campaign(text)
+    text["target"] = {"metric": "eval_loss", "mode": "min", "value": 3.0}
+    assert parse_campaign(text).target.metric == "eval_loss"

@@ -84,3 +84,14 @@ def test_a_recipes_numerics_revision_changes_its_run_keys_only(monkeypatch):
     assert after["bf16"] == before["bf16"] and after["fp8_tensorwise"] == before["fp8_tensorwise"]
     # a name the registry does not know (a command trainer's own recipe) has revision 1
     assert recipes.recipe_revision("my_trainers_recipe") == 1
+
+
+def test_every_revised_recipe_is_a_registered_one():
+    """The revisions table of the run contract names recipes of the registry (a typo
+    there would leave the misspelt recipe's old runs pooled with its new ones)."""
+    from trainers.contract.revisions import RECIPE_REVISIONS
+    from trainers.recipes import RECIPES
+
+    assert set(RECIPE_REVISIONS) <= set(RECIPES)
+    assert {name: RECIPES[name].revision for name in RECIPE_REVISIONS} == RECIPE_REVISIONS
+    assert RECIPES["bf16"].revision == 1

@@ -70,6 +70,14 @@ class TinyLMSettings(BaseModel):
     # the device. Part of the run key: a GPU run's numerics differ from a CPU run's.
     device: Literal["cpu", "cuda"] = "cpu"
 
+    @classmethod
+    def reported_metrics(cls, settings: dict) -> list[str]:
+        """The eval metrics a run reports, a campaign's target must be one of them: the
+        excess loss over the source's entropy rate exists only for the Markov source,
+        whose rate is known."""
+        data = (settings.get("data") or {}).get("source", "markov")
+        return ["eval_excess_loss", "eval_loss"] if data == "markov" else ["eval_loss"]
+
     @model_serializer(mode="wrap")
     def _drop_defaults_added_later(self, handler):
         # Settings added after the first campaigns are left out of the dump while they
