@@ -1,0 +1,82 @@
+"""Faults of a whole campaign, the same tests on every backend (local worker processes, a
+real Ray instance, the real dev Slurm): the orchestrator SIGKILLed mid-campaign and
+started again, and Ctrl-C, each end with one outcome per run key and no eval point
+written twice. A backend added later gets them by adding one entry to FAULT_BACKENDS.
+
+Faults that only one backend has (Slurm's preemption and time limit, Ray's task retry)
+stay in tests/cluster/test_<backend>_faults.py."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import pytest
+
+from sweeps.spec import load_campaign
+from tests.cluster.helpers import assert_clean_ledger, mid_run, runs_of, slow_campaign, start_cli, wait_for
+from tests.conftest import run_cli
+from tests.helpers.campaigns import write_campaign
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
+
+FAULT_BACKENDS = {
+    "local": {"kind": "local", "workers": 2},
+    "ray": {"kind": "ray"},
+    "slurm": {"kind": "slurm", "time_min": 10, "array_parallelism": 2},
+}
+SERVICES = {"ray": "ray_address", "slurm": "slurm"}
+
+
+@pytest.fixture(params=sorted(FAULT_BACKENDS))
+def fault_backend(request) -> dict:
+    kind = request.param
+    backend = dict(FAULT_BACKENDS[kind])
+    if kind in SERVICES:
+        provided = request.getfixturevalue(SERVICES[kind])
+        if kind == "ray":
+            backend["address"] = provided
+    return backend
+
+
+def test_orchestrator_sigkilled_mid_campaign_then_restarted(fault_backend, tmp_path):
+    on_slurm = fault_backend["kind"] == "slurm"
+    # Slurm jobs outlive the orchestrator and checkpoint; local workers and Ray tasks die with it
+    path = write_campaign(tmp_path, slow_campaign(fault_backend, sleep=0.3, seeds=2,
+                                                  checkpoint_every=2 if on_slurm else None))
+    campaign = load_campaign(path)
+    runs_of(campaign)  # the schema exists before two processes open the store
+    proc = start_cli("run", str(path))
+
+    def mid_campaign():
+        _, runs = runs_of(campaign)
+        statuses = Counter(r.data.tags.get(TAG_STATUS) for r in runs)
+        return statuses["converged"] >= 1 and statuses["running"] >= 1
+
+    wait_for(mid_campaign, "one run done and one running", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+
+    again = run_cli("run", str(path))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_clean_ledger(campaign, n_keys=4)
+    if on_slurm:
+        # the jobs the killed orchestrator left on Slurm were followed, not submitted again
+        _, runs = runs_of(campaign)
+        assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)
+
+
+def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_backend, tmp_path):
+    path = write_campaign(tmp_path, slow_campaign(fault_backend, sleep=0.4, checkpoint_every=None))
+    campaign = load_campaign(path)
+    runs_of(campaign)
+    proc = start_cli("run", str(path), interruptible=True)
+    wait_for(lambda: mid_run(campaign, min_points=2), "a run with 2 eval points logged", proc)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "runs in flight were stopped" in out
+
+    # a run left running would write the same points as the rerun: the ledger shows it
+    again = run_cli("run", str(path))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_clean_ledger(campaign, n_keys=2)
