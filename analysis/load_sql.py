@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.load import RUN_SCHEMA, NoSuchCampaign, sort_runs
-from trainers.contract.uri import redact_uri
 from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
@@ -32,6 +31,7 @@ from trainers.contract.schema import (
     TAG_SEED,
     TAG_STATUS,
 )
+from trainers.contract.uri import redact_uri
 
 SQL_SCHEMES = ("sqlite", "postgresql")
 _TAGS = {"run_key": TAG_RUN_KEY, "recipe": TAG_RECIPE, "batch_size": TAG_BATCH_SIZE, "seed": TAG_SEED,

@@ -51,7 +51,8 @@ def test_password_in_a_tracking_uri_stays_out_of_import_output_and_the_no_such_c
     assert "3 runs imported" in imported.stdout and "tracking store:" in imported.stdout
     assert secret not in imported.stdout + imported.stderr
 
-    data = tiny_campaign(name="secret_never_run", recipes=["bf16"], seeds=3, tracking={"uri": mlflow_server.backend_uri})
+    data = tiny_campaign(name="secret_never_run", recipes=["bf16"], seeds=3,
+                         tracking={"uri": mlflow_server.backend_uri})
     path = write_campaign(tmp_path / "camp", data)
     missing = cli("analyze", str(path), "--out", str(tmp_path / "out"))
     assert missing.returncode == 2 and "no runs of campaign 'secret_never_run'" in missing.stderr

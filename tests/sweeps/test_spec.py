@@ -136,7 +136,8 @@ def test_a_target_metric_the_tiny_lm_never_reports_fails_the_campaign_as_it_load
     """A typo in target.metric is one line naming the field and the metrics there are,
     before anything runs (not a failure of every run in its worker)."""
     typo = tiny_campaign(target={"metric": "eval_los", "mode": "min", "value": 0.3})
-    with pytest.raises(CampaignError, match=r"target\.metric: 'eval_los' is not reported .* eval_excess_loss, eval_loss"):
+    reported = r"target\.metric: 'eval_los' is not reported .* eval_excess_loss, eval_loss"
+    with pytest.raises(CampaignError, match=reported):
         parse_campaign(typo)
     # the excess loss needs a source of known entropy: a text file has none
     text = tiny_campaign()
