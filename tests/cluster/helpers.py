@@ -23,18 +23,18 @@ def runs_of(campaign):
     return client, client.search_runs([exp.experiment_id], max_results=10_000)
 
 
-def assert_clean_ledger(campaign, n_keys: int) -> dict[str, float]:
-    """One MLflow run per key, every key with an outcome, no eval point written twice;
-    returns tokens-to-target per run key."""
+def assert_clean_ledger(campaign, n_keys: int, metric: str = "eval_excess_loss") -> dict[str, float]:
+    """One MLflow run per key, every key with an outcome, no eval point (of `metric`, the
+    target's, and of samples) written twice; returns tokens-to-target per run key."""
     client, runs = runs_of(campaign)
     keys = Counter(r.data.tags[TAG_RUN_KEY] for r in runs)
     assert len(keys) == n_keys and set(keys.values()) == {1}, f"runs per key: {keys}"
     tokens = {}
     for run in runs:
         assert run.data.tags[TAG_STATUS] == "converged", (run.info.run_name, run.data.tags)
-        for metric in ("eval_excess_loss", "samples"):
-            steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
-            assert steps == sorted(set(steps)), f"{metric} points duplicated in {run.info.run_name}: {steps}"
+        for name in (metric, "samples"):
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, name)]
+            assert steps == sorted(set(steps)), f"{name} points duplicated in {run.info.run_name}: {steps}"
         assert len(client.get_metric_history(run.info.run_id, "tokens_to_target")) == 1
         tokens[run.data.tags[TAG_RUN_KEY]] = run.data.metrics["tokens_to_target"]
     return tokens
@@ -77,12 +77,12 @@ def wait_for(condition, what: str, proc: subprocess.Popen | None = None, limit_s
     raise AssertionError(f"never happened: {what}")
 
 
-def mid_run(campaign, min_points: int):
+def mid_run(campaign, min_points: int, metric: str = "eval_excess_loss"):
     """A run that is running and has logged at least `min_points` eval points."""
     client, runs = runs_of(campaign)
     for run in runs:
         if run.data.tags.get(TAG_STATUS) == "running":
-            if len(client.get_metric_history(run.info.run_id, "eval_excess_loss")) >= min_points:
+            if len(client.get_metric_history(run.info.run_id, metric)) >= min_points:
                 return run
     return None
 
@@ -92,6 +92,24 @@ def run_folder(campaign, run) -> Path:
 
     spec = next(s for s in expand(campaign) if s.run_key == run.data.tags[TAG_RUN_KEY])
     return campaign.run_dir(spec)
+
+
+PACED_PROGRAM = ROOT / "tests" / "helpers" / "paced_program.py"
+
+
+def paced_campaign(backend: dict, *, evals: int = 12, sleep: float = 0.25, seeds: int = 1) -> dict:
+    """The tiny campaign on an instant command trainer (tests/helpers/paced_program.py):
+    `evals` evals `sleep` s apart per run, no training."""
+    from tests.helpers.campaigns import tiny_campaign
+
+    data = tiny_campaign(recipes=["bf16"], seeds=seeds, backend=backend)
+    data["trainer"] = {"kind": "command", "metric_key": "eval_accuracy", "unit": "samples",
+                       "argv": ["{python}", str(PACED_PROGRAM), str(evals), str(sleep), "{batch_size}", "{seed}",
+                                "{benchmark}"]}
+    data["target"] = {"metric": "eval_accuracy", "mode": "max", "value": 1.0}
+    data["budget"] = {"max_tokens": 1_000_000, "eval_every_tokens": 16}
+    data["hparams"] = {bs: {} for bs in data["batch_sizes"]}
+    return data
 
 
 def slow_campaign(backend: dict, *, sleep: float, seeds: int = 1, checkpoint_every: int | None = 2) -> dict:

@@ -1,15 +1,14 @@
 """Faults on the real one-node dev Slurm (`make slurm-up`), jobs submitted by submitit: a
 job preempted with `scancel --signal=USR2` and a job reaching its time limit are
 requeued and resume from their checkpoint (not from step 0), recorded once, with the
-same tokens-to-target as an uninterrupted run; the orchestrator SIGKILLed mid-campaign
-and started again follows the jobs still on Slurm instead of launching them twice."""
+same tokens-to-target as an uninterrupted run. The faults every backend shares (the
+orchestrator SIGKILLed, where Slurm's jobs are followed rather than launched twice, and
+Ctrl-C) are in tests/conformance/test_backend_faults.py."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-from collections import Counter
 
 import pytest
 
@@ -19,7 +18,7 @@ from tests.cluster.helpers import (
 )
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY
 
 
 def _check_resumed(campaign, tokens, run, tmp_path):
@@ -72,27 +71,3 @@ def test_job_at_its_time_limit_is_requeued_and_resumes(slurm, tmp_path):
     assert requeued, "no job reached its time limit"
     for run in requeued:
         _check_resumed(campaign, tokens, run, tmp_path)
-
-
-def test_orchestrator_sigkilled_then_restarted_follows_the_live_jobs(slurm, tmp_path):
-    backend = {"kind": "slurm", "time_min": 10, "array_parallelism": 2}
-    path = write_campaign(tmp_path, slow_campaign(backend, sleep=0.3, seeds=2, checkpoint_every=2))
-    campaign = load_campaign(path)
-    runs_of(campaign)
-    proc = start_cli("run", str(path))
-
-    def mid_campaign():
-        _, runs = runs_of(campaign)
-        statuses = Counter(r.data.tags.get(TAG_STATUS) for r in runs)
-        return statuses["converged"] >= 1 and statuses["running"] >= 1
-
-    wait_for(mid_campaign, "one run done and one running", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
-
-    again = run_cli("run", str(path))
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert_clean_ledger(campaign, n_keys=4)
-    # the jobs the killed orchestrator left on Slurm were followed, not submitted again
-    _, runs = runs_of(campaign)
-    assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)

@@ -2,6 +2,8 @@
 real Ray instance, the real dev Slurm): the orchestrator SIGKILLed mid-campaign and
 started again, and Ctrl-C, each end with one outcome per run key and no eval point
 written twice. A backend added later gets them by adding one entry to FAULT_BACKENDS.
+The runs are an instant command trainer (evals a fraction of a second apart, no
+training): these are tests of orchestration, not of training.
 
 Faults that only one backend has (Slurm's preemption and time limit, Ray's task retry)
 stay in tests/cluster/test_<backend>_faults.py."""
@@ -14,7 +16,7 @@ from collections import Counter
 import pytest
 
 from sweeps.spec import load_campaign
-from tests.cluster.helpers import assert_clean_ledger, mid_run, runs_of, slow_campaign, start_cli, wait_for
+from tests.cluster.helpers import assert_clean_ledger, mid_run, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
 from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
@@ -25,6 +27,7 @@ FAULT_BACKENDS = {
     "slurm": {"kind": "slurm", "time_min": 10, "array_parallelism": 2},
 }
 SERVICES = {"ray": "ray_address", "slurm": "slurm"}
+METRIC = "eval_accuracy"  # the paced program's
 
 
 @pytest.fixture(params=sorted(FAULT_BACKENDS))
@@ -40,9 +43,7 @@ def fault_backend(request) -> dict:
 
 def test_orchestrator_sigkilled_mid_campaign_then_restarted(fault_backend, tmp_path):
     on_slurm = fault_backend["kind"] == "slurm"
-    # Slurm jobs outlive the orchestrator and checkpoint; local workers and Ray tasks die with it
-    path = write_campaign(tmp_path, slow_campaign(fault_backend, sleep=0.3, seeds=2,
-                                                  checkpoint_every=2 if on_slurm else None))
+    path = write_campaign(tmp_path, paced_campaign(fault_backend, seeds=2))
     campaign = load_campaign(path)
     runs_of(campaign)  # the schema exists before two processes open the store
     proc = start_cli("run", str(path))
@@ -58,7 +59,7 @@ def test_orchestrator_sigkilled_mid_campaign_then_restarted(fault_backend, tmp_p
 
     again = run_cli("run", str(path))
     assert again.returncode == 0, again.stdout + again.stderr
-    assert_clean_ledger(campaign, n_keys=4)
+    assert_clean_ledger(campaign, n_keys=4, metric=METRIC)
     if on_slurm:
         # the jobs the killed orchestrator left on Slurm were followed, not submitted again
         _, runs = runs_of(campaign)
@@ -66,11 +67,11 @@ def test_orchestrator_sigkilled_mid_campaign_then_restarted(fault_backend, tmp_p
 
 
 def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_backend, tmp_path):
-    path = write_campaign(tmp_path, slow_campaign(fault_backend, sleep=0.4, checkpoint_every=None))
+    path = write_campaign(tmp_path, paced_campaign(fault_backend))
     campaign = load_campaign(path)
     runs_of(campaign)
     proc = start_cli("run", str(path), interruptible=True)
-    wait_for(lambda: mid_run(campaign, min_points=2), "a run with 2 eval points logged", proc)
+    wait_for(lambda: mid_run(campaign, min_points=2, metric=METRIC), "a run with 2 eval points logged", proc)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
@@ -79,4 +80,4 @@ def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_ba
     # a run left running would write the same points as the rerun: the ledger shows it
     again = run_cli("run", str(path))
     assert again.returncode == 0, again.stdout + again.stderr
-    assert_clean_ledger(campaign, n_keys=2)
+    assert_clean_ledger(campaign, n_keys=2, metric=METRIC)
