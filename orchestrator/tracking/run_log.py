@@ -44,12 +44,24 @@ class RunLog:
             # Final metrics an earlier attempt (or a requeued job) wrote without its
             # outcome tag, the store gone between the two: written again they would be
             # duplicate points. A first start of a fresh run has none: no read.
-            self._final_logged = set(self.client.get_run(self.run_id).data.metrics) & _FINAL_METRICS
+            run = self.client.get_run(self.run_id)
+            self._final_logged = set(run.data.metrics) & _FINAL_METRICS
+            if TAG_ERROR in run.data.tags:
+                self._forget_error()
         self.client.update_run(self.run_id, status="RUNNING")
         self.client.log_batch(
             self.run_id,
             tags=[RunTag(TAG_STATUS, RunStatus.running.value), RunTag(TAG_ATTEMPTS, str(attempt))],
         )
+
+    def _forget_error(self) -> None:
+        """An earlier attempt's error belongs to that attempt: left in place, this
+        attempt's outcome (converged, say) would be read back with it."""
+        try:
+            self.client.delete_tag(self.run_id, TAG_ERROR)
+        except Exception as err:  # noqa: BLE001 - a retry whose first try's answer was lost
+            if getattr(err, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
+                raise
 
     def eval_point(self, point: EvalPoint) -> None:
         from mlflow.entities import Metric

@@ -1,0 +1,233 @@
+"""The tracking-store contract, on every kind of store (`tests/helpers/tracking_stores.py`):
+runs written through rcpforge's one tracking adapter (`orchestrator/tracking/`) and read
+back through the analysis loaders (`analysis/load.py`, `analysis/curves.py`) the same
+way whatever the store. No training: the tests write eval points and results as a
+worker would."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.curves import load_curves
+from analysis.load import RUN_SCHEMA, NoSuchCampaign, load_campaign_runs, load_runs
+from orchestrator.tracking import RunLog, Tracking, mark_preempted
+from sweeps.expand import expand
+from sweeps.spec import parse_campaign
+from tests.helpers.campaigns import tiny_campaign
+from tests.helpers.tracking_stores import STORE_KINDS, TrackingStore, sqlite_template, tracking_store
+from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus
+from trainers.contract import schema as ts
+from trainers.contract.mllog.write import RESULT_FILE
+
+FINAL_METRICS = (ts.METRIC_TOKENS_TO_TARGET, ts.METRIC_SAMPLES_TO_TARGET, ts.METRIC_TOKENS_TRAINED, ts.METRIC_WALL_S)
+CURVE = [(4096, 0.9), (8192, 0.5), (12288, 0.35), (16384, 0.25)]  # (tokens, eval_excess_loss)
+CONVERGED = RunResult(status=RunStatus.converged, tokens_to_target=16384, samples_to_target=2048,
+                      tokens_trained=16384, wall_s=2.5)
+
+
+@pytest.fixture(scope="session")
+def _empty_sqlite(tmp_path_factory):
+    return sqlite_template(tmp_path_factory.mktemp("sqlite-template"))
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request, tmp_path):
+    kind = request.param
+    server = None if kind == "sqlite" else request.getfixturevalue("mlflow_server")
+    template = request.getfixturevalue("_empty_sqlite") if kind == "sqlite" else None
+    with tracking_store(kind, tmp_path, server, template) as supplied:
+        yield supplied
+
+
+def _opened(store: TrackingStore, tmp_path) -> tuple[Tracking, str, list[RunSpec]]:
+    """The campaign's experiment and its two runs (bf16, batch sizes 16 and 64, seed 0)."""
+    data = tiny_campaign(name=store.campaign, recipes=["bf16"], seeds=1, tracking={"uri": store.uri, "retry_s": 5})
+    campaign = parse_campaign(data, tmp_path)
+    tracking = Tracking(campaign.tracking_uri, retry_s=campaign.tracking.retry_s)
+    return tracking, tracking.open_experiment(campaign.name, store.artifact_dir), expand(campaign)
+
+
+def _point(tokens: int, value: float) -> EvalPoint:
+    return EvalPoint(tokens=tokens, samples=tokens // 8, metrics={"eval_excess_loss": value})  # context 8
+
+
+def _params(spec: RunSpec) -> list[tuple[str, str]]:
+    return sorted([(k, str(v)) for k, v in spec.hparams.items()]
+                  + [(f"recipe.{k}", str(v)) for k, v in spec.recipe_options.items()])
+
+
+def _run_log(store: TrackingStore, run_id: str, tmp_path) -> RunLog:
+    # flushed by hand and at finish only: a call per point would cost the server kind
+    return RunLog(store.uri, run_id, "eval_excess_loss", tmp_path / "run", flush_every_s=3600, retry_s=5)
+
+
+def _both_loaders(store: TrackingStore) -> dict[str, dict]:
+    """The runs table by run key, after checking that the MLflow API path and
+    `load_campaign_runs` (the SQL fast path where the URI is SQL) agree row for row."""
+    api, fast = load_runs(store.uri, store.campaign), load_campaign_runs(store.uri, store.campaign)
+    assert api.schema == fast.schema == RUN_SCHEMA
+    assert fast.to_pylist() == api.to_pylist()
+    return {row["run_key"]: row for row in api.to_pylist()}
+
+
+def test_created_runs_are_pending_in_the_ledger_with_their_names_and_tags(store, tmp_path):
+    tracking, exp, specs = _opened(store, tmp_path)
+    assert tracking.open_experiment(store.campaign, store.artifact_dir) == exp  # found, not made twice
+    ids = {spec.run_key: tracking.create_run(exp, spec) for spec in specs}
+    # a tune run of the same run key (the role is not in it), with the tuner's name and tags
+    tune = specs[0].model_copy(update={"role": "tune"})
+    tune_id = tracking.create_run(exp, tune, extra_tags={ts.TAG_TUNE_STUDY: "s1", ts.TAG_TUNE_TRIAL: "3"},
+                                  run_name="trial-3")
+    tracking.set_backend_job(ids[specs[1].run_key], "slurm:4242")
+
+    ledger = tracking.ledger(exp)
+    assert sorted(ledger) == sorted(ids)
+    assert list(tracking.ledger(exp, role="tune")) == [tune.run_key]
+    assert tracking.ledger(exp, role="tune")[tune.run_key].run_id == tune_id
+    for spec, job in zip(specs, (None, "slurm:4242")):
+        entry = ledger[spec.run_key]
+        assert (entry.run_id, entry.status, entry.attempts, entry.has_params, entry.backend_job,
+                entry.recipe, entry.batch_size) == (ids[spec.run_key], RunStatus.pending, 0, True, job, "bf16",
+                                                    spec.batch_size)
+        run = tracking.client.get_run(entry.run_id)
+        assert run.info.run_name == f"bf16-bs{spec.batch_size}-s0"
+        assert run.info.status == "SCHEDULED"
+        expected = {ts.TAG_CAMPAIGN: store.campaign, ts.TAG_ROLE: "campaign", ts.TAG_RUN_KEY: spec.run_key,
+                    ts.TAG_RECIPE: "bf16", ts.TAG_BATCH_SIZE: str(spec.batch_size), ts.TAG_SEED: "0",
+                    ts.TAG_TRAINER: "tinylm", ts.TAG_TARGET_METRIC: "eval_excess_loss", ts.TAG_STATUS: "pending",
+                    ts.TAG_ATTEMPTS: "0"}
+        assert {k: run.data.tags.get(k) for k in expected} == expected
+        assert RunSpec.model_validate_json(run.data.tags[ts.TAG_SPEC]) == spec
+        assert sorted(run.data.params.items()) == _params(spec) and run.data.params
+    tune_run = tracking.client.get_run(tune_id)
+    assert tune_run.info.run_name == "trial-3"
+    assert {k: tune_run.data.tags.get(k) for k in (ts.TAG_ROLE, ts.TAG_TUNE_STUDY, ts.TAG_TUNE_TRIAL)} == {
+        ts.TAG_ROLE: "tune", ts.TAG_TUNE_STUDY: "s1", ts.TAG_TUNE_TRIAL: "3"}
+
+
+def test_a_whole_attempt_reads_back_the_same_through_both_loaders(store, tmp_path):
+    tracking, exp, (done, waiting) = _opened(store, tmp_path)
+    ids = {spec.run_key: tracking.create_run(exp, spec) for spec in (done, waiting)}
+    run_id = ids[done.run_key]
+    log = _run_log(store, run_id, tmp_path)
+    log.start(1)
+    for tokens, value in CURVE[:2]:
+        log.eval_point(_point(tokens, value))
+    log.flush()  # a batch written mid-run, the rest with the outcome
+    for tokens, value in CURVE[2:]:
+        log.eval_point(_point(tokens, value))
+    log.finish(CONVERGED)
+
+    rows = _both_loaders(store)
+    assert rows == {
+        done.run_key: {"run_id": run_id, "run_key": done.run_key, "recipe": "bf16", "batch_size": 16, "seed": 0,
+                       "status": "converged", "tokens_to_target": 16384.0, "samples_to_target": 2048.0,
+                       "tokens_trained": 16384.0, "wall_s": 2.5, "error": None, "hparams": _params(done)},
+        waiting.run_key: {"run_id": ids[waiting.run_key], "run_key": waiting.run_key, "recipe": "bf16",
+                          "batch_size": 64, "seed": 0, "status": "pending", "tokens_to_target": None,
+                          "samples_to_target": None, "tokens_trained": None, "wall_s": None, "error": None,
+                          "hparams": _params(waiting)},
+    }
+    curves = load_curves(store.uri, [run_id], ["eval_excess_loss", "samples"]).to_pylist()
+    assert [(c["metric"], c["tokens"], c["value"]) for c in curves] == (
+        [("eval_excess_loss", t, v) for t, v in CURVE] + [("samples", t, float(t // 8)) for t, _ in CURVE])
+    assert tracking.result_of(run_id) == CONVERGED.model_copy(update={"final_metric": None})
+    assert tracking.status_of(run_id) == "converged"
+    entry = tracking.ledger(exp)[done.run_key]
+    assert (entry.status, entry.attempts) == (RunStatus.converged, 1)
+
+
+def test_a_retried_attempt_writes_no_metric_point_twice(store, tmp_path):
+    tracking, exp, specs = _opened(store, tmp_path)
+    spec = specs[0]
+    run_id = tracking.create_run(exp, spec)
+    first = _run_log(store, run_id, tmp_path)
+    first.start(1)
+    for tokens, value in CURVE[:2]:
+        first.eval_point(_point(tokens, value))
+    first.finish(RunResult(status=RunStatus.failed, error="RuntimeError: rank 1 died"))
+    entry = tracking.ledger(exp)[spec.run_key]
+    assert (entry.status, entry.attempts) == (RunStatus.failed, 1)
+    assert tracking.take_up(exp, spec, entry) == run_id
+
+    second = _run_log(store, run_id, tmp_path)  # a fresh worker: it learns what is logged from the store
+    second.start(2)
+    for tokens, value in CURVE:  # a deterministic rerun reports the first attempt's points again
+        second.eval_point(_point(tokens, value))
+    second.finish(CONVERGED)
+
+    curves = load_curves(store.uri, [run_id], ["eval_excess_loss", "samples", *FINAL_METRICS]).to_pylist()
+    points = [(c["metric"], c["tokens"]) for c in curves]
+    assert points == ([("eval_excess_loss", t) for t, _ in CURVE] + [("samples", t) for t, _ in CURVE]
+                      + [(name, 0) for name in FINAL_METRICS])
+    row = _both_loaders(store)[spec.run_key]
+    assert (row["status"], row["tokens_to_target"], row["samples_to_target"]) == ("converged", 16384.0, 2048.0)
+    assert row["error"] is None  # the first attempt's error is not the converged run's
+    assert tracking.result_of(run_id).error is None
+    entry = tracking.ledger(exp)[spec.run_key]
+    assert (entry.run_id, entry.status, entry.attempts) == (run_id, RunStatus.converged, 2)
+
+
+def test_a_failed_run_keeps_its_error_and_is_taken_up_again_as_the_same_run(store, tmp_path):
+    tracking, exp, specs = _opened(store, tmp_path)
+    spec = specs[0]
+    run_id = tracking.create_run(exp, spec)
+    # longer than a tag holds: the tail, where the exception is, is what is kept
+    error = "Traceback (most recent call last):\n" + "  frame\n" * 1200 + "RuntimeError: rank 1 died"
+    tracking.mark_failed(run_id, error)
+    assert tracking.status_of(run_id) == "failed"
+    kept = tracking.result_of(run_id)
+    assert kept.status is RunStatus.failed and kept.error == error[-7000:]
+    assert kept.error.endswith("RuntimeError: rank 1 died")
+    assert _both_loaders(store)[spec.run_key]["error"] == kept.error
+    entry = tracking.ledger(exp)[spec.run_key]
+    assert (entry.run_id, entry.status) == (run_id, RunStatus.failed)
+    assert tracking.take_up(exp, spec, entry) == run_id
+    mark_preempted(store.uri, run_id, retry_s=5)  # a requeued attempt of it
+    assert tracking.status_of(run_id) == "preempted"
+    ledger = tracking.ledger(exp)
+    assert list(ledger) == [spec.run_key]  # taken up, not made again
+    assert (ledger[spec.run_key].run_id, ledger[spec.run_key].status) == (run_id, RunStatus.preempted)
+
+
+def test_result_files_round_trip_and_only_created_runs_have_a_spec(store, tmp_path):
+    tracking, exp, specs = _opened(store, tmp_path)
+    spec = specs[0]
+    created = tracking.create_run(exp, spec)
+    assert tracking.result_file(created, tmp_path / "none") is None
+    content = (':::MLLOG {"key": "eval_accuracy", "value": 0.25, "metadata": {"epoch_num": 2}}\r\n'
+               "µ-scaled, no final newline").encode() + bytes(range(256))
+    source = tmp_path / "elsewhere" / "result_3.txt"
+    source.parent.mkdir()
+    source.write_bytes(content)
+    tags = {ts.TAG_ROLE: "campaign", ts.TAG_RECIPE: "bf16", ts.TAG_BATCH_SIZE: "16", ts.TAG_SEED: "3",
+            ts.TAG_STATUS: "converged", ts.TAG_SOURCE: str(source)}
+    imported = tracking.import_run(exp, "imported-3", "external-bf16-3", tags,
+                                   [(ts.METRIC_SAMPLES_TO_TARGET, 1024, 0), (ts.METRIC_TOKENS_TO_TARGET, 8192, 0)],
+                                   source)
+    back = tracking.result_file(imported, tmp_path / "back")
+    assert back.name == RESULT_FILE and back.read_bytes() == content
+    assert tracking.recorded_spec(imported) == ("external-bf16-3", None)
+    assert tracking.recorded_spec(created) == ("bf16-bs16-s0", spec)
+
+    own = tmp_path / "run" / RESULT_FILE
+    log = _run_log(store, created, tmp_path)
+    own.write_bytes(content[::-1])
+    log.log_artifact(own)
+    assert tracking.result_file(created, tmp_path / "own").read_bytes() == content[::-1]
+    row = _both_loaders(store)["imported-3"]
+    assert (row["run_id"], row["seed"], row["status"], row["tokens_to_target"], row["samples_to_target"],
+            row["hparams"]) == (imported, 3, "converged", 8192.0, 1024.0, [])
+
+
+def test_a_missing_campaign_is_named_without_the_password(store):
+    missing = f"{store.campaign}-never-run"
+    for load in (load_runs, load_campaign_runs):
+        with pytest.raises(NoSuchCampaign) as caught:
+            load(store.uri, missing)
+        message = str(caught.value)
+        assert missing in message
+        if store.secret:
+            assert store.secret not in message
+        if store.uri_has_password:
+            assert "***" in message
