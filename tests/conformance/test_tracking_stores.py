@@ -84,7 +84,7 @@ def test_created_runs_are_pending_in_the_ledger_with_their_names_and_tags(store,
     assert sorted(ledger) == sorted(ids)
     assert list(tracking.ledger(exp, role="tune")) == [tune.run_key]
     assert tracking.ledger(exp, role="tune")[tune.run_key].run_id == tune_id
-    for spec, job in zip(specs, (None, "slurm:4242")):
+    for spec, job in zip(specs, (None, "slurm:4242"), strict=True):
         entry = ledger[spec.run_key]
         assert (entry.run_id, entry.status, entry.attempts, entry.has_params, entry.backend_job,
                 entry.recipe, entry.batch_size) == (ids[spec.run_key], RunStatus.pending, 0, True, job, "bf16",

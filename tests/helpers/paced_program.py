@@ -17,7 +17,8 @@ def log(key, value=None, **metadata):
 
 
 def main() -> None:
-    evals, sleep, bs, seed, benchmark = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    evals, sleep, bs, seed = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    benchmark = sys.argv[5]
     log("submission_benchmark", benchmark)
     log("global_batch_size", bs)
     log("seed", seed)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from trainers.contract.uri import redact_uri
 
