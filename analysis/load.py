@@ -44,6 +44,13 @@ RUN_SCHEMA = pa.schema(
 )
 
 
+# Runs-table column -> the tag or the metric it is read from, on both load paths.
+TAG_COLUMNS = {"run_key": TAG_RUN_KEY, "recipe": TAG_RECIPE, "batch_size": TAG_BATCH_SIZE, "seed": TAG_SEED,
+               "status": TAG_STATUS, "error": TAG_ERROR}
+METRIC_COLUMNS = {"tokens_to_target": METRIC_TOKENS_TO_TARGET, "samples_to_target": METRIC_SAMPLES_TO_TARGET,
+                  "tokens_trained": METRIC_TOKENS_TRAINED, "wall_s": METRIC_WALL_S}
+
+
 class NoSuchCampaign(LookupError):
     pass
 
@@ -73,10 +80,8 @@ def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Ta
             rows["batch_size"].append(int(tags[TAG_BATCH_SIZE]))
             rows["seed"].append(int(tags[TAG_SEED]))
             rows["status"].append(tags.get(TAG_STATUS))
-            rows["tokens_to_target"].append(metrics.get(METRIC_TOKENS_TO_TARGET))
-            rows["samples_to_target"].append(metrics.get(METRIC_SAMPLES_TO_TARGET))
-            rows["tokens_trained"].append(metrics.get(METRIC_TOKENS_TRAINED))
-            rows["wall_s"].append(metrics.get(METRIC_WALL_S))
+            for column, name in METRIC_COLUMNS.items():
+                rows[column].append(metrics.get(name))
             rows["error"].append(tags.get(TAG_ERROR))
             rows["hparams"].append(sorted(run.data.params.items()))
         token = page.token

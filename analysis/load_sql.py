@@ -17,27 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.load import RUN_SCHEMA, NoSuchCampaign, sort_runs
-from trainers.contract.schema import (
-    METRIC_SAMPLES_TO_TARGET,
-    METRIC_TOKENS_TO_TARGET,
-    METRIC_TOKENS_TRAINED,
-    METRIC_WALL_S,
-    TAG_BATCH_SIZE,
-    TAG_ERROR,
-    TAG_RECIPE,
-    TAG_ROLE,
-    TAG_RUN_KEY,
-    TAG_SEED,
-    TAG_STATUS,
-)
+from analysis.load import METRIC_COLUMNS, RUN_SCHEMA, TAG_COLUMNS, NoSuchCampaign, sort_runs
+from trainers.contract.schema import TAG_ROLE
 from trainers.contract.uri import redact_uri
 
 SQL_SCHEMES = ("sqlite", "postgresql")
-_TAGS = {"run_key": TAG_RUN_KEY, "recipe": TAG_RECIPE, "batch_size": TAG_BATCH_SIZE, "seed": TAG_SEED,
-         "status": TAG_STATUS, "error": TAG_ERROR}
-_METRICS = {"tokens_to_target": METRIC_TOKENS_TO_TARGET, "samples_to_target": METRIC_SAMPLES_TO_TARGET,
-            "tokens_trained": METRIC_TOKENS_TRAINED, "wall_s": METRIC_WALL_S}
 _DEFAULT_WORKSPACE = "default"
 
 
@@ -91,9 +75,9 @@ def _pivot(dialect: str, table: str, keys: dict[str, str], extra: str = "") -> t
 
 
 def _runs_query(dialect: str) -> tuple[str, dict[str, Any]]:
-    tags_sql, tag_binds = _pivot(dialect, "tags", {"role": TAG_ROLE, **_TAGS})
-    metrics_sql, metric_binds = _pivot(dialect, "latest_metrics", _METRICS, extra="is_nan")
-    cols = ["r.run_uuid", *(f"t.{c}" for c in _TAGS), *(f"m.{c}" for c in _METRICS), *(f"m.{c}_is_nan" for c in _METRICS)]
+    tags_sql, tag_binds = _pivot(dialect, "tags", {"role": TAG_ROLE, **TAG_COLUMNS})
+    metrics_sql, metric_binds = _pivot(dialect, "latest_metrics", METRIC_COLUMNS, extra="is_nan")
+    cols = ["r.run_uuid", *(f"t.{c}" for c in TAG_COLUMNS), *(f"m.{c}" for c in METRIC_COLUMNS), *(f"m.{c}_is_nan" for c in METRIC_COLUMNS)]
     sql = (f"WITH t AS ({tags_sql}), m AS ({metrics_sql}) SELECT {', '.join(cols)} FROM runs r "
            "JOIN t ON t.run_uuid = r.run_uuid LEFT JOIN m ON m.run_uuid = r.run_uuid "
            "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active' AND t.role = :role AND t.run_key IS NOT NULL")
@@ -137,12 +121,12 @@ def _read_params(uri: str, exp: int) -> tuple[pa.Array, pa.Array, pa.Array]:
 
 
 def _to_table(rows: list[tuple], params: tuple[pa.Array, pa.Array, pa.Array]) -> pa.Table:
-    names = ["run_id", *_TAGS, *_METRICS, *(f"{c}_is_nan" for c in _METRICS)]
+    names = ["run_id", *TAG_COLUMNS, *METRIC_COLUMNS, *(f"{c}_is_nan" for c in METRIC_COLUMNS)]
     raw = dict(zip(names, map(list, zip(*rows)))) if rows else {n: [] for n in names}
-    columns: dict[str, Any] = {n: raw[n] for n in ("run_id", *_TAGS)}
+    columns: dict[str, Any] = {n: raw[n] for n in ("run_id", *TAG_COLUMNS)}
     for col in ("batch_size", "seed"):
         columns[col] = pa.array(raw[col], pa.string()).cast(pa.int64())
-    for col in _METRICS:  # MLflow stores NaN as is_nan with a placeholder value
+    for col in METRIC_COLUMNS:  # MLflow stores NaN as is_nan with a placeholder value
         values, nans = raw[col], raw[f"{col}_is_nan"]
         columns[col] = [math.nan if n else v for v, n in zip(values, nans)] if any(nans) else values
     columns["hparams"] = _hparams(columns["run_id"], *params)

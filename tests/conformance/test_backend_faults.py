@@ -18,6 +18,7 @@ import pytest
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, mid_run, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
+from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import write_campaign
 from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 
@@ -26,19 +27,12 @@ FAULT_BACKENDS = {
     "ray": {"kind": "ray"},
     "slurm": {"kind": "slurm", "time_min": 10, "array_parallelism": 2},
 }
-SERVICES = {"ray": "ray_address", "slurm": "slurm"}
 METRIC = "eval_accuracy"  # the paced program's
 
 
 @pytest.fixture(params=sorted(FAULT_BACKENDS))
 def fault_backend(request) -> dict:
-    kind = request.param
-    backend = dict(FAULT_BACKENDS[kind])
-    if kind in SERVICES:
-        provided = request.getfixturevalue(SERVICES[kind])
-        if kind == "ray":
-            backend["address"] = provided
-    return backend
+    return with_service(request, FAULT_BACKENDS[request.param])
 
 
 def test_orchestrator_sigkilled_mid_campaign_then_restarted(fault_backend, tmp_path):

@@ -1,7 +1,7 @@
 """The Backend protocol (`cluster/backend.py`), the same tests for every backend, faults
 included, against the real thing: local worker processes, a real Ray instance, the real
 dev Slurm. A backend added later gets every test by adding one entry to BACKEND_SETTINGS
-(and, where it needs a service, its fixture to SERVICES).
+(and, where it needs a service, its fixture to tests/helpers/backend_services.py).
 
 Job functions are instant (`tests/helpers/backend_jobs.py`): these tests are of the
 backends, not of training."""
@@ -18,6 +18,7 @@ from cluster.backend import Backend, Done, Job
 from orchestrator.backends import make_backend
 from sweeps.spec import parse_campaign
 from tests.helpers import backend_jobs
+from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import tiny_campaign
 
 # kind -> the campaign's `backend:` section for this suite. Ray: no task retries, so a
@@ -27,19 +28,12 @@ BACKEND_SETTINGS = {
     "ray": {"kind": "ray", "num_cpus": 1, "max_retries": 0},
     "slurm": {"kind": "slurm", "time_min": 5, "array_parallelism": 4},
 }
-# kind -> the fixture that provides its service (and, for Ray, the address to join)
-SERVICES = {"ray": "ray_address", "slurm": "slurm"}
 DEADLINE_S = 180.0
 
 
 @pytest.fixture(params=sorted(BACKEND_SETTINGS))
 def backend(request, tmp_path) -> Backend:
-    kind = request.param
-    settings = dict(BACKEND_SETTINGS[kind])
-    if kind in SERVICES:
-        provided = request.getfixturevalue(SERVICES[kind])
-        if kind == "ray":
-            settings["address"] = provided
+    settings = with_service(request, BACKEND_SETTINGS[request.param])
     made = make_backend(parse_campaign(tiny_campaign(backend=settings), tmp_path))
     try:
         yield made

@@ -13,18 +13,11 @@ from collections import Counter
 from mlflow import MlflowClient
 
 from sweeps.spec import load_campaign
+from tests.cluster.helpers import runs_of
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.store import run_statuses
 from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
-
-
-def _statuses(campaign):
-    client = MlflowClient(tracking_uri=campaign.tracking_uri)
-    exp = client.get_experiment_by_name(campaign.name)
-    if exp is None:
-        return client, []
-    return client, client.search_runs([exp.experiment_id], max_results=10_000)
 
 
 def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
@@ -49,14 +42,14 @@ def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
         raise AssertionError(f"campaign never reached a mid-flight state: {statuses}")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    _, runs = _statuses(campaign)
+    _, runs = runs_of(campaign)
     done_before = {r.data.tags[TAG_RUN_KEY]: r.info.run_id for r in runs if r.data.tags[TAG_STATUS] == "converged"}
 
     resumed = run_cli("run", str(path))
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(done_before)} have an outcome" in resumed.stdout
 
-    client, runs = _statuses(campaign)
+    client, runs = runs_of(campaign)
     keys = Counter(r.data.tags[TAG_RUN_KEY] for r in runs)
     assert len(keys) == 8 and set(keys.values()) == {1}
     assert all(r.data.tags[TAG_STATUS] == "converged" for r in runs)
@@ -99,13 +92,13 @@ def test_a_run_made_just_before_the_store_went_away_gets_its_hyperparameters_on_
         raise AssertionError("the store was gone: create_run should have given up")
     except TrackingUnavailable:
         pass
-    client, runs = _statuses(campaign)
+    client, runs = runs_of(campaign)
     assert len(runs) == 1 and runs[0].data.params == {}  # the state the outage left
     made = runs[0].info.run_id
 
     summary = run_campaign(campaign)
     assert summary.statuses["converged"] == 2
-    client, runs = _statuses(campaign)
+    client, runs = runs_of(campaign)
     by_key = {r.data.tags[TAG_RUN_KEY]: r for r in runs}
     assert len(runs) == 2 and by_key[stranded.run_key].info.run_id == made  # taken up, not made again
     for spec in expand(campaign):
