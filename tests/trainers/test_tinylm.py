@@ -111,3 +111,21 @@ def test_device_setting_keeps_cpu_run_keys_and_fails_clearly_without_cuda():
         pytest.skip("this machine has CUDA: the no-CUDA error cannot happen here")
     with pytest.raises(RuntimeError, match="trainer.device is 'cuda'.*set trainer.device: cpu"):
         _train(cuda)
+
+
+def test_a_relative_text_path_resolves_beside_the_campaign_not_in_the_workers_folder(tmp_path, monkeypatch):
+    """A worker's working folder differs by backend (a Slurm job's, a Ray worker's): the
+    corpus named `corpus.txt` in the campaign is the one beside the campaign file."""
+    campaign_dir = tmp_path / "campaign"
+    campaign_dir.mkdir()
+    (campaign_dir / "corpus.txt").write_bytes(bytes(range(256)) * 40)
+    elsewhere = tmp_path / "worker"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    trainer = dict(TINY["trainer"], data={"source": "text", "path": "corpus.txt"})
+    spec = _spec(trainer=trainer, target={"metric": "eval_loss", "mode": "min", "value": 100.0},
+                 budget={"max_tokens": 4096, "eval_every_tokens": 1024})
+    rec = Recorder()
+    rec.campaign_dir = campaign_dir
+    result = TinyLMTrainer().train(spec, rec)
+    assert result.status is RunStatus.converged and len(rec.points) == 1

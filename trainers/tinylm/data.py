@@ -57,7 +57,10 @@ class MarkovSource:
 class Batches:
     """An endless, seeded stream of training sequences and one fixed eval set."""
 
-    def __init__(self, data: MarkovData | TextData, context: int, eval_tokens: int, seed: int):
+    def __init__(self, data: MarkovData | TextData, context: int, eval_tokens: int, seed: int,
+                 base_dir: Path | None = None):
+        """`base_dir`: where a relative text path resolves (the campaign file's folder),
+        not the worker's working folder, which differs by backend."""
         self.context = context
         n_eval = max(1, eval_tokens // context)
         if isinstance(data, MarkovData):
@@ -70,7 +73,10 @@ class Batches:
         else:
             self._source = None
             self.vocab = 256
-            raw = np.frombuffer(Path(data.path).read_bytes(), dtype=np.uint8).astype(np.int64)
+            path = Path(data.path)
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            raw = np.frombuffer(path.read_bytes(), dtype=np.uint8).astype(np.int64)
             split = int(len(raw) * (1.0 - data.eval_fraction))
             self._train, held_out = raw[:split], raw[split:]
             if len(self._train) <= context + 1 or len(held_out) <= context + 1:

@@ -74,7 +74,7 @@ class TinyLMTrainer:
         torch.set_num_threads(cfg.threads)
         keep_freed_memory()  # the same temporaries every step: keep their pages
         torch.manual_seed(spec.seed)
-        data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed)
+        data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed, getattr(reporter, "campaign_dir", None))
         recipe = resolve_recipe(spec.recipe, spec.recipe_options)
         telemetry = Telemetry()
         model = TinyLM(
