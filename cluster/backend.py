@@ -3,7 +3,7 @@
 A backend executes picklable calls `fn(*args)` and reports each one's completion once.
 It knows nothing of MLflow or campaigns: the orchestrator hands it `execute_run` jobs.
 `Backend` is the whole contract, every method included: callers never probe a backend
-for optional parts, and `tests/cluster/test_backend_contract.py` runs every backend
+for optional parts, and `tests/conformance/test_backends.py` runs every backend
 through the same tests.
 """
 
