@@ -230,6 +230,9 @@ class Campaign(_Strict):
         return max(3, min(self.seeds_for(r.name) for r in self.recipes) // 2)
 
 
+_NAMES_ITS_FIELD = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_]+)*: ")
+
+
 def _format_errors(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
@@ -240,7 +243,10 @@ def _format_errors(err: ValidationError) -> str:
             msg = "is required but missing; add it to the campaign file"
         elif e["type"] == "extra_forbidden":
             msg = "is not a known field; check its spelling"
-        lines.append(f"{loc}: {msg}")
+        if loc == "(top level)" and _NAMES_ITS_FIELD.match(msg):
+            lines.append(msg)  # a cross-field check that already says which field
+        else:
+            lines.append(f"{loc}: {msg}")
     return "; ".join(lines)
 
 

@@ -137,8 +137,9 @@ def test_a_target_metric_the_tiny_lm_never_reports_fails_the_campaign_as_it_load
     before anything runs (not a failure of every run in its worker)."""
     typo = tiny_campaign(target={"metric": "eval_los", "mode": "min", "value": 0.3})
     reported = r"target\.metric: 'eval_los' is not reported .* eval_excess_loss, eval_loss"
-    with pytest.raises(CampaignError, match=reported):
+    with pytest.raises(CampaignError, match=reported) as raised:
         parse_campaign(typo)
+    assert str(raised.value).startswith("campaign: target.metric: ")  # the field first, no "(top level)"
     # the excess loss needs a source of known entropy: a text file has none
     text = tiny_campaign()
     text["trainer"] = dict(text["trainer"], data={"source": "text", "path": "corpus.txt"})
