@@ -1,6 +1,12 @@
 """The backend interface: where runs execute.
 
 A backend executes picklable calls `fn(*args)` and reports each one's completion once.
+A job is a gang (`Job.gang`): the backend starts `gang.tasks` processes at once, each
+calling `fn(*args)` with its rendezvous environment set (`Gang.task_env`); task 0's
+return is the job's value. When any task dies or raises before task 0 has returned, the
+backend stops every other task of the gang (no orphan keeps a GPU or a port) and reports
+the job's error naming the task; once task 0 has returned, the others get a short grace
+to end, then are stopped.
 It knows nothing of MLflow or campaigns: the orchestrator hands it `execute_run` jobs.
 `Backend` is the whole contract, every method included: callers never probe a backend
 for optional parts, and `tests/conformance/test_backends.py` runs every backend
@@ -11,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
+
+from trainers.contract.gang import Gang
 
 
 class BackendError(RuntimeError):
@@ -26,6 +34,7 @@ class Job:
     # Called with `args` before a backend that requeues jobs (Slurm, on preemption or a
     # time limit) runs the job again; its errors are ignored (the requeue matters more).
     on_requeue: Callable[..., None] | None = None
+    gang: Gang = Gang()
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,30 @@
 """The local backend: a pool of worker processes on this machine.
 
-Each worker is a spawned process that runs one job at a time. A worker that dies (a
-segfault, the OOM killer, SIGKILL) fails only its own job: the pool reports that job as
-an error and starts a fresh worker for the next one.
+Each worker is a spawned process that runs one gang task at a time. A job takes one
+worker per task of its gang (`Job.gang`), all at once, with the rendezvous environment
+of its task (`MASTER_ADDR` 127.0.0.1, a free `MASTER_PORT` per run) and, when the gang's
+ranks hold GPUs, `CUDA_VISIBLE_DEVICES` pinned to GPUs no other run holds. `workers` is
+how many runs train at once. A worker that dies (a segfault, the OOM killer, SIGKILL)
+fails only its own job: the pool stops the rest of that gang, reports the job's error
+naming the task, and starts fresh workers for the next ones.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
+import subprocess
+import time
 import traceback
 from collections import deque
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-from cluster.backend import Done, Job
+from cluster.backend import BackendError, Done, Job
+from cluster.gang import GANG_GRACE_S, describe_task, free_port, kill_tree, run_task
 from trainers.command.process import describe_exit
+from trainers.contract.gang import Gang
 
 
 def _die_with_parent() -> None:
@@ -36,13 +46,14 @@ def _worker_loop(conn: Connection, parent_pid: int) -> None:
         return  # the parent died before the death signal was armed
     while True:
         try:
-            job = conn.recv()
+            message = conn.recv()
         except EOFError:
             return
-        if job is None:
+        if message is None:
             return
+        job, env = message
         try:
-            conn.send(Done(job.task_id, value=job.fn(*job.args)))
+            conn.send(Done(job.task_id, value=run_task(job.fn, job.args, env)))
         except BaseException:  # noqa: BLE001 - reported to the orchestrator as this job's error
             conn.send(Done(job.task_id, error=traceback.format_exc()))
 
@@ -53,19 +64,66 @@ class _Worker:
         self.proc = ctx.Process(target=_worker_loop, args=(child, os.getpid()), daemon=True)
         self.proc.start()
         child.close()
-        self.job: Job | None = None
+        self.run: _Run | None = None
+        self.task = 0
+
+
+@dataclass
+class _Run:
+    """One job in flight: its workers by task, and, once task 0 has returned, its value
+    and the time by which the other tasks must have ended."""
+
+    job: Job
+    workers: dict[int, _Worker] = field(default_factory=dict)
+    gpus: list[str] = field(default_factory=list)
+    result: Done | None = None
+    grace_until: float = 0.0
+
+
+def visible_gpus() -> list[str]:
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES ids: the orchestrator's own
+    CUDA_VISIBLE_DEVICES when it is set, else those `nvidia-smi -L` lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d for d in (x.strip() for x in listed.split(",")) if d and d != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
 class LocalBackend:
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, gang: Gang | None = None, gpus: list[str] | None = None):
         if workers < 1:
             raise ValueError(f"backend.workers must be at least 1, got {workers}")
         self._ctx = mp.get_context("spawn")
         self._size = workers
-        self._workers: list[_Worker] = []
+        self._gpus = visible_gpus() if gpus is None else list(gpus)
+        if gang is not None:
+            self._check_fits(gang)
+        self._free_gpus = list(self._gpus)
+        self._idle: list[_Worker] = []
+        self._runs: dict[str, _Run] = {}
         self._queue: deque[Job] = deque()
 
+    def _check_fits(self, gang: Gang) -> None:
+        if gang.nodes > 1:
+            raise BackendError(
+                f"launch.nodes: the local backend runs on this one machine, not {gang.nodes} nodes; "
+                "use launch.nodes: 1, or --backend ray / slurm"
+            )
+        need = gang.gpus_per_task * gang.tasks
+        if need > len(self._gpus):
+            raise BackendError(
+                f"launch.gpus_per_process: a run needs {need} GPUs ({gang.tasks} processes x "
+                f"{gang.gpus_per_task}) but this machine shows {len(self._gpus)}; lower it, or set it to 0 for CPU runs"
+            )
+
     def submit(self, job: Job) -> None:
+        self._check_fits(job.gang)
         self._queue.append(job)
         self._dispatch()
 
@@ -73,62 +131,115 @@ class LocalBackend:
         return {}  # worker processes die with the orchestrator: no job outlives this process
 
     def in_flight(self) -> int:
-        return len(self._queue) + sum(w.job is not None for w in self._workers)
+        return len(self._queue) + len(self._runs)
 
     def _dispatch(self) -> None:
-        while self._queue:
-            idle = next((w for w in self._workers if w.job is None), None)
-            if idle is None:
-                if len(self._workers) >= self._size:
-                    return
-                idle = _Worker(self._ctx)
-                self._workers.append(idle)
-            idle.job = self._queue.popleft()
-            idle.conn.send(idle.job)
+        while self._queue and len(self._runs) < self._size:
+            gang = self._queue[0].gang
+            if gang.gpus_per_task * gang.tasks > len(self._free_gpus):
+                return  # waits for a running gang to give its GPUs back
+            job = self._queue.popleft()
+            run = self._runs[job.task_id] = _Run(job)
+            port = free_port()
+            for task in range(gang.tasks):
+                devices = None
+                if gang.gpus_per_task:
+                    devices = self._free_gpus[: gang.gpus_per_task]
+                    del self._free_gpus[: gang.gpus_per_task]
+                    run.gpus += devices
+                worker = self._idle.pop() if self._idle else _Worker(self._ctx)
+                worker.run, worker.task = run, task
+                run.workers[task] = worker
+                worker.conn.send((job, gang.task_env(task, "127.0.0.1", port, devices)))
 
     def wait(self, timeout: float) -> list[Done]:
-        busy = [w for w in self._workers if w.job is not None]
+        busy = [w for run in self._runs.values() for w in run.workers.values()]
         if not busy:
             return []
+        graced = [r.grace_until for r in self._runs.values() if r.result is not None]
+        if graced:
+            timeout = max(0.0, min(timeout, min(graced) - time.monotonic()))
         handles = {w.conn: w for w in busy} | {w.proc.sentinel: w for w in busy}
-        done: list[Done] = []
         for ready in wait(list(handles), timeout):
             w = handles[ready]
-            if w.job is None:
+            if w.run is None:
                 continue  # both its pipe and its sentinel were ready
             try:
                 if ready is w.conn or w.conn.poll():
-                    done.append(w.conn.recv())
-                    w.job = None
+                    self._task_ended(w, w.conn.recv())
                     continue
             except (EOFError, OSError):
                 pass
             w.proc.join(timeout=1)
-            done.append(Done(w.job.task_id, error=f"worker process died ({describe_exit(w.proc.exitcode)})"))
-            w.job = None
-            self._workers.remove(w)
+            self._task_ended(w, Done(w.run.job.task_id, error=f"worker process died ({describe_exit(w.proc.exitcode)})"),
+                             dead=True)
+        done = self._settle()
         self._dispatch()
         return done
 
+    def _task_ended(self, w: _Worker, done: Done, dead: bool = False) -> None:
+        run, task = w.run, w.task
+        assert run is not None
+        del run.workers[task]
+        w.run = None
+        if not dead:
+            self._idle.append(w)
+        if run.result is not None:
+            return  # task 0 has returned: the rest only had to end
+        if task == 0:
+            run.result = done
+            run.grace_until = time.monotonic() + GANG_GRACE_S
+        elif done.error is not None:
+            run.result = Done(done.task_id, error=f"{describe_task(run.job.gang, task)} failed: {done.error}")
+            self._stop(run)
+
+    def _settle(self) -> list[Done]:
+        """Runs whose task 0 has returned are reported once every task has ended, or
+        once their grace is over and the stragglers are stopped."""
+        done = []
+        for key, run in list(self._runs.items()):
+            if run.result is None:
+                continue
+            if run.workers and time.monotonic() >= run.grace_until:
+                self._stop(run)
+            if not run.workers:
+                del self._runs[key]
+                self._free_gpus += run.gpus
+                done.append(run.result)
+        return done
+
+    def _stop(self, run: _Run) -> None:
+        """Kill every task still running in the gang, and what each started."""
+        for w in run.workers.values():
+            kill_tree(w.proc.pid)
+        for w in run.workers.values():
+            w.proc.join(timeout=5)
+            w.run = None
+        run.workers.clear()
+
     def cancel(self) -> None:
         self._queue.clear()
-        for w in self._workers:
-            if w.proc.is_alive():
-                w.proc.kill()
+        for run in self._runs.values():
+            self._stop(run)
+        self._runs.clear()
+        for w in self._idle:
+            kill_tree(w.proc.pid)
             w.proc.join(timeout=5)
-        self._workers = []
+        self._idle = []
+        self._free_gpus = list(self._gpus)
 
     def close(self) -> None:
-        for w in self._workers:
+        workers = self._idle + [w for run in self._runs.values() for w in run.workers.values()]
+        for w in workers:
             try:
                 w.conn.send(None)
             except OSError:
                 pass
-        for w in self._workers:
+        for w in workers:
             w.proc.join(timeout=10)
             if w.proc.is_alive():
-                w.proc.kill()
-        self._workers = []
+                kill_tree(w.proc.pid)
+        self._idle, self._runs = [], {}
 
     def __enter__(self) -> LocalBackend:
         return self

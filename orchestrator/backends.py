@@ -42,7 +42,7 @@ def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
         return SlurmBackend(spec, campaign.base_dir / spec.folder, job_name=f"rcpforge-{campaign.name}")
     from cluster.local import LocalBackend
 
-    return LocalBackend(workers or spec.workers)
+    return LocalBackend(workers or spec.workers, gang=campaign.gang)
 
 
 @contextmanager

@@ -162,7 +162,7 @@ class _Launcher:
     def launch(self, spec: RunSpec, run_id: str, attempt: int) -> None:
         self.runs[spec.run_key] = (spec, run_id, attempt)
         job = assignment_for(self.campaign, spec, run_id, attempt)
-        self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue))
+        self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue, gang=self.campaign.gang))
         self.summary.launched += 1
         self.notify("start", spec, None)
 

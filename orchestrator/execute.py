@@ -1,6 +1,10 @@
 """The unit of work a backend executes: one attempt of one RunSpec (a `RunAssignment`),
 tracked in its MLflow run.
 
+A run that is a gang calls this once per gang task (`trainers/contract/gang.py`): task 0
+is the reporter (MLflow, the MLLOG result file, the run's cost); every other task trains
+with a reporter that keeps nothing, in its own `rank<N>/` folder under the run's.
+
 Runs in a worker (a local process, a Ray task, a Slurm job). A trainer's exception is a
 result (`failed`, with the traceback), never an exception out of here.
 
@@ -21,6 +25,8 @@ from orchestrator.stall import Stalled, StallGuard
 from orchestrator.tracking import DEFAULT_RETRY_S, RunLog
 from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
+from trainers.contract.gang import gang_task
+from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS
 from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
 from trainers.registry import get_trainer, writes_mllog
 
@@ -75,6 +81,9 @@ class RunAssignment:
     campaign_dir: str | None = None
     stall_timeout_s: float | None = None
     tracking_retry_s: float = DEFAULT_RETRY_S
+    # The run's gang, for its cost: processes x wall time, in GPU-hours when it has GPUs.
+    processes: int = 1
+    gpus_per_process: int = 0
 
 
 def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
@@ -83,12 +92,15 @@ def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
     return RunAssignment(
         spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(output_dir or campaign.run_dir(spec)),
         campaign.benchmark, str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
-        campaign.tracking.retry_s,
+        campaign.tracking.retry_s, campaign.launch.world_size, campaign.launch.gpus_per_process,
     )
 
 
 def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = None) -> dict:
     """Run one attempt; `watch` sees each eval point once logged (a tuning pruner)."""
+    task = gang_task()
+    if task != 0:
+        return _train_unreported(job, task)
     spec = RunSpec.model_validate_json(job.spec_json)
     log = RunLog(job.tracking_uri, job.run_id, spec.target.metric, Path(job.output_dir), retry_s=job.tracking_retry_s)
     log.start(job.attempt)
@@ -120,8 +132,40 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     if writer is not None:
         result = _stop_writer(writer, result)
     log.log_artifact(context.output_dir / RESULT_FILE)
-    log.finish(result)
+    log.finish(result, cost_of(job, result))
     return result.model_dump(mode="json")
+
+
+def cost_of(job: RunAssignment, result: RunResult) -> dict[str, float]:
+    """The attempt's compute: wall time x processes, as GPU-hours when its ranks hold
+    GPUs, else CPU core-hours (one core a process)."""
+    if job.gpus_per_process:
+        return {METRIC_GPU_HOURS: result.wall_s * job.processes * job.gpus_per_process / 3600.0}
+    return {METRIC_CORE_HOURS: result.wall_s * job.processes / 3600.0}
+
+
+class _Unreported:
+    """The reporter of a gang task other than 0: it trains, and keeps nothing."""
+
+    def __init__(self, output_dir: Path, benchmark: str, campaign_dir: Path):
+        self.output_dir, self.benchmark, self.campaign_dir = output_dir, benchmark, campaign_dir
+
+    def eval_point(self, point: EvalPoint) -> None:
+        pass
+
+    def idle(self) -> None:
+        pass
+
+
+def _train_unreported(job: RunAssignment, task: int) -> dict:
+    """A gang task besides the reporter: the trainer's errors propagate, so the backend
+    stops the gang and reports the attempt failed with this task's traceback."""
+    spec = RunSpec.model_validate_json(job.spec_json)
+    folder = Path(job.output_dir) / f"rank{task}"
+    folder.mkdir(parents=True, exist_ok=True)
+    reporter = _Unreported(folder, job.benchmark or spec.campaign, Path(job.campaign_dir or Path.cwd()))
+    # No stall guard here: this task reports no progress; task 0's guard covers the run.
+    return get_trainer(spec.trainer_kind).train(spec, reporter).model_dump(mode="json")
 
 
 def note_requeue(job: RunAssignment) -> None:

@@ -22,6 +22,7 @@ def expand(campaign: Campaign) -> list[RunSpec]:
                         target=campaign.target,
                         budget=campaign.budget,
                         trainer=campaign.trainer,
+                        world_size=campaign.launch.world_size,
                     )
                 )
     return specs

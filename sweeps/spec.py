@@ -9,6 +9,7 @@
     seeds: 4                                 # or {default: 4, nvfp4: 8}
     hparams: {32: {lr: 0.01, warmup_tokens: 100000}, 128: {...}}
     backend: {kind: local, workers: 2}       # or {kind: ray, ...}, {kind: slurm, ...}
+    launch: {nodes: 1, processes_per_node: 2} # each run as a gang of ranks (sweeps/launch.py)
     tracking: {uri: sqlite:///...}           # default: rcpforge-mlflow.db beside this file
                                              # retry_s: 600 (seconds to wait out a store outage)
     tune: {space: {lr: {low: 0.001, high: 0.1, log: true}}, trials: 12}   # sweeps/tune_spec.py
@@ -25,13 +26,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
+from sweeps.launch import LaunchSpec
 from trainers.contract import Budget, RunSpec, Target
+from trainers.contract.gang import Gang
 from trainers.recipes import RecipeError, validate_recipe_options
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
     check_campaign_fit,
     check_target_metric,
+    check_world_size,
+    launches_per_node,
     validate_hparams,
     validate_trainer_settings,
 )
@@ -82,6 +87,7 @@ class Campaign(_Strict):
     seeds: dict[str, int]
     hparams: dict[int, dict[str, Any]]
     backend: BackendSpec = Field(default_factory=LocalBackendSpec)
+    launch: LaunchSpec = Field(default_factory=LaunchSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rcp: RcpSpec = Field(default_factory=RcpSpec)
     tune: TuneSpec | None = None
@@ -189,9 +195,11 @@ class Campaign(_Strict):
             }
             check_campaign_fit(self.trainer, hparams)
             check_target_metric(self.trainer, self.target.metric)
+            check_world_size(self.trainer, self.batch_sizes, self.launch.world_size)
         except TrainerError as err:
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)
+        _check_launch_against_backend(self.launch, self.backend)
         if self.tune is not None:
             try:
                 self.tune.check_against(self.trainer["kind"], self.hparams)
@@ -211,6 +219,11 @@ class Campaign(_Strict):
         return f"sqlite:///{(self.base_dir / DEFAULT_DB).resolve()}"
 
     @property
+    def gang(self) -> Gang:
+        """The processes a backend starts for each run (`launch:`)."""
+        return self.launch.gang(per_node=launches_per_node(self.trainer))
+
+    @property
     def artifact_dir(self) -> Path:
         return self.base_dir / "mlartifacts"
 
@@ -228,6 +241,25 @@ class Campaign(_Strict):
         if self.rcp.submission_runs:
             return self.rcp.submission_runs
         return max(3, min(self.seeds_for(r.name) for r in self.recipes) // 2)
+
+
+def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:
+    """The run's shape is `launch:`; a backend setting that also says it must agree."""
+    if backend.kind == "slurm" and backend.nodes != 1:
+        raise ValueError(
+            f"backend.nodes: a run's nodes are set in launch.nodes now (the gang every backend starts); "
+            f"remove backend.nodes and write launch: {{nodes: {backend.nodes}}}"
+        )
+    if backend.kind == "slurm" and backend.gpus_per_node and launch.gpus_per_process:
+        raise ValueError(
+            "backend.gpus_per_node: set either it or launch.gpus_per_process (GPUs per rank), not both; "
+            "remove backend.gpus_per_node"
+        )
+    if backend.kind == "ray" and backend.num_gpus and launch.gpus_per_process:
+        raise ValueError(
+            "backend.num_gpus: set either it or launch.gpus_per_process (GPUs per rank), not both; "
+            "remove backend.num_gpus"
+        )
 
 
 _NAMES_ITS_FIELD = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_]+)*: ")

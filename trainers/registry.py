@@ -118,6 +118,29 @@ def check_target_metric(settings: dict[str, Any], metric: str) -> None:
         )
 
 
+def check_world_size(settings: dict[str, Any], batch_sizes: list[int], world_size: int) -> None:
+    """A run of `world_size` ranks that the trainer cannot split fails when the campaign
+    loads; a settings model opts in with a `check_world_size(batch_sizes, world_size)`
+    classmethod that raises ValueError (the tiny LM splits each batch over its ranks)."""
+    if world_size == 1:
+        return
+    check = getattr(_model(settings["kind"], 0, "Settings"), "check_world_size", None)
+    if check is None:
+        return
+    try:
+        check(batch_sizes, world_size)
+    except ValueError as err:
+        raise TrainerError(str(err)) from None
+
+
+def launches_per_node(settings: dict[str, Any]) -> bool:
+    """Whether the trainer's gang is one task per node that starts the node's ranks
+    itself (a command trainer run through torchrun), not one task per rank."""
+    model = _model(settings["kind"], 0, "Settings")
+    per_node = getattr(model, "launches_per_node", None)
+    return bool(per_node(settings)) if per_node is not None else False
+
+
 def writes_mllog(trainer: Trainer) -> bool:
     """Whether the trainer writes its run's MLLOG result file itself (`Trainer.writes_mllog`;
     a user's trainer class that does not say is taken as not writing one)."""

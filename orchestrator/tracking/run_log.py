@@ -11,13 +11,16 @@ from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
+    METRIC_CORE_HOURS,
+    METRIC_GPU_HOURS,
     METRIC_WALL_S,
     TAG_ATTEMPTS,
     TAG_ERROR,
     TAG_STATUS,
 )
 
-_FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET}
+_FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET,
+                  METRIC_CORE_HOURS, METRIC_GPU_HOURS}
 
 
 class RunLog:
@@ -97,7 +100,9 @@ class RunLog:
         if path.is_file():
             self.client.log_artifact(self.run_id, str(path))
 
-    def finish(self, result: RunResult) -> None:
+    def finish(self, result: RunResult, cost: dict[str, float] | None = None) -> None:
+        """`cost`: the attempt's GPU- or core-hours, written with the outcome like the
+        wall time."""
         from mlflow.entities import Metric, RunTag
 
         self.flush()
@@ -108,6 +113,7 @@ class RunLog:
         if result.status.is_outcome:
             metrics += [Metric(METRIC_TOKENS_TRAINED, float(result.tokens_trained), now, 0),
                         Metric(METRIC_WALL_S, float(result.wall_s), now, 0)]
+            metrics += [Metric(name, float(hours), now, 0) for name, hours in (cost or {}).items()]
         if result.status is RunStatus.converged:
             metrics += [Metric(METRIC_TOKENS_TO_TARGET, float(result.tokens_to_target), now, 0),
                         Metric(METRIC_SAMPLES_TO_TARGET, float(result.samples_to_target), now, 0)]

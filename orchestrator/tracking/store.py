@@ -28,6 +28,7 @@ from trainers.contract.schema import (
     TAG_STATUS,
     TAG_TARGET_METRIC,
     TAG_TRAINER,
+    TAG_WORLD_SIZE,
 )
 
 _PAGE = 5000
@@ -239,4 +240,5 @@ def spec_tags(spec: RunSpec) -> dict[str, str]:
         TAG_SPEC: spec.model_dump_json()[:MAX_TAG],
         TAG_STATUS: RunStatus.pending.value,
         TAG_ATTEMPTS: "0",
+        TAG_WORLD_SIZE: str(spec.world_size),
     }

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cluster.backend import Backend, Done, Job
+from trainers.contract.gang import Gang
 from orchestrator.backends import make_backend
 from sweeps.spec import parse_campaign
 from tests.helpers import backend_jobs
@@ -114,3 +115,49 @@ def test_job_ids_name_the_jobs_a_cluster_owns_beyond_this_process(backend, reque
     else:
         assert ids == {}  # local workers and Ray tasks end with this process
     assert [d.task_id for d in _collect(backend, 1)] == ["owned"]
+
+
+# Two ranks on one node: every backend's dev cluster holds it (the multi-node gangs are
+# in tests/cluster/test_gangs.py, against two-node clusters).
+PAIR = Gang(nodes=1, processes_per_node=2)
+
+
+def test_a_gang_starts_every_rank_at_once_with_the_rendezvous_environment(backend, tmp_path):
+    backend.submit(Job("pair", backend_jobs.gang_env, (str(tmp_path),), gang=PAIR))
+    done = _collect(backend, 1)
+    assert [d.task_id for d in done] == ["pair"] and done[0].error is None
+    import json
+
+    envs = {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in tmp_path.glob("task*.json")}
+    assert sorted(envs) == [0, 1]
+    assert done[0].value == envs[0]  # task 0's return is the job's value
+    for task, env in envs.items():
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["NODE_RANK"]) == (
+            str(task), str(task), "2", "2", "0")
+        assert env["RCPFORGE_GANG_TASK"] == str(task)
+    # one rendezvous per run: every rank has the same address and port, a real port
+    assert envs[0]["MASTER_ADDR"] == envs[1]["MASTER_ADDR"] and envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+    assert 0 < int(envs[0]["MASTER_PORT"]) < 65536
+    assert envs[0]["pid"] != envs[1]["pid"]  # two processes, not one called twice
+
+
+def test_a_rank_killed_mid_run_stops_the_whole_gang_and_frees_its_port(backend, tmp_path):
+    backend.submit(Job("pair", backend_jobs.gang_with_a_dying_rank, (str(tmp_path), 1, 600.0), gang=PAIR))
+    done = _collect(backend, 1)
+    assert [d.task_id for d in done] == ["pair"]
+    assert done[0].error is not None and done[0].value is None
+    assert "rank 1" in done[0].error or "task 1" in done[0].error, done[0].error
+    pids = {int(p.stem): p.read_text() for p in tmp_path.glob("*.pid")}
+    assert sorted(pids.values()) == ["0", "1"]
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)], "a rank of the failed gang is still running"
+    host, port = (tmp_path / "port").read_text().split()
+    import socket
+
+    with socket.socket() as probe:  # the rendezvous port the gang held is free again
+        probe.bind((host, int(port)))
+    # the backend goes on with the next gang
+    backend.submit(Job("next", backend_jobs.gang_env, (str(tmp_path),), gang=PAIR))
+    assert [(d.task_id, d.error) for d in _collect(backend, 1)] == [("next", None)]

@@ -30,3 +30,40 @@ def note_pid_and_sleep(folder: str, seconds: float) -> None:
 
 def requeue_note(folder: str, *_args) -> None:
     Path(folder, "requeued").touch()
+
+
+GANG_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+             "RCPFORGE_GANG_TASK", "CUDA_VISIBLE_DEVICES")
+
+
+def _task() -> str:
+    return os.environ.get("RCPFORGE_GANG_TASK", "?")
+
+
+def gang_env(folder: str) -> dict:
+    """Each task leaves its rendezvous variables and pid in `folder`; task 0's are the
+    job's value."""
+    import json
+
+    env = {k: os.environ.get(k) for k in GANG_VARS} | {"pid": os.getpid()}
+    Path(folder, f"task{_task()}.json").write_text(json.dumps(env))
+    return env
+
+
+def gang_with_a_dying_rank(folder: str, victim: int, seconds: float) -> None:
+    """Rank 0 listens on MASTER_PORT (as a rendezvous store does); every task leaves its
+    pid; task `victim` is SIGKILLed, the others wait to be stopped."""
+    import socket
+
+    listener = None
+    if _task() == "0":
+        listener = socket.socket()
+        listener.bind((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
+        listener.listen()
+        Path(folder, "port").write_text(os.environ["MASTER_ADDR"] + " " + os.environ["MASTER_PORT"])
+    Path(folder, f"{os.getpid()}.pid").write_text(_task())
+    if _task() == str(victim):
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(seconds)
+    return None

@@ -89,6 +89,8 @@ class RunSpec(_Frozen):
     target: Target
     budget: Budget
     trainer: dict[str, Any]
+    # Ranks of the run's gang (the campaign's `launch:`): it decides the result.
+    world_size: int = Field(1, ge=1)
 
     @property
     def trainer_kind(self) -> str:
@@ -102,7 +104,10 @@ class RunSpec(_Frozen):
     def run_key(self) -> str:
         """Hash of all that decides the result. The campaign name and the role are left
         out: they say where a run is filed, not what it computes."""
-        decisive = self.model_dump(mode="json", exclude={"campaign", "role"})
+        # A one-process run leaves the world size out: its key stays what it was before
+        # runs could be gangs.
+        left_out = {"campaign", "role"} | ({"world_size"} if self.world_size == 1 else set())
+        decisive = self.model_dump(mode="json", exclude=left_out)
         decisive["_version"] = RUN_KEY_VERSION
         revision = recipe_revision(self.recipe)
         if revision > 1:  # only then: the keys of recipes never revised stay as they were

@@ -33,3 +33,9 @@ METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"
 METRIC_TOKENS_TRAINED = "tokens_trained"
 METRIC_WALL_S = "run_wall_s"
+# The attempt's compute beside its wall time: GPU-hours when its ranks hold GPUs, else
+# CPU core-hours (wall time x processes).
+METRIC_GPU_HOURS = "gpu_hours"
+METRIC_CORE_HOURS = "core_hours"
+# The ranks of the run's gang (its world size).
+TAG_WORLD_SIZE = "rcpforge.world_size"
