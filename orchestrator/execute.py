@@ -145,10 +145,13 @@ def cost_of(job: RunAssignment, result: RunResult) -> dict[str, float]:
 
 
 class _Unreported:
-    """The reporter of a gang task other than 0: it trains, and keeps nothing."""
+    """The reporter of a gang task other than 0: it trains, and keeps nothing. Its files
+    go to its own `output_dir`; `run_dir` is the run's folder, where the gang's shared
+    files are (the tiny LM's checkpoint)."""
 
-    def __init__(self, output_dir: Path, benchmark: str, campaign_dir: Path):
-        self.output_dir, self.benchmark, self.campaign_dir = output_dir, benchmark, campaign_dir
+    def __init__(self, output_dir: Path, run_dir: Path, benchmark: str, campaign_dir: Path):
+        self.output_dir, self.run_dir = output_dir, run_dir
+        self.benchmark, self.campaign_dir = benchmark, campaign_dir
 
     def eval_point(self, point: EvalPoint) -> None:
         pass
@@ -163,7 +166,8 @@ def _train_unreported(job: RunAssignment, task: int) -> dict:
     spec = RunSpec.model_validate_json(job.spec_json)
     folder = Path(job.output_dir) / f"rank{task}"
     folder.mkdir(parents=True, exist_ok=True)
-    reporter = _Unreported(folder, job.benchmark or spec.campaign, Path(job.campaign_dir or Path.cwd()))
+    reporter = _Unreported(folder, Path(job.output_dir), job.benchmark or spec.campaign,
+                           Path(job.campaign_dir or Path.cwd()))
     # No stall guard here: this task reports no progress; task 0's guard covers the run.
     return get_trainer(spec.trainer_kind).train(spec, reporter).model_dump(mode="json")
 

@@ -18,10 +18,11 @@ _BLOCK = re.compile(r"blocks\.(\d+)\.")
 
 
 def gemm_factory(
-    recipe: RecipeConfig, n_blocks: int, telemetry: Telemetry | None = None, seed: int = 0
+    recipe: RecipeConfig, n_blocks: int, telemetry: Telemetry | None = None, seed: int = 0, rank: int = 0
 ) -> Callable[[str], LinearFn]:
     """name ("blocks.3.fc1") -> that layer's GEMM. Each layer gets its own state and its
-    own stochastic-rounding stream, derived from the run seed and the layer's order."""
+    own stochastic-rounding stream, derived from the run seed, the layer's order and, in
+    a data-parallel run, the rank (rank 0's streams are those of a one-process run)."""
     bf16_last = int(getattr(recipe.opts, "bf16_last_blocks", 0))
     counter = iter(range(1 << 30))
 
@@ -30,7 +31,7 @@ def gemm_factory(
         m = _BLOCK.match(name + ".")
         if recipe.is_reference or (m and int(m.group(1)) >= n_blocks - bf16_last):
             return F.linear
-        return QuantizedGemm(recipe, name, telemetry, seed=seed * 1_000_003 + index)
+        return QuantizedGemm(recipe, name, telemetry, seed=seed * 1_000_003 + index + (rank << 40))
 
     return make
 

@@ -39,10 +39,25 @@ class _Delayed:
 
     def update(self, amax: float) -> None:
         # a Python float: the history stays on the CPU whatever device amax came from
+        amax = _reduced_over_ranks(amax)
         if math.isfinite(amax) and amax > 0:
             self.history[self.step % len(self.history)] = amax
             self.step += 1
             self.scale = float(self.fmax / self.history.max() / 2.0**self.margin)
+
+
+def _reduced_over_ranks(amax: float) -> float:
+    """In a data-parallel run (a gang), the max of this amax over the ranks, as
+    TransformerEngine's `DelayedScaling(reduce_amax=True)` reduces it over its FP8 group:
+    every rank then records the same history and uses the same scale. A non-finite amax
+    on any rank is non-finite on all, so none of them records it."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return amax
+    t = torch.tensor([amax if math.isfinite(amax) else math.inf], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
 
 
 class QuantizedGemm:

@@ -12,29 +12,41 @@ from typing import Any
 import torch
 
 from trainers.precision.layers import load_numeric_states, numeric_states
+from trainers.tinylm.distributed import DataParallel
 
 FILENAME = "checkpoint.pt"
 # One line per start of the run ("start tokens=N"): how a run shows it resumed.
 STARTS = "starts.log"
 
 
-def save(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_rng: Any, loop: dict) -> None:
+def save(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_rng: Any, loop: dict,
+         dp: DataParallel | None = None) -> None:
+    """In a data-parallel run every rank calls it (the numeric states are gathered) and
+    rank 0 writes: the replicas agree on the rest."""
+    numerics = numeric_states(model)
+    by_rank = dp.gather(numerics) if dp is not None and dp.active else None
+    if dp is not None and dp.rank != 0:
+        return
     state = {
         "model": model.state_dict(),
         "opt": opt.state_dict(),
         "data_rng": data_rng.bit_generator.state,
         "torch_rng": torch.get_rng_state(),
-        "numerics": numeric_states(model),
+        "numerics": numerics,
         "loop": dict(loop),
     }
+    if by_rank is not None:
+        state["numerics_by_rank"] = by_rank
     tmp = folder / f"{FILENAME}.tmp"
     torch.save(state, tmp)
     # A job killed mid-save leaves the previous checkpoint whole.
     os.replace(tmp, folder / FILENAME)
 
 
-def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_rng: Any) -> dict | None:
-    """Load the run's checkpoint if it has one; returns the loop state, or None."""
+def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_rng: Any,
+            rank: int = 0) -> dict | None:
+    """Load the run's checkpoint if it has one; returns the loop state, or None. Each rank
+    of a data-parallel run takes its own numeric state."""
     path = folder / FILENAME
     if not path.exists():
         return None
@@ -42,7 +54,10 @@ def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, da
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     data_rng.bit_generator.state = state["data_rng"]
-    load_numeric_states(model, state["numerics"])
+    by_rank = state.get("numerics_by_rank")
+    if by_rank is not None and len(by_rank) <= rank:
+        raise RuntimeError(f"{path} holds {len(by_rank)} ranks' numerics, not rank {rank}'s: the run's world size changed")
+    load_numeric_states(model, by_rank[rank] if by_rank is not None else state["numerics"])
     torch.set_rng_state(state["torch_rng"])
     return state["loop"]
 

@@ -78,6 +78,16 @@ class TinyLMSettings(BaseModel):
         data = (settings.get("data") or {}).get("source", "markov")
         return ["eval_excess_loss", "eval_loss"] if data == "markov" else ["eval_loss"]
 
+    @classmethod
+    def check_world_size(cls, batch_sizes: list[int], world_size: int) -> None:
+        """Each rank of a data-parallel run trains on batch_size / world_size rows."""
+        bad = [b for b in batch_sizes if b % world_size]
+        if bad:
+            raise ValueError(
+                f"batch_sizes: {', '.join(map(str, bad))} cannot be split over the run's {world_size} ranks "
+                f"(launch: nodes x processes_per_node); use batch sizes that are multiples of {world_size}"
+            )
+
     @model_serializer(mode="wrap")
     def _drop_defaults_added_later(self, handler):
         # Settings added after the first campaigns are left out of the dump while they

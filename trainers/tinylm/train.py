@@ -17,6 +17,7 @@ from trainers.precision.telemetry import Telemetry
 from trainers.recipes import resolve_recipe
 from trainers.tinylm import checkpoint
 from trainers.tinylm.data import Batches, EvalSet
+from trainers.tinylm.distributed import DataParallel
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
@@ -40,6 +41,9 @@ def _device(cfg: TinyLMSettings) -> torch.device:
 
 @torch.no_grad()
 def evaluate(model: TinyLM, eval_set: EvalSet) -> dict[str, float]:
+    # In a data-parallel run every rank evaluates the whole set: the quantized GEMMs of
+    # the forward pass take part in collectives (delayed scaling's amax reduction), so
+    # every rank must run the same ones; the replicas agree, so the metrics do too.
     model.eval()
     device = next(model.parameters()).device
     seqs = torch.from_numpy(eval_set.tokens).to(device)
@@ -67,10 +71,18 @@ class TinyLMTrainer:
     writes_mllog = False  # the executor writes result.txt from the eval points
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
-        start = time.monotonic()
         cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
-        hp = TinyLMHParams.model_validate(spec.hparams)
         device = _device(cfg)
+        dp = DataParallel(spec.world_size, device)
+        try:
+            return self._train(spec, reporter, cfg, device, dp)
+        finally:
+            dp.close()
+
+    def _train(self, spec: RunSpec, reporter: Reporter, cfg: TinyLMSettings, device: torch.device,
+               dp: DataParallel) -> RunResult:
+        start = time.monotonic()
+        hp = TinyLMHParams.model_validate(spec.hparams)
         torch.set_num_threads(cfg.threads)
         keep_freed_memory()  # the same temporaries every step: keep their pages
         torch.manual_seed(spec.seed)
@@ -78,7 +90,7 @@ class TinyLMTrainer:
         recipe = resolve_recipe(spec.recipe, spec.recipe_options)
         telemetry = Telemetry()
         model = TinyLM(
-            cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed),
+            cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed, dp.rank),
             residual=residual_quantizer(recipe), per_layer=True,
         ).to(device)
         decay, no_decay = [], []
@@ -99,7 +111,7 @@ class TinyLMTrainer:
         tokens, next_eval = 0, spec.budget.eval_every_tokens
 
         def result(status: RunStatus, metric: float | None, error: str | None = None) -> RunResult:
-            if folder is not None:
+            if folder is not None and dp.rank == 0:
                 checkpoint.discard(folder)
             converged = status is RunStatus.converged
             return RunResult(
@@ -114,24 +126,33 @@ class TinyLMTrainer:
 
         metric: float | None = None
         evals = 0
-        folder = Path(reporter.output_dir) if cfg.checkpoint_every_evals else None
+        # A gang's ranks share the run's folder for checkpoints (each keeps its own
+        # output_dir for anything else).
+        run_dir = Path(getattr(reporter, "run_dir", None) or reporter.output_dir)
+        folder = run_dir if cfg.checkpoint_every_evals else None
         if folder is not None:  # a requeued job continues where its checkpoint left off
-            loop = checkpoint.restore(folder, model, opt, data._rng)
+            loop = checkpoint.restore(folder, model, opt, data._rng, dp.rank)
             if loop is not None:
                 tokens, next_eval, metric, evals = loop["tokens"], loop["next_eval"], loop["metric"], loop["evals"]
-            checkpoint.note_start(folder, tokens)
+            if dp.rank == 0:
+                checkpoint.note_start(folder, tokens)
+        params = list(model.parameters())
         while tokens < spec.budget.max_tokens:
-            batch = torch.from_numpy(data.next(spec.batch_size)).to(device)
+            # Every rank draws the same global batch and trains on its slice of it.
+            batch = torch.from_numpy(dp.shard(data.next(spec.batch_size))).to(device)
             for group in opt.param_groups:
                 group["lr"] = lr_at(tokens, hp)
             # count numeric telemetry only on the last steps before an eval
             telemetry.active = next_eval - tokens <= cfg.telemetry_steps * tokens_per_step
             with _autocast(device):
                 loss = model(batch[:, :-1], batch[:, 1:])
-            if not math.isfinite(loss.item()):
+            if not dp.active and not math.isfinite(loss.item()):
                 return result(RunStatus.diverged, metric, f"non-finite training loss at {tokens} tokens")
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if dp.active:  # the loss rides with the gradients: every rank decides alike
+                if not math.isfinite(dp.average_gradients(params, loss)):
+                    return result(RunStatus.diverged, metric, f"non-finite training loss at {tokens} tokens")
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             tokens += tokens_per_step
@@ -150,5 +171,5 @@ class TinyLMTrainer:
             evals += 1
             if folder is not None and evals % cfg.checkpoint_every_evals == 0:
                 loop = {"tokens": tokens, "next_eval": next_eval, "metric": metric, "evals": evals}
-                checkpoint.save(folder, model, opt, data._rng, loop)
+                checkpoint.save(folder, model, opt, data._rng, loop, dp)
         return result(RunStatus.not_converged, metric)
