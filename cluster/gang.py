@@ -31,6 +31,13 @@ def describe_task(gang: Gang, task: int) -> str:
     return f"rank {task} of {gang.world_size}"
 
 
+def gang_error(gang: Gang, task: int, error: str) -> str:
+    """The job's error when one of its gang's tasks failed: that task's error, then one
+    line naming the task and its last line (the line a progress display shows)."""
+    lines = error.strip().splitlines() or ["no error text"]
+    return "\n".join([*lines[:-1], f"{describe_task(gang, task)} failed: {lines[-1]}"])
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on now, for a run's MASTER_PORT."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
 from cluster.backend import BackendError, Done, Job
-from cluster.gang import GANG_GRACE_S, describe_task, free_port, kill_tree, run_task
+from cluster.gang import GANG_GRACE_S, free_port, gang_error, kill_tree, run_task
 from trainers.command.process import describe_exit
 from trainers.contract.gang import Gang
 
@@ -190,7 +190,7 @@ class LocalBackend:
             run.result = done
             run.grace_until = time.monotonic() + GANG_GRACE_S
         elif done.error is not None:
-            run.result = Done(done.task_id, error=f"{describe_task(run.job.gang, task)} failed: {done.error}")
+            run.result = Done(done.task_id, error=gang_error(run.job.gang, task, done.error))
             self._stop(run)
 
     def _settle(self) -> list[Done]:

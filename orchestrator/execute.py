@@ -169,7 +169,10 @@ def _train_unreported(job: RunAssignment, task: int) -> dict:
     reporter = _Unreported(folder, Path(job.output_dir), job.benchmark or spec.campaign,
                            Path(job.campaign_dir or Path.cwd()))
     # No stall guard here: this task reports no progress; task 0's guard covers the run.
-    return get_trainer(spec.trainer_kind).train(spec, reporter).model_dump(mode="json")
+    result = get_trainer(spec.trainer_kind).train(spec, reporter)
+    if result.status is RunStatus.failed:  # a rank's program crashed: the gang must stop
+        raise RuntimeError(result.error or "the trainer failed without saying why")
+    return result.model_dump(mode="json")
 
 
 def note_requeue(job: RunAssignment) -> None:

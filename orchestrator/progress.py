@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -24,11 +25,13 @@ Cell = tuple[str, int]
 
 
 def describe(result: RunResult) -> str:
+    """The result in words, as rich markup: the error is escaped (a library's message may
+    hold [brackets], gloo's a source path)."""
     if result.status is RunStatus.converged:
         return f"converged at {result.tokens_to_target:,} tokens ({result.wall_s:.1f}s)"
     if result.status is RunStatus.failed:
         last = (result.error or "").strip().splitlines()[-1:] or ["unknown error"]
-        return f"failed: {last[0]}"
+        return f"failed: {escape(last[0])}"
     return f"{result.status.value} after {result.tokens_trained:,} tokens ({result.wall_s:.1f}s)"
 
 

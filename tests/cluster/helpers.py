@@ -147,3 +147,19 @@ def starts(campaign, run) -> list[int]:
     """Token counts at which the run's trainer started (more than one: it resumed)."""
     text = (run_folder(campaign, run) / "starts.log").read_text()
     return [int(word.split("=")[1]) for word in text.split() if word.startswith("tokens=")]
+
+
+DDP_PROGRAM = Path(__file__).resolve().parents[1] / "helpers" / "ddp_program.py"
+
+
+def ddp_command_campaign(backend: dict, launch: dict, *, per_node: bool = False, evals: int = 3,
+                         die_once: Path | None = None) -> dict:
+    """A campaign of 2-rank command runs (tests/helpers/ddp_program.py): each converges
+    only if every rank joined the process group from the rendezvous variables."""
+    data = paced_campaign(backend, evals=evals)
+    argv = ["{python}", str(DDP_PROGRAM), str(evals), "{batch_size}"] + (["--spawn"] if per_node else [])
+    argv += ["--die-once", str(die_once)] if die_once else []
+    data["trainer"] = {"kind": "command", "metric_key": "eval_accuracy", "unit": "samples", "argv": argv,
+                       "max_wall_s": 120, **({"start": "per_node"} if per_node else {})}
+    data["launch"] = launch
+    return data

@@ -93,6 +93,24 @@ def run_and_follow(
 _WALL = "wall"
 
 
+def _parent_death_signal():
+    """A function for the child between fork and exec that asks Linux to SIGKILL it when
+    the process that started it dies: a worker killed outright (a gang torn down, an
+    orchestrator SIGKILLed, a Ray actor killed) then takes its program with it instead of
+    leaving it holding a GPU or a rendezvous port. Resolved here, in the parent: the
+    child only makes one system call (no imports, no locks after fork). None off Linux."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+_DIE_WITH_PARENT = _parent_death_signal()
+
+
 class _Followed:
     """A started program, its output queue (filled by a reader thread) and its tail."""
 
@@ -101,7 +119,7 @@ class _Followed:
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_DIE_WITH_PARENT,
         )
         self.lines: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=_reader, args=(self.proc.stdout, self.lines), daemon=True)

@@ -8,6 +8,7 @@
       metric_key: eval_accuracy # the MLLOG key whose values are the eval curve
       unit: samples             # what the checker's value to converge counts
       max_wall_s: 3600          # wall-clock budget of one attempt
+      start: per_rank           # or per_node: once per node, for a program run by torchrun
 
 Placeholders `{name}` in argv, env values and workdir are replaced per run; `{{` and `}}`
 are literal braces. A placeholder that names no field fails when the campaign is loaded.
@@ -19,12 +20,14 @@ import re
 import string
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 # Placeholders every run has, besides its hyperparameters (see `run_values`).
 FIXED_FIELDS = (
     "python", "recipe", "batch_size", "seed", "output_dir", "campaign_dir", "benchmark",
     "max_tokens", "eval_every_tokens", "target_metric", "target_mode", "target_value",
+    # the run's gang (launch:) and its rendezvous, as the backend set them for this task
+    "world_size", "nodes", "processes_per_node", "master_addr", "master_port", "node_rank",
 )
 
 
@@ -69,6 +72,26 @@ class CommandSettings(BaseModel):
     max_wall_s: float = Field(3600.0, gt=0)
     # After run_stop, or when stopping it: how long the process has to exit before SIGKILL.
     stop_grace_s: float = Field(10.0, gt=0)
+    # per_rank: the program runs once per rank of the run's gang, with RANK, WORLD_SIZE,
+    # MASTER_ADDR... set (`init_process_group(init_method="env://")` just works);
+    # per_node: once per node, for a program that starts the node's ranks itself
+    # (`torchrun --nnodes {nodes} --nproc-per-node {processes_per_node} --node-rank
+    # {node_rank} --master-addr {master_addr} --master-port {master_port} ...`).
+    # Either way the MLLOG stream followed is the reporter's (rank 0's, or node 0's).
+    start: Literal["per_rank", "per_node"] = "per_rank"
+
+    @classmethod
+    def launches_per_node(cls, settings: dict[str, Any]) -> bool:
+        return settings.get("start") == "per_node"
+
+    @model_serializer(mode="wrap")
+    def _drop_defaults_added_later(self, handler):
+        # Left out of the dump while it holds its default: the run keys of campaigns
+        # written before it existed stay what they were.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("start") == "per_rank":
+            data.pop("start", None)
+        return data
 
     @field_validator("argv", "env", "workdir")
     @classmethod

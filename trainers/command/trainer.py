@@ -28,6 +28,7 @@ from typing import Any
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
 from trainers.command.settings import CommandSettings, env_name, substitute
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import TOKEN, MllogReader
 from trainers.contract.mllog.write import RESULT_FILE
 
@@ -35,8 +36,17 @@ OUTPUT_LOG = "output.log"
 
 
 def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: str) -> dict[str, str]:
-    """What the placeholders stand for in one run (and the RCPFORGE_* variables)."""
+    """What the placeholders stand for in one run (and the RCPFORGE_* variables); the
+    gang's come from the rendezvous variables the backend set on this task."""
     values: dict[str, Any] = {name: value for name, value in spec.hparams.items()}
+    env = os.environ
+    world = int(env.get("WORLD_SIZE", spec.world_size) or 1)
+    per_node = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
+    values.update(
+        world_size=world, processes_per_node=per_node, nodes=max(1, world // per_node),
+        master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=env.get("MASTER_PORT", "29500"),
+        node_rank=env.get("NODE_RANK", "0"),
+    )
     values.update(
         python=sys.executable, recipe=spec.recipe, batch_size=spec.batch_size, seed=spec.seed,
         output_dir=output_dir, campaign_dir=campaign_dir, benchmark=benchmark,
@@ -138,6 +148,10 @@ def _finite(value: Any) -> bool:
 
 def _result(follower: _Follower, end: ProcessEnd, cfg: CommandSettings, wall_s: float, output_dir: Path) -> RunResult:
     reading, last = follower.reading, follower.last
+    if gang_task() != 0 and reading.stop_status is None and end.exit_code == 0:
+        # A rank that is not the reporter need not log MLLOG: its clean exit is its end
+        # (the run's outcome is the reporter's); a crash still fails the gang.
+        return RunResult(status=RunStatus.not_converged, wall_s=wall_s)
     notes = []
     if reading.unreadable:
         notes.append(f"{reading.unreadable} unreadable MLLOG lines skipped")
