@@ -328,9 +328,9 @@ class RayBackend:
         cpus, gpus = self._per_task(gang)
         each = f"{cpus:g} CPUs" + (f" + {gpus:g} GPUs" if gpus else "") + (
             f" on {self._gpu_type}" if self._gpu_type else "")
-        has = ", ".join(
-            f"{total.get(name, 0.0):g} {name}s ({free.get(name, 0.0):g} free, at most "
-            f"{max((n.get(name, 0.0) for n in nodes), default=0.0):g} on a node)"
+        has = "; ".join(
+            f"{total.get(name, 0.0):g} {name}s over {len(nodes)} nodes, at most "
+            f"{max((n.get(name, 0.0) for n in nodes), default=0.0):g} on one, {free.get(name, 0.0):g} free now"
             for name in ("CPU", "GPU") if name == "CPU" or gpus or total.get(name))
         what = "node programs" if gang.per_node else "ranks"
         return (
