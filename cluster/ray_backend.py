@@ -166,6 +166,9 @@ class RayBackend:
                 f"launch.gpu_type: no node of the Ray cluster has accelerator type {self._gpu_type!r} (it has "
                 f"{', '.join(types) or 'none'}); write the type as Ray names it, or remove gpu_type"
             )
+        self._check_bundle(gang)
+
+    def _check_bundle(self, gang: Gang) -> None:
         if gang.tasks > 1 and not self._bundle(gang):
             raise BackendError(
                 "backend.num_cpus: the processes of a gang are placed by the CPUs or GPUs they hold, and these hold "
@@ -181,7 +184,7 @@ class RayBackend:
 
     def submit(self, job: Job) -> None:
         if job.gang.tasks > 1:
-            self._check_resources(job.gang)
+            self._check_bundle(job.gang)
             self._place(job)
             return
         cpus, gpus = self._per_task(job.gang)
@@ -257,7 +260,9 @@ class RayBackend:
             run.tasks = {actor.run.remote(job.fn, job.args, gang.task_env(task, host, port, None)): task
                          for task, actor in enumerate(run.actors)}
         else:
-            task = run.tasks.pop(ref)
+            task = run.tasks.pop(ref, None)
+            if task is None:
+                return  # ended as the gang was stopped: the gang's error is already set
             outcome = self._outcome(job.task_id, ref, "ray actor failed")
             if run.result is not None:
                 return  # task 0 has returned: the others only had to end
