@@ -145,6 +145,9 @@ class RayBackend:
         return self._settings.num_cpus, float(gang.gpus_per_task or self._settings.num_gpus)
 
     def _check_resources(self, gang: Gang) -> None:
+        """A run that the whole cluster could not hold even empty is refused now. Whether
+        its ranks fit the nodes by the placement strategy only Ray can tell, by placing
+        it: that is the placement timeout's case."""
         cpus, gpus = self._per_task(gang)
         total = self._ray.cluster_resources()
         for name, each in (("CPU", cpus), ("GPU", gpus)):
