@@ -35,7 +35,7 @@ def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
     if spec.kind == "ray":
         from cluster.ray_backend import RayBackend
 
-        return RayBackend(spec)
+        return RayBackend(spec, gang=campaign.gang, gpu_type=campaign.launch.gpu_type)
     if spec.kind == "slurm":
         from cluster.slurm_backend import SlurmBackend
 

@@ -1,7 +1,8 @@
 """The `backend:` section of a campaign: where runs execute, one model per kind.
 
     backend: {kind: local, workers: 2}
-    backend: {kind: ray, address: auto, num_cpus: 1, num_gpus: 0, max_retries: 3}
+    backend: {kind: ray, address: auto, num_cpus: 1, num_gpus: 0, max_retries: 3,
+              placement_strategy: SPREAD, placement_timeout_s: 300}
     backend: {kind: slurm, partition: gpu, time_min: 120, gpus_per_node: 1, ...}
 
 These are checked when the file is read (types, ranges); what only the cluster can say
@@ -49,6 +50,13 @@ class RayBackendSpec(_Common):
     max_retries: int = Field(3, ge=0, le=100)
     # CPUs of the instance that `address: local` starts (default: all of this machine).
     local_num_cpus: int | None = Field(None, ge=1)
+    # A run of several processes (launch:) is a Ray placement group, one bundle per
+    # process, placed all at once by this Ray strategy: PACK (as few nodes as possible),
+    # SPREAD (as many as possible), STRICT_PACK (one node), STRICT_SPREAD (one per node).
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    # Seconds such a run may wait to be placed, counted while none of the campaign's own
+    # runs holds resources, before it is recorded failed as too big for the cluster.
+    placement_timeout_s: float = Field(300.0, gt=0)
 
     @field_validator("address")
     @classmethod

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.helpers.ray_cluster import two_node_ray  # noqa: F401 - the two-node Ray of tests/cluster/test_ray_gangs.py
+
 # CI runs every property test on a fixed sequence of examples: a fuzz target either
 # passes there every time or fails every time, never by the luck of a draw.
 settings.register_profile("ci", derandomize=True, database=None)

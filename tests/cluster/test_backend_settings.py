@@ -39,6 +39,8 @@ def _one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
         ({"kind": "slurm", "gpus_per_node": -1}, ("backend.slurm.gpus_per_node", "greater than or equal to 0")),
         ({"kind": "ray", "num_gpus": -0.5}, ("backend.ray.num_gpus", "greater than or equal to 0")),
         ({"kind": "ray", "address": "http:/x"}, ("backend.ray.address", "not a Ray address")),
+        ({"kind": "ray", "placement_strategy": "TIGHT"}, ("backend.ray.placement_strategy", "'STRICT_SPREAD'")),
+        ({"kind": "ray", "placement_timeout_s": 0}, ("backend.ray.placement_timeout_s", "greater than 0")),
         ({"kind": "kubernetes"}, ("backend", "'local', 'ray', 'slurm'")),
         ({"kind": "slurm", "partition": "a b"}, ("backend.slurm.partition", "not a Slurm name")),
         ({"kind": "slurm", "time_limit": 5}, ("backend.slurm.time_limit", "not a known field")),

@@ -67,3 +67,14 @@ def gang_with_a_dying_rank(folder: str, victim: int, seconds: float) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(seconds)
     return None
+
+
+def gang_node(folder: str) -> dict:
+    """Each task leaves the Ray node it runs on and its rendezvous variables in `folder`."""
+    import json
+
+    import ray
+
+    seen = {k: os.environ.get(k) for k in GANG_VARS} | {"node": ray.get_runtime_context().get_node_id()}
+    Path(folder, f"task{_task()}.json").write_text(json.dumps(seen))
+    return seen
