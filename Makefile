@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo lint test clean slurm-up slurm-up-accounting slurm-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead bench-ingest
+.PHONY: install demo lint test clean slurm-up slurm-up-accounting slurm-down slurm-two-node-up slurm-two-node-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead bench-ingest
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,14 @@ slurm-up-accounting:
 
 slurm-down:
 	cluster/dev/slurm.sh stop
+
+# A second Slurm beside it, nodes n1 and n2 on this machine, for the multi-node gang tests;
+# its clients find it with SLURM_CONF=/etc/slurm-two-node/slurm.conf.
+slurm-two-node-up:
+	cluster/dev/slurm.sh start-two-node
+
+slurm-two-node-down:
+	cluster/dev/slurm.sh stop-two-node
 
 # Benchmarks print their figures beside a baseline measured in the same run.
 bench-recipes: $(STAMP)

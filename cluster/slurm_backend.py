@@ -1,9 +1,18 @@
 """The Slurm backend, through submitit: one job-array task per run.
 
+A run is a gang (`Job.gang`): its job asks for `gang.nodes` nodes and
+`gang.tasks_per_node` tasks on each, and srun starts them all at once. Each task finds
+its rendezvous environment (`cluster/slurm_gang.py`) and calls the job's function; task
+0's return is the job's value. srun runs with `--kill-on-bad-exit`: a task that dies or
+raises ends the whole step, and the job's error names the task from srun's line in the
+log. Jobs of one gang shape go out as one job array (an array's jobs share one shape).
+
 Every job is a submitit `Checkpointable`: on preemption (`scancel --signal=USR2`) or
 shortly before its time limit the job is requeued, up to `max_requeues` times, and runs
 the same call again; the trainer resumes from the checkpoint in the run's folder and the
-run's log skips the eval points already written, so MLflow gets each point once.
+run's log skips the eval points already written, so MLflow gets each point once. Only
+task 0 checkpoints (submitit leaves the signal to the other ranks unanswered), and the
+requeue restarts the whole gang.
 
 Job states come from `squeue -t all` (finished jobs stay listed for Slurm's MinJobAge),
 so they are known without an accounting database; a job that left the queue without a
@@ -16,13 +25,18 @@ import os
 import shlex
 import subprocess
 import time
+from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
 import submitit
 
 from cluster.backend import BackendError, Done, Job
+from cluster.gang import GANG_GRACE_S, describe_task, run_task
+from cluster.slurm_gang import START_MARK, failed_task, rendezvous_env
 from cluster.slurm_states import ENDED, job_states, preflight
+from trainers.contract.gang import Gang
 
 _ROOT = Path(__file__).resolve().parents[1]
 # How many polls a job may be ended (or unlisted) with no result file before it counts
@@ -35,27 +49,41 @@ class _Resumable(submitit.helpers.Checkpointable):
     The job's `on_requeue(*args)` says what a requeue means to it (e.g. the run's ledger
     entry reads `preempted` until the job runs again)."""
 
-    def __call__(self, fn, on_requeue, *args):
-        return fn(*args)
+    def __call__(self, gang, fn, on_requeue, *args):
+        return run_task(fn, args, rendezvous_env(gang))
 
-    def checkpoint(self, fn, on_requeue, *args):
+    def checkpoint(self, gang, fn, on_requeue, *args):
+        # submitit calls this in task 0 only: the note is written once per requeue.
         if on_requeue is not None:
             try:
                 on_requeue(*args)
             except Exception:  # noqa: BLE001 - the requeue matters more than the note
                 pass
-        return super().checkpoint(fn, on_requeue, *args)
+        return super().checkpoint(gang, fn, on_requeue, *args)
 
 
-def submitit_parameters(settings: Any, job_name: str) -> dict[str, Any]:
-    """The campaign's Slurm settings under submitit's parameter names."""
+def submitit_parameters(settings: Any, job_name: str, gang: Gang, gpu_type: str | None = None) -> dict[str, Any]:
+    """The campaign's Slurm settings and the run's gang (`launch:`) under submitit's
+    parameter names."""
+    extra = dict(settings.additional_parameters)
+    if gpu_type is not None:
+        if "constraint" in extra:
+            raise BackendError(
+                f"backend.additional_parameters.constraint: launch.gpu_type ({gpu_type}) is the job's constraint "
+                "already; remove one of them"
+            )
+        extra["constraint"] = gpu_type
     params: dict[str, Any] = dict(
-        timeout_min=settings.time_min, nodes=settings.nodes, tasks_per_node=1, cpus_per_task=settings.cpus_per_task,
-        slurm_job_name=job_name, slurm_array_parallelism=settings.array_parallelism,
-        slurm_signal_delay_s=settings.signal_delay_s, slurm_setup=[*_environment(), *settings.setup],
-        slurm_additional_parameters=dict(settings.additional_parameters), stderr_to_stdout=True,
+        timeout_min=settings.time_min, nodes=gang.nodes, tasks_per_node=gang.tasks_per_node,
+        cpus_per_task=settings.cpus_per_task, slurm_job_name=job_name,
+        slurm_array_parallelism=settings.array_parallelism, slurm_signal_delay_s=settings.signal_delay_s,
+        slurm_setup=[*_environment(), *settings.setup], slurm_additional_parameters=extra,
+        # A task that dies or raises ends the step: no rank waits forever for a lost peer.
+        slurm_srun_args=["--kill-on-bad-exit=1"], stderr_to_stdout=True,
     )
-    if settings.gpus_per_node:
+    if gang.gpus_per_process:
+        params["slurm_gpus_per_task"] = gang.gpus_per_task
+    elif settings.gpus_per_node:
         params["gpus_per_node"] = settings.gpus_per_node
     if settings.mem_gb is not None:
         params["mem_gb"] = settings.mem_gb
@@ -71,51 +99,85 @@ def _environment() -> list[str]:
     import path, whatever the job's login environment says."""
     paths = [str(_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-    return [f"export PYTHONPATH={shlex.quote(pythonpath)}"]
+    # The mark opens each start's lines in the log (see `failed_task`).
+    return [f"export PYTHONPATH={shlex.quote(pythonpath)}", f'echo "{START_MARK} ${{SLURM_RESTART_COUNT:-0}}"']
+
+
+@dataclass
+class _Out:
+    """A job Slurm has: its submitit handle (of every task: `handle.task(n)` is task
+    n's result and log), its gang, and how many polls in a row it was seen ended (or
+    unlisted) with no result file."""
+
+    handle: submitit.Job
+    gang: Gang
+    lost_polls: int = 0
+
+    @property
+    def reporter(self) -> submitit.Job:
+        """Task 0's handle: its result is the job's."""
+        return self.handle.task(0)
 
 
 class SlurmBackend:
     """`settings` is the campaign's `backend:` section of kind slurm (every parameter and
     its default is defined once, in `sweeps/backends.py`'s `SlurmBackendSpec`); this
-    class only maps it onto submitit's names."""
+    class only maps it onto submitit's names. `gang` and `gpu_type` are the campaign's
+    `launch:`; a job of another gang gets its own parameters (`Job.gang`)."""
 
-    def __init__(self, settings: Any, folder: Path, job_name: str = "rcpforge", poll_s: float = 1.0):
+    def __init__(self, settings: Any, folder: Path, job_name: str = "rcpforge", poll_s: float = 1.0,
+                 gang: Gang | None = None, gpu_type: str | None = None):
         preflight(settings.partition)
         self.folder = Path(folder)
         self.poll_s = poll_s
-        self._executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm",
-                                               slurm_max_num_timeout=settings.max_requeues)
-        try:
-            self._executor.update_parameters(**submitit_parameters(settings, job_name))
-        except ValueError as err:
-            raise BackendError(f"backend.additional_parameters: {str(err).splitlines()[0]}") from None
+        self._settings, self._job_name, self._gpu_type = settings, job_name, gpu_type
+        self._executors: dict[Gang, submitit.AutoExecutor] = {}
+        self._executor_for(gang or Gang())  # a bad setting fails here, before anything is submitted
         self._queued: list[Job] = []
-        self._jobs: dict[str, tuple[submitit.Job, int]] = {}  # task id -> (job, polls seen lost)
-        self._last_poll = 0.0
+        self._jobs: dict[str, _Out] = {}  # task id -> its job
+        # Slurm job id -> when its gang's other tasks must have ended, once task 0 returned.
+        self._finishing: dict[str, float] = {}
+
+    def _executor_for(self, gang: Gang) -> submitit.AutoExecutor:
+        if gang not in self._executors:
+            executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm",
+                                             slurm_max_num_timeout=self._settings.max_requeues)
+            try:
+                executor.update_parameters(**submitit_parameters(self._settings, self._job_name, gang, self._gpu_type))
+            except ValueError as err:
+                raise BackendError(f"backend.additional_parameters: {str(err).splitlines()[0]}") from None
+            self._executors[gang] = executor
+        return self._executors[gang]
 
     def submit(self, job: Job) -> None:
         self._queued.append(job)
 
     def _flush(self) -> None:
-        """Everything submitted since the last wait goes out as one job array."""
+        """Everything submitted since the last wait goes out as one job array per gang
+        shape."""
         if not self._queued:
             return
         queued, self._queued = self._queued, []
-        with self._executor.batch():
-            handles = [self._executor.submit(_Resumable(), job.fn, job.on_requeue, *job.args) for job in queued]
-        for job, handle in zip(queued, handles):
-            self._jobs[job.task_id] = (handle, 0)
+        by_gang = sorted(queued, key=lambda job: repr(job.gang))
+        for gang, group in groupby(by_gang, key=lambda job: job.gang):
+            jobs = list(group)
+            executor = self._executor_for(gang)
+            with executor.batch():
+                handles = [executor.submit(_Resumable(), gang, job.fn, job.on_requeue, *job.args) for job in jobs]
+            for job, handle in zip(jobs, handles):
+                self._jobs[job.task_id] = _Out(handle, gang)
 
     def job_ids(self) -> dict[str, str]:
         """Task id -> Slurm job id of every job out, for the ledger."""
         self._flush()
-        return {task_id: handle.job_id for task_id, (handle, _) in self._jobs.items()}
+        return {task_id: out.handle.job_id for task_id, out in self._jobs.items()}
 
     def in_flight(self) -> int:
         return len(self._queued) + len(self._jobs)
 
     def wait(self, timeout: float) -> list[Done]:
         self._flush()
+        self._stop_stragglers()
         deadline = time.monotonic() + timeout
         while self._jobs:
             done = self._poll()
@@ -127,25 +189,28 @@ class SlurmBackend:
     def _poll(self) -> list[Done]:
         done: list[Done] = []
         states: dict[str, str] | None = None
-        for task_id, (handle, lost) in list(self._jobs.items()):
-            if handle.paths.result_pickle.exists():
-                done.append(self._collect(task_id, handle))
+        for task_id, out in list(self._jobs.items()):
+            if out.reporter.paths.result_pickle.exists():
+                done.append(self._collect(task_id, out))
                 continue
             if states is None:
-                states = job_states([h.job_id for h, _ in self._jobs.values()])
-            state = states.get(handle.job_id, "UNLISTED").split()[0]
-            if state in ENDED or state == "UNLISTED":
-                lost += 1
-                if lost >= _GRACE_POLLS:
-                    del self._jobs[task_id]
-                    done.append(Done(task_id, error=f"slurm job {handle.job_id} ended {state} without a result; "
-                                                    f"log: {handle.paths.stdout}"))
-                    continue
-            self._jobs[task_id] = (handle, lost if state in ENDED or state == "UNLISTED" else 0)
+                states = job_states([o.handle.job_id for o in self._jobs.values()])
+            state = states.get(out.handle.job_id, "UNLISTED").split()[0]
+            if state not in ENDED and state != "UNLISTED":
+                out.lost_polls = 0
+                continue
+            out.lost_polls += 1
+            if out.lost_polls >= _GRACE_POLLS:
+                del self._jobs[task_id]
+                done.append(Done(task_id, error=_lost_error(out, state)))
+        self._stop_stragglers()
         return done
 
-    def _collect(self, task_id: str, handle: submitit.Job) -> Done:
+    def _collect(self, task_id: str, out: _Out) -> Done:
         del self._jobs[task_id]
+        handle = out.reporter
+        if out.gang.tasks > 1:
+            self._finishing[handle.job_id] = time.monotonic() + GANG_GRACE_S
         try:
             outcome, value = handle._get_outcome_and_result()  # noqa: SLF001 - no sacct needed
         except Exception as err:  # noqa: BLE001 - unreadable result: this job's error
@@ -154,19 +219,56 @@ class SlurmBackend:
             return Done(task_id, value=value)
         return Done(task_id, error=f"slurm job {handle.job_id} raised:\n{value}")
 
+    def _stop_stragglers(self, now: bool = False) -> None:
+        """Gangs whose task 0 has returned: once their grace is over (`now`: at once),
+        the tasks still running are cancelled with their job."""
+        due = [job_id for job_id, until in self._finishing.items() if now or time.monotonic() >= until]
+        if not due:
+            return
+        for job_id in due:
+            del self._finishing[job_id]
+        states = job_states(due)
+        running = [job_id for job_id in due if states.get(job_id, "UNLISTED").split()[0] not in (*ENDED, "UNLISTED")]
+        if running:
+            subprocess.run(["scancel", *running], capture_output=True, timeout=30)
+
     def cancel(self) -> None:
         self._queued.clear()
-        ids = [handle.job_id for handle, _ in self._jobs.values()]
+        ids = [out.handle.job_id for out in self._jobs.values()] + list(self._finishing)
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
         self._jobs.clear()
+        self._finishing.clear()
 
     def close(self) -> None:
-        """Jobs still out keep running: Slurm owns them (see `rcpforge run --detach`)."""
+        """Jobs still out keep running: Slurm owns them (see `rcpforge run --detach`).
+        A gang already reported has no use for the tasks it has left: they are stopped."""
         self._flush()
+        self._stop_stragglers(now=True)
 
     def __enter__(self) -> SlurmBackend:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _lost_error(out: _Out, state: str) -> str:
+    """The error of a job that ended without task 0's result: the task srun saw fail
+    first, with its traceback where it raised (its own result file), else the log."""
+    handle = out.reporter
+    log = handle.paths.stdout  # where the sbatch script and srun write too
+    failed = failed_task(log)
+    if failed is None:
+        return f"slurm job {handle.job_id} ended {state} without a result; log: {log}"
+    task, how = failed
+    detail = how
+    result = out.handle.task(task).paths.result_pickle
+    if result.exists():
+        try:
+            outcome, value = submitit.core.utils.pickle_load(result)
+            if outcome == "error":
+                detail = f"{how}\n{value}"
+        except Exception:  # noqa: BLE001 - srun's line still names the task
+            pass
+    return f"slurm job {handle.job_id}: {describe_task(out.gang, task)} failed: {detail}; log: {log}"

@@ -39,7 +39,8 @@ def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
     if spec.kind == "slurm":
         from cluster.slurm_backend import SlurmBackend
 
-        return SlurmBackend(spec, campaign.base_dir / spec.folder, job_name=f"rcpforge-{campaign.name}")
+        return SlurmBackend(spec, campaign.base_dir / spec.folder, job_name=f"rcpforge-{campaign.name}",
+                            gang=campaign.gang, gpu_type=campaign.launch.gpu_type)
     from cluster.local import LocalBackend
 
     return LocalBackend(workers or spec.workers, gang=campaign.gang)

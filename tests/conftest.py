@@ -144,3 +144,7 @@ def ray_address():
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+
+
+# The two-node dev Slurm, for the multi-node gang tests (tests/cluster/test_slurm_gangs.py).
+from tests.helpers.slurm_cluster import two_node_slurm, two_node_slurm_conf  # noqa: E402, F401

@@ -8,19 +8,18 @@ backends, not of training."""
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
 from cluster.backend import Backend, Done, Job
-from trainers.contract.gang import Gang
 from orchestrator.backends import make_backend
 from sweeps.spec import parse_campaign
 from tests.helpers import backend_jobs
 from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import tiny_campaign
+from tests.helpers.processes import alive
+from trainers.contract.gang import Gang
 
 # kind -> the campaign's `backend:` section for this suite. Ray: no task retries, so a
 # killed worker is reported at once (retries are the campaign's business, tested there).
@@ -93,18 +92,9 @@ def test_cancel_stops_a_running_job_and_nothing_is_reported_after(backend, tmp_p
     backend.cancel()
     assert backend.in_flight() == 0 and backend.wait(timeout=0.5) == []
     deadline = time.monotonic() + 60
-    while _alive(pids[0]) and time.monotonic() < deadline:
+    while alive(pids[0]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(pids[0]), "the cancelled job's process is still running"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
-    return state not in ("Z", "X")  # a zombie has ended; its parent reaps it later
+    assert not alive(pids[0]), "the cancelled job's process is still running"
 
 
 def test_job_ids_name_the_jobs_a_cluster_owns_beyond_this_process(backend, request):
@@ -150,9 +140,9 @@ def test_a_rank_killed_mid_run_stops_the_whole_gang_and_frees_its_port(backend, 
     pids = {int(p.stem): p.read_text() for p in tmp_path.glob("*.pid")}
     assert sorted(pids.values()) == ["0", "1"]
     deadline = time.monotonic() + 60
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [pid for pid in pids if _alive(pid)], "a rank of the failed gang is still running"
+    assert not [pid for pid in pids if alive(pid)], "a rank of the failed gang is still running"
     host, port = (tmp_path / "port").read_text().split()
     import socket
 

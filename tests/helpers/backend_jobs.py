@@ -29,11 +29,14 @@ def note_pid_and_sleep(folder: str, seconds: float) -> None:
 
 
 def requeue_note(folder: str, *_args) -> None:
-    Path(folder, "requeued").touch()
+    """A job's `on_requeue`: one line in `folder`/requeued per requeue."""
+    with open(Path(folder, "requeued"), "a") as note:
+        note.write("requeued\n")
 
 
+# SLURMD_NODENAME: the Slurm node a task ran on (unset elsewhere).
 GANG_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-             "RCPFORGE_GANG_TASK", "CUDA_VISIBLE_DEVICES")
+             "RCPFORGE_GANG_TASK", "CUDA_VISIBLE_DEVICES", "SLURMD_NODENAME")
 
 
 def _task() -> str:
@@ -78,3 +81,34 @@ def gang_node(folder: str) -> dict:
     seen = {k: os.environ.get(k) for k in GANG_VARS} | {"node": ray.get_runtime_context().get_node_id()}
     Path(folder, f"task{_task()}.json").write_text(json.dumps(seen))
     return seen
+
+
+def gang_with_a_raising_rank(folder: str, culprit: int, seconds: float) -> None:
+    """Task `culprit` raises; the others leave their pid and wait to be stopped."""
+    Path(folder, f"{os.getpid()}.pid").write_text(_task())
+    if _task() == str(culprit):
+        raise ValueError(f"rank {culprit} broke")
+    time.sleep(seconds)
+
+
+def gang_where_only_task_0_returns(folder: str, seconds: float) -> str:
+    """Every task leaves its pid; task 0 returns once all have, the others linger for
+    `seconds`."""
+    Path(folder, f"{os.getpid()}.pid").write_text(_task())
+    if _task() != "0":
+        time.sleep(seconds)
+    while len(list(Path(folder).glob("*.pid"))) < int(os.environ["RCPFORGE_GANG_TASKS"]):
+        time.sleep(0.05)
+    return f"task {_task()} returned"
+
+
+def count_starts_and_hold_the_first(folder: str, seconds: float) -> dict:
+    """Each task counts its starts in `folder`/starts<task>; the first start sleeps
+    (a job to preempt while it runs), a later one returns its count at once."""
+    starts = Path(folder, f"starts{_task()}")
+    with open(starts, "a") as log:
+        log.write(f"{os.getpid()}\n")
+    count = len(starts.read_text().splitlines())
+    if count == 1:
+        time.sleep(seconds)
+    return {"task": _task(), "start": count}

@@ -12,6 +12,7 @@ from mlperf_logging.rcp_checker import rcp_checker
 
 from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
+from tests.helpers.processes import alive
 from trainers.command.trainer import OUTPUT_LOG, CommandTrainer
 from trainers.contract import Budget, EvalPoint, RunSpec, RunStatus, Target
 from trainers.registry import validate_trainer_settings
@@ -55,15 +56,6 @@ def _run(tmp_path: Path, body: str, *, max_tokens: int = 10**9, hparams=None, **
     )
     reporter = FakeReporter(tmp_path / "run", tmp_path)
     return CommandTrainer().train(spec, reporter), reporter
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting for whoever inherited it to reap it."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def _checker(path: Path):
@@ -154,7 +146,7 @@ def test_a_hang_without_output_is_stopped_at_the_wall_clock_budget(tmp_path):
     assert result.status is RunStatus.not_converged
     assert "wall-clock budget of 1.5 s" in result.error
     for pid in map(int, (rep.output_dir / "pids").read_text().split()):
-        assert not _alive(pid)  # the program and the child it forked are gone
+        assert not alive(pid)  # the program and the child it forked are gone
     checker = _checker(rep.output_dir / "result.txt")
     assert checker[:2] == (1, 1e9)
     assert '"rcpforge_reason": "wall-clock budget' in (rep.output_dir / "result.txt").read_text()

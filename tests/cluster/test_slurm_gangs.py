@@ -1,0 +1,109 @@
+"""Gangs across nodes on the real two-node dev Slurm (`make slurm-two-node-up`; nodes n1
+and n2 on this machine): one rank per node with one rendezvous, a rank killed on one node
+ends the whole gang, and a preempted gang is requeued whole and resumes. Instant job
+functions (`tests/helpers/backend_jobs.py`): these test the backend, not training."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+import cluster.slurm_backend as slurm_backend
+from cluster.backend import Done, Job
+from orchestrator.backends import make_backend
+from sweeps.spec import parse_campaign
+from tests.cluster.helpers import wait_for
+from tests.helpers import backend_jobs
+from tests.helpers.campaigns import tiny_campaign
+from tests.helpers.processes import alive
+from trainers.contract.gang import Gang
+
+ACROSS = Gang(nodes=2, processes_per_node=1)
+
+
+@pytest.fixture
+def backend(two_node_slurm, tmp_path):
+    campaign = parse_campaign(tiny_campaign(backend={"kind": "slurm", "time_min": 5}, launch={"nodes": 2}),
+                              tmp_path)
+    assert campaign.gang == ACROSS
+    made = make_backend(campaign)
+    try:
+        yield made
+    finally:
+        made.cancel()
+        made.close()
+
+
+def _done(backend, limit_s: float = 180) -> Done:
+    done = wait_for(lambda: backend.wait(timeout=1.0), "the job's completion", limit_s=limit_s)
+    assert len(done) == 1
+    return done[0]
+
+
+def test_a_gang_across_two_nodes_runs_one_rank_on_each_with_one_rendezvous(backend, tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    backend.submit(Job("across", backend_jobs.gang_env, (str(folder),), gang=ACROSS))
+    done = _done(backend)
+    assert done.error is None, done.error
+    envs = {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in folder.glob("task*.json")}
+    assert sorted(envs) == [0, 1]
+    assert done.value == envs[0]
+    assert [(envs[t]["SLURMD_NODENAME"], envs[t]["NODE_RANK"], envs[t]["RANK"]) for t in (0, 1)] == [
+        ("n1", "0", "0"), ("n2", "1", "1")]
+    assert all(env["WORLD_SIZE"] == "2" and env["LOCAL_RANK"] == "0" for env in envs.values())
+    # the first node's NodeAddr (its name does not resolve here), and task 0's port for both
+    assert envs[0]["MASTER_ADDR"] == envs[1]["MASTER_ADDR"] == "127.0.0.1"
+    assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+
+
+def test_a_rank_killed_on_one_node_tears_the_gang_down(backend, tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    backend.submit(Job("torn", backend_jobs.gang_with_a_dying_rank, (str(folder), 1, 600.0), gang=ACROSS))
+    done = _done(backend)
+    assert done.value is None and done.error is not None
+    assert "rank 1 of 2 failed" in done.error, done.error
+    pids = {int(p.stem): p.read_text() for p in folder.glob("*.pid")}
+    assert sorted(pids.values()) == ["0", "1"]
+    # srun's --kill-on-bad-exit ended rank 0 on the other node: no task outlives the job
+    wait_for(lambda: not any(alive(pid) for pid in pids), "every task of the gang ended", limit_s=60)
+
+
+def test_a_preempted_gang_is_requeued_whole_and_resumes(backend, tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    backend.submit(Job("preempted", backend_jobs.count_starts_and_hold_the_first, (str(folder), 600.0),
+                       on_requeue=backend_jobs.requeue_note, gang=ACROSS))
+    job_id = backend.job_ids()["preempted"]
+    wait_for(lambda: all((folder / f"starts{task}").exists() for task in (0, 1)), "both ranks started")
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+    done = _done(backend, limit_s=240)
+    assert done.error is None, done.error
+    assert done.value == {"task": "0", "start": 2}  # task 0's second start
+    assert (folder / "requeued").read_text().splitlines() == ["requeued"]  # on_requeue ran once, in task 0
+    for task in (0, 1):  # the requeue restarted the whole gang, each rank in a new process
+        first, second = (folder / f"starts{task}").read_text().split()
+        assert first != second
+
+
+def test_a_rank_that_raises_is_the_jobs_error_with_its_traceback(backend, tmp_path):
+    backend.submit(Job("raised", backend_jobs.gang_with_a_raising_rank, (str(tmp_path), 1, 600.0), gang=ACROSS))
+    done = _done(backend)
+    assert done.value is None and done.error is not None
+    assert "rank 1 of 2 failed" in done.error and "ValueError: rank 1 broke" in done.error, done.error
+
+
+def test_ranks_still_running_once_task_0_returned_are_stopped_after_the_grace(backend, tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_backend, "GANG_GRACE_S", 1.0)  # the contract's grace, shortened for the test
+    backend.submit(Job("lingering", backend_jobs.gang_where_only_task_0_returns, (str(tmp_path), 600.0),
+                       gang=ACROSS))
+    done = _done(backend)
+    assert (done.value, done.error) == ("task 0 returned", None)  # reported as soon as task 0 returned
+    lingering = [int(p.stem) for p in tmp_path.glob("*.pid") if p.read_text() == "1"]
+    assert lingering and alive(lingering[0])
+    # the backend cancels the job once the grace is over, at a later wait
+    wait_for(lambda: backend.wait(timeout=1.0) == [] and not alive(lingering[0]), "the lingering rank stopped",
+             limit_s=60)
