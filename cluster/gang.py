@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trainers.contract.gang import RENDEZVOUS_VARS, Gang
 
@@ -67,9 +68,11 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(pid: int) -> None:
+def kill_tree(pid: int | None) -> None:
     """SIGKILL `pid` and everything it started (collected first: once the parent is gone,
-    its orphans move to init and cannot be found by ancestry)."""
+    its orphans move to init and cannot be found by ancestry). None: never started."""
+    if pid is None:
+        return
     for target in [pid, *descendants(pid)]:
         try:
             os.kill(target, signal.SIGKILL)

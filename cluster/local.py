@@ -171,8 +171,8 @@ class LocalBackend:
             except (EOFError, OSError):
                 pass
             w.proc.join(timeout=1)
-            self._task_ended(w, Done(w.run.job.task_id, error=f"worker process died ({describe_exit(w.proc.exitcode)})"),
-                             dead=True)
+            died = f"worker process died ({describe_exit(w.proc.exitcode)})"
+            self._task_ended(w, Done(w.run.job.task_id, error=died), dead=True)
         done = self._settle()
         self._dispatch()
         return done

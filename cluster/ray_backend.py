@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.backend import BackendError, Done, Job
-from cluster.gang import GANG_GRACE_S, describe_task, free_port, run_task
+from cluster.gang import GANG_GRACE_S, free_port, gang_error, run_task
 from trainers.contract.gang import Gang
 
 
@@ -276,7 +276,7 @@ class RayBackend:
                 run.grace_until = time.monotonic() + GANG_GRACE_S
 
     def _fail(self, run: _GangRun, task: int, error: str) -> None:
-        run.result = Done(run.job.task_id, error=f"{describe_task(run.job.gang, task)} failed: {error}")
+        run.result = Done(run.job.task_id, error=gang_error(run.job.gang, task, error))
         self._stop(run)
 
     def _stop(self, run: _GangRun) -> None:

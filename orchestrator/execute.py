@@ -26,8 +26,8 @@ from orchestrator.tracking import DEFAULT_RETRY_S, RunLog
 from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
 from trainers.contract.gang import gang_task
-from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS
 from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
+from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS
 from trainers.registry import get_trainer, writes_mllog
 
 

@@ -49,6 +49,14 @@ def tune_lock(campaign: Campaign):
 def select_cells(campaign: Campaign, recipes: list[str] | None, batch_sizes: list[int] | None) -> list[Cell]:
     if campaign.tune is None:
         raise TuneError(f"campaign {campaign.name} has no `tune:` section; add one with at least `space:`")
+    if campaign.launch.world_size > 1:
+        # A trial runs its seeds one after another in one job, and a pruner stops only
+        # the reporting rank: a gang's other ranks would be left in a collective.
+        raise TuneError(
+            f"launch: rcpforge tune runs one-process trials, and this campaign's runs are gangs of "
+            f"{campaign.launch.world_size}; tune a copy of the campaign without `launch:` (or with "
+            "processes_per_node: 1 and nodes: 1) and use its hparams table here"
+        )
     known = {r.name: r for r in campaign.recipes}
     for name in recipes or []:
         if name not in known:
@@ -110,7 +118,7 @@ class _CellRun:
             RunSpec(campaign=self.campaign.name, role="tune", recipe=self.cell.recipe,
                     recipe_options=self.cell.recipe_options, batch_size=self.cell.batch_size,
                     seed=TUNE_SEED_OFFSET + i, hparams=hparams, target=self.campaign.target,
-                    budget=self.campaign.budget, trainer=self.campaign.trainer)
+                    budget=self.campaign.budget, trainer=self.campaign.trainer, world_size=1)
             for i in range(self.tune.seeds)
         ]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
 from trainers.contract import EvalPoint, RunResult, RunStatus
 from trainers.contract.schema import (
+    METRIC_CORE_HOURS,
+    METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
-    METRIC_CORE_HOURS,
-    METRIC_GPU_HOURS,
     METRIC_WALL_S,
     TAG_ATTEMPTS,
     TAG_ERROR,

@@ -52,7 +52,8 @@ class Gang:
     def node_of(self, task: int) -> int:
         return task // self.tasks_per_node
 
-    def task_env(self, task: int, master_addr: str, master_port: int, devices: list[str] | None = None) -> dict[str, str]:
+    def task_env(self, task: int, master_addr: str, master_port: int,
+                 devices: list[str] | None = None) -> dict[str, str]:
         """The environment of gang task `task` (0 .. tasks-1). `devices`: the GPU ids
         this task may use (CUDA_VISIBLE_DEVICES), where the backend pins them itself."""
         node, local = divmod(task, self.tasks_per_node)

@@ -56,7 +56,9 @@ def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, da
     data_rng.bit_generator.state = state["data_rng"]
     by_rank = state.get("numerics_by_rank")
     if by_rank is not None and len(by_rank) <= rank:
-        raise RuntimeError(f"{path} holds {len(by_rank)} ranks' numerics, not rank {rank}'s: the run's world size changed")
+        raise RuntimeError(
+            f"{path} holds {len(by_rank)} ranks' numerics, not rank {rank}'s: the run's world size changed"
+        )
     load_numeric_states(model, by_rank[rank] if by_rank is not None else state["numerics"])
     torch.set_rng_state(state["torch_rng"])
     return state["loop"]

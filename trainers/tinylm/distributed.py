@@ -73,7 +73,7 @@ class DataParallel:
         dist.all_reduce(flat)
         flat /= self.world
         offset = 0
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=True):
             n = g.numel()
             if p.grad is None:
                 p.grad = g
