@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from orchestrator.backends import slurm_states
+from orchestrator.cost import CellCost, estimates
 from orchestrator.tracking import Tracking
 from sweeps.expand import expand
 from sweeps.spec import Campaign
@@ -24,10 +25,22 @@ class CellStatus:
     runs: int = 0
     counts: Counter = field(default_factory=Counter)
     slurm: Counter = field(default_factory=Counter)  # Slurm job state -> runs
+    cost: CellCost = field(default_factory=CellCost)
+    # Cost and ETA figures (orchestrator/cost.py), filled by `campaign_status`.
+    estimate: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"recipe": self.recipe, "batch_size": self.batch_size, "runs": self.runs,
-                **{c: self.counts[c] for c in COLUMNS}, "slurm": dict(sorted(self.slurm.items()))}
+                **{c: self.counts[c] for c in COLUMNS}, "slurm": dict(sorted(self.slurm.items())),
+                **self.estimate}
+
+
+@dataclass
+class CampaignStatus:
+    cells: list[CellStatus]
+    # The campaign's cost and ETA (orchestrator/cost.py).
+    totals: dict
+    world_size: int
 
 
 def _column(status: RunStatus, slurm_state: str | None) -> str:
@@ -44,21 +57,42 @@ def _column(status: RunStatus, slurm_state: str | None) -> str:
     return status.value
 
 
-def campaign_status(campaign: Campaign) -> list[CellStatus]:
+def campaign_status(campaign: Campaign) -> CampaignStatus:
     tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
     exp = tracking.client.get_experiment_by_name(campaign.name)
     ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
     states = slurm_states(ledger)
     cells: dict[tuple[str, int], CellStatus] = {}
+    running = 0
     for spec in expand(campaign):
         cell = cells.setdefault((spec.recipe, spec.batch_size), CellStatus(spec.recipe, spec.batch_size))
         cell.runs += 1
         entry = ledger.get(spec.run_key)
         if entry is None:
             cell.counts["pending"] += 1
+            cell.cost.to_do.append(0.0)
             continue
         state = states.get(spec.run_key)
-        cell.counts[_column(entry.status, state)] += 1
+        column = _column(entry.status, state)
+        cell.counts[column] += 1
         if state is not None:
             cell.slurm[state] += 1
-    return list(cells.values())
+        if entry.status.is_outcome:
+            cell.cost.add_finished(entry.metrics)
+        if column == "running":
+            running += 1
+            cell.cost.to_do.append(_tokens_so_far(tracking, entry.run_id, campaign.target.metric))
+        elif not entry.status.is_outcome and not (
+                column == "failed" and entry.attempts >= campaign.backend.max_attempts):
+            cell.cost.to_do.append(0.0)
+    listed = list(cells.values())
+    slots = running or (campaign.backend.workers if campaign.backend.kind == "local" else 1)
+    per_cell, totals = estimates([c.cost for c in listed], campaign.budget.max_tokens, slots)
+    for cell, figures in zip(listed, per_cell, strict=True):
+        cell.estimate = figures
+    return CampaignStatus(listed, totals, campaign.launch.world_size)
+
+
+def _tokens_so_far(tracking: Tracking, run_id: str, metric: str) -> float:
+    """A running run's progress: the step (tokens) of its last eval point."""
+    return float(max((m.step for m in tracking.client.get_metric_history(run_id, metric)), default=0))

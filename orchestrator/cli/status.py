@@ -19,25 +19,42 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Per (recipe, batch size): runs pending, running, converged, not converged,
-    diverged, failed, and the Slurm job states of runs on Slurm."""
+    diverged, failed, the Slurm job states of runs on Slurm, the compute spent (GPU- or
+    core-hours) and an ETA; the same for the whole campaign."""
     campaign = load_campaign_or_fail(campaign_file)
     from orchestrator.status import COLUMNS, campaign_status
     from orchestrator.tracking import TrackingUnavailable
     from trainers.contract.uri import redact_uri
 
     try:
-        cells = campaign_status(campaign)
+        found = campaign_status(campaign)
     except TrackingUnavailable as err:
         fail(escape(str(err)))
     if as_json:
         print(json.dumps({"campaign": campaign.name, "tracking_uri": redact_uri(campaign.tracking_uri),
-                          "cells": [c.as_dict() for c in cells]}, indent=2))
+                          "world_size": found.world_size, "cells": [c.as_dict() for c in found.cells],
+                          "totals": found.totals}, indent=2))
         return
+    compute = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
     view = Table(title=f"campaign {campaign.name}")
-    for col in ("recipe", "batch size", "runs", *(c.replace("_", " ") for c in COLUMNS), "slurm jobs"):
+    for col in ("recipe", "batch size", "runs", *(c.replace("_", " ") for c in COLUMNS), "slurm jobs",
+                compute.replace("_", "-"), "ETA"):
         view.add_column(col)
-    for c in cells:
+    for c in found.cells:
         slurm = ", ".join(f"{n} {s.lower()}" for s, n in sorted(c.slurm.items())) or "-"
-        view.add_row(c.recipe, str(c.batch_size), str(c.runs), *(str(c.counts[k]) for k in COLUMNS), slurm)
+        view.add_row(c.recipe, str(c.batch_size), str(c.runs), *(str(c.counts[k]) for k in COLUMNS), slurm,
+                     f"{c.estimate[compute]:.3g}", _duration(c.estimate["eta_s"]))
     console.print(view)
+    t = found.totals
+    console.print(f"campaign: {t[compute]:.3g} {compute.replace('_', '-')} spent, {t['runs_to_do']} runs to do, "
+                  f"ETA {_duration(t['eta_s'])} at {t['concurrency']} runs at once")
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown (no run finished yet)"
+    if seconds < 1:
+        return "done" if seconds == 0 else "<1s"
+    hours, rest = divmod(int(round(seconds)), 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

@@ -4,13 +4,15 @@ result files."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
 from trainers.contract import RunResult, RunSpec, RunStatus
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
+    METRIC_CORE_HOURS,
+    METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
@@ -34,6 +36,9 @@ from trainers.contract.schema import (
 _PAGE = 5000
 
 
+_LEDGER_METRICS = frozenset({METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_CORE_HOURS, METRIC_GPU_HOURS})
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     run_id: str
@@ -46,6 +51,9 @@ class LedgerEntry:
     # False for a run made just before the store went away: its hyperparameters were
     # never logged, and the launcher logs them when it takes the run up again
     has_params: bool = True
+    # The run's final metrics (tokens_trained, run_wall_s, core_hours or gpu_hours),
+    # written with its outcome: what `rcpforge status` counts its cost and ETA from.
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Tracking:
@@ -95,6 +103,7 @@ class Tracking:
                     recipe=tags.get(TAG_RECIPE, ""),
                     batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
                     has_params=bool(run.data.params),
+                    metrics={k: v for k, v in run.data.metrics.items() if k in _LEDGER_METRICS},
                 )
             token = page.token
             if not token:

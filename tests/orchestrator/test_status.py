@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from tests.helpers.campaigns import tiny_campaign, write_campaign
@@ -41,3 +42,64 @@ def test_status_of_a_finished_and_of_a_half_finished_campaign(finished, cli):
         assert (cell["runs"], cell["converged"], cell["pending"]) == (5, 3, 2)
     text = cli("status", str(wider))
     assert text.returncode == 0 and "bf16" in text.stdout and "tracking store" in text.stdout
+
+
+def test_status_counts_each_cells_compute_and_eta_from_the_runs_own_records(finished, cli):
+    """Core-hours and the ETA of `status --json`, recomputed here from each run's own
+    recorded wall time and tokens (README: `rcpforge status --json`)."""
+    import statistics
+
+    from tests.cluster.helpers import runs_of
+
+    path, campaign, _, _ = finished
+    _, runs = runs_of(campaign)
+    by_cell: dict[tuple[str, int], list] = {}
+    for run in runs:
+        by_cell.setdefault((run.data.tags["rcpforge.recipe"], int(run.data.tags["rcpforge.batch_size"])), []).append(run)
+    more = yaml.safe_load(path.read_text())
+    more["seeds"] = 5  # 2 runs to do per cell
+    wider = write_campaign(path.parent, more, filename="wider-cost.yaml")
+    proc = cli("status", str(wider), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["world_size"] == 1
+    workers = more["backend"]["workers"]
+    total_remaining = 0.0
+    for cell in report["cells"]:
+        cell_runs = by_cell[(cell["recipe"], cell["batch_size"])]
+        walls = [r.data.metrics["run_wall_s"] for r in cell_runs]
+        tokens = [r.data.metrics["tokens_trained"] for r in cell_runs]
+        # one process a run: core-hours are its wall hours
+        assert cell["core_hours"] == pytest.approx(sum(walls) / 3600, rel=1e-9)
+        assert cell["gpu_hours"] == 0.0
+        assert cell["run_wall_hours"] == pytest.approx(sum(walls) / 3600, rel=1e-9)
+        typical = statistics.median(tokens)
+        remaining_s = 2 * typical * sum(walls) / sum(tokens)
+        assert cell["typical_tokens"] == typical and cell["runs_to_do"] == 2
+        assert cell["remaining_run_hours"] == pytest.approx(remaining_s / 3600, rel=1e-9)
+        assert cell["eta_s"] == pytest.approx(remaining_s / workers, rel=1e-9)  # nothing running: the workers
+        total_remaining += remaining_s
+    totals = report["totals"]
+    assert totals["runs_to_do"] == 8 and totals["concurrency"] == workers
+    assert totals["core_hours"] == pytest.approx(sum(r.data.metrics["run_wall_s"] for r in runs) / 3600, rel=1e-9)
+    assert totals["eta_s"] == pytest.approx(total_remaining / workers, rel=1e-9)
+    text = cli("status", str(wider))
+    assert "core-hours" in text.stdout and "8 runs to do" in text.stdout
+
+
+def test_the_eta_counts_the_tokens_running_runs_have_trained():
+    from orchestrator.cost import CellCost, estimates
+
+    done = CellCost(finished=[(100.0, 10.0), (300.0, 30.0)], to_do=[150.0, 0.0], core_hours=0.5)
+    fresh = CellCost(to_do=[0.0])  # nothing finished here: the campaign's figures
+    cells, totals = estimates([done, fresh], max_tokens=10_000, concurrency=2)
+    # typical 200 tokens at 0.1 s a token: (200-150) + (200-0) tokens to go = 25 s
+    assert cells[0]["typical_tokens"] == 200.0 and cells[0]["remaining_run_hours"] * 3600 == pytest.approx(25.0)
+    assert cells[1]["remaining_run_hours"] * 3600 == pytest.approx(20.0)
+    assert totals["eta_s"] == pytest.approx(45.0 / 2) and totals["core_hours"] == 0.5
+    # a run past the typical tokens needs nothing more, never a negative time
+    past, _ = estimates([CellCost(finished=[(100.0, 10.0)], to_do=[500.0])], 10_000, 1)
+    assert past[0]["eta_s"] == 0.0
+    # nothing finished anywhere: no ETA, rather than a made-up one
+    unknown, totals = estimates([CellCost(to_do=[0.0])], 10_000, 1)
+    assert unknown[0]["eta_s"] is None and totals["eta_s"] is None
