@@ -25,6 +25,10 @@ class CampaignFacts:
     target_metric: str
     target_value: float
     batch_sizes: list[int]
+    # Per cell: recipe, batch_size, runs, gpu_hours, core_hours, run_wall_hours, eta_s
+    # (what `rcpforge status --json` reports), and the campaign's totals; None: left out.
+    cost_rows: list[dict] | None = None
+    cost_totals: dict | None = None
 
 
 def settings_section(settings: dict) -> Section:
@@ -77,6 +81,19 @@ def selection_section(selections: list) -> Section:
     )
 
 
+COST_COLUMNS = ["recipe", "batch_size", "runs", "gpu_hours", "core_hours", "run_wall_hours", "eta_s"]
+
+
+def cost_section(rows: list[dict], totals: dict) -> Section:
+    spent = (f"{totals.get('gpu_hours', 0.0):.4g} GPU-hours and {totals.get('core_hours', 0.0):.4g} CPU core-hours "
+             f"over {totals.get('run_wall_hours', 0.0):.4g} run wall-hours")
+    eta = totals.get("eta_s")
+    left = f"; {totals.get('runs_to_do', 0)} runs to do, ETA {eta:.0f} s" if eta else ""
+    return Section("cost", "Compute spent", text=f"The campaign's finished runs spent {spent}{left}. "
+                   "A run's cost is its wall time x its processes (x GPUs per process).",
+                   columns=COST_COLUMNS, rows=[{k: r.get(k) for k in COST_COLUMNS} for r in rows])
+
+
 def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves: pa.Table,
                    telemetry_names: list[str], found: list | None = None,
                    selections: list | None = None) -> list[Section]:
@@ -107,6 +124,8 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
              "(mlperf mode); cross: removed by the true lower convex envelope (envelope mode).",
         figure=plots.rcp_curve(table, mlperf, envelope), figure_caption="log2 batch size",
     ))
+    if facts.cost_rows is not None:
+        sections.append(cost_section(facts.cost_rows, facts.cost_totals or {}))
     if found is not None:
         sections.append(factor_section(found, req.reference))
     if selections is not None:

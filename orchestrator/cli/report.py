@@ -47,7 +47,11 @@ def report(
         found, selections = comparisons(runs, table, request)
     settings = campaign.model_dump(mode="json", exclude={"base_dir"})
     settings["tracking"] = {"uri": redact_uri(campaign.tracking_uri)}
-    facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes)
+    from orchestrator.status import campaign_status
+
+    spent = campaign_status(campaign)
+    facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes,
+                          [c.as_dict() for c in spent.cells], spent.totals)
     sections = build_sections(facts, runs, table, curves, telemetry, found, selections)
     path = write_report(out, f"rcpforge report: {campaign.name}", sections, fmt)
     console.print(f"wrote {path} ({len(sections)} sections)")

@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-SECTIONS = ("settings", "rcp-table", "curves", "distribution", "rcp-curve", "factors", "selection")
+SECTIONS = ("settings", "rcp-table", "curves", "distribution", "rcp-curve", "cost", "factors", "selection")
 FIGURES = ("curves", "distribution", "rcp-curve", "factors")
 
 
@@ -113,6 +113,22 @@ def test_factor_and_selection_tables_equal_analyze_outputs(report):
         assert row["honest_mean"] == cell["honest"]["mean"]
         for best in cell["best_of_k"]:
             assert row[f"gain_best_of_{best['k']}"] == best["gain"]
+def test_the_cost_table_is_each_cells_recorded_compute(report):
+    """Core-hours per cell: the sum of its runs' recorded wall times (one process each)."""
+    from tests.cluster.helpers import runs_of
+
+    out, campaign = report
+    tables = _Tables()
+    tables.feed((out / "report.html").read_text())
+    _, runs = runs_of(campaign)
+    shown = tables.tables["table-cost"]["rows"]
+    assert len(shown) == 4
+    for row in shown:
+        walls = [r.data.metrics["run_wall_s"] for r in runs if r.data.tags["rcpforge.recipe"] == row["recipe"]
+                 and r.data.tags["rcpforge.batch_size"] == str(int(row["batch_size"]))]
+        assert len(walls) == 3 and row["core_hours"] == pytest.approx(sum(walls) / 3600, rel=1e-9)
+
+
 def test_table_numbers_equal_those_of_analyze(report):
     out, _ = report
     tables = _Tables()
