@@ -55,7 +55,8 @@ def test_status_counts_each_cells_compute_and_eta_from_the_runs_own_records(fini
     _, runs = runs_of(campaign)
     by_cell: dict[tuple[str, int], list] = {}
     for run in runs:
-        by_cell.setdefault((run.data.tags["rcpforge.recipe"], int(run.data.tags["rcpforge.batch_size"])), []).append(run)
+        cell = (run.data.tags["rcpforge.recipe"], int(run.data.tags["rcpforge.batch_size"]))
+        by_cell.setdefault(cell, []).append(run)
     more = yaml.safe_load(path.read_text())
     more["seeds"] = 5  # 2 runs to do per cell
     wider = write_campaign(path.parent, more, filename="wider-cost.yaml")

@@ -1,0 +1,102 @@
+"""The `launch:` section: the run's shape, checked when the campaign is read, with errors
+that name the field and the fix; the same gang on every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.backend import BackendError
+from orchestrator.backends import make_backend
+from sweeps.backends import with_kind
+from sweeps.expand import expand
+from sweeps.spec import CampaignError, parse_campaign
+from tests.helpers.campaigns import tiny_campaign
+
+
+@pytest.mark.parametrize("overrides, fragments", [
+    ({"launch": {"processes_per_node": 0}}, ("launch.processes_per_node", "greater than or equal to 1")),
+    ({"launch": {"nodes": 2, "ranks": 4}}, ("launch.ranks", "not a known field")),
+    ({"launch": {"gpu_type": "h100; rm -rf"}}, ("launch.gpu_type", "not a GPU type name")),
+    ({"launch": {"processes_per_node": 3}}, ("batch_sizes", "16, 64 cannot be split over the run's 3 ranks",
+                                             "multiples of 3")),
+    ({"backend": {"kind": "slurm", "nodes": 2}}, ("backend.nodes", "launch.nodes", "launch: {nodes: 2}")),
+    ({"backend": {"kind": "slurm", "gpus_per_node": 1}, "launch": {"gpus_per_process": 1}},
+     ("backend.gpus_per_node", "not both")),
+    ({"backend": {"kind": "ray", "num_gpus": 1}, "launch": {"gpus_per_process": 1}}, ("backend.num_gpus", "not both")),
+])
+def test_bad_launch_settings_are_refused_when_the_campaign_is_read(overrides, fragments):
+    with pytest.raises(CampaignError) as err:
+        parse_campaign(tiny_campaign(**overrides), source="c.yaml")
+    message = str(err.value)
+    assert message.startswith("c.yaml: ")
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_the_gang_is_the_same_whatever_the_backend():
+    campaign = parse_campaign(tiny_campaign(launch={"nodes": 2, "processes_per_node": 2}))
+    assert campaign.gang.world_size == 4 and campaign.gang.tasks == 4
+    keys = {s.run_key for s in expand(campaign)}
+    for kind in ("ray", "slurm"):  # what `--backend KIND` does to the campaign
+        other = campaign.model_copy(update={"backend": with_kind(campaign.backend, kind)})
+        assert other.gang == campaign.gang and {s.run_key for s in expand(other)} == keys
+    assert all(s.world_size == 4 for s in expand(campaign))
+
+
+def test_a_command_trainer_started_per_node_is_one_task_per_node():
+    data = tiny_campaign(launch={"nodes": 2, "processes_per_node": 4})
+    data["trainer"] = {"kind": "command", "argv": ["torchrun", "--nnodes", "{nodes}", "--nproc-per-node",
+                                                   "{processes_per_node}", "--node-rank", "{node_rank}",
+                                                   "--master-addr", "{master_addr}", "--master-port",
+                                                   "{master_port}", "train.py"], "start": "per_node"}
+    data["hparams"] = {16: {}, 64: {}}
+    gang = parse_campaign(data).gang
+    assert gang.per_node and gang.tasks == 2 and gang.world_size == 8
+    env = gang.task_env(1, "10.0.0.1", 29500)
+    # torchrun sets RANK and LOCAL_RANK of the ranks it starts; the node's task gets the rest
+    assert "RANK" not in env and (env["NODE_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == ("1", "8", "4")
+    # the default start adds nothing to the trainer settings: run keys stay as they were
+    data["trainer"].pop("start")
+    assert "start" not in parse_campaign(data).trainer
+
+
+def test_the_local_backend_refuses_a_gang_it_cannot_hold(tmp_path):
+    with pytest.raises(BackendError, match="launch.nodes: the local backend runs on this one machine"):
+        make_backend(parse_campaign(tiny_campaign(launch={"nodes": 2}), tmp_path))
+    with pytest.raises(BackendError, match="launch.gpus_per_process: a run needs 2 GPUs"):
+        from cluster.local import LocalBackend
+
+        two_gpu_ranks = parse_campaign(tiny_campaign(launch={"processes_per_node": 2, "gpus_per_process": 1}))
+        LocalBackend(1, gang=two_gpu_ranks.gang, gpus=[])
+
+
+def test_local_gangs_are_pinned_to_gpus_no_other_run_holds(tmp_path):
+    """The allocation alone (this machine has no GPU; the ids are given): two runs of 2
+    one-GPU ranks on 4 GPUs each get their own pair, every rank its own GPU in
+    CUDA_VISIBLE_DEVICES, and a third run waits for one to give its GPUs back."""
+    import json
+
+    from cluster.backend import Job
+    from cluster.local import LocalBackend
+    from tests.helpers import backend_jobs
+    from trainers.contract.gang import Gang
+
+    gang = Gang(1, 2, 1)
+    backend = LocalBackend(3, gang=gang, gpus=["0", "1", "2", "3"])
+    try:
+        for i in range(3):
+            (tmp_path / f"run{i}").mkdir()
+            backend.submit(Job(f"run{i}", backend_jobs.gang_env, (str(tmp_path / f"run{i}"),), gang=gang))
+        running = backend._runs  # noqa: SLF001 - which GPUs each started run holds
+        assert sorted(running) == ["run0", "run1"]
+        assert sorted(running["run0"].gpus + running["run1"].gpus) == ["0", "1", "2", "3"]
+        done = []
+        while len(done) < 3:
+            done += backend.wait(timeout=30)
+        assert sorted(d.task_id for d in done) == ["run0", "run1", "run2"]
+        seen = {run: [json.loads((tmp_path / run / f"task{t}.json").read_text())["CUDA_VISIBLE_DEVICES"]
+                      for t in (0, 1)] for run in ("run0", "run1", "run2")}
+        assert sorted(seen["run0"] + seen["run1"]) == ["0", "1", "2", "3"]  # one GPU a rank, none shared
+        assert len(set(seen["run2"])) == 2 and set(seen["run2"]) <= {"0", "1", "2", "3"}
+    finally:
+        backend.close()
