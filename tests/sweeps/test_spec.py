@@ -19,6 +19,15 @@ def test_quickstart_is_valid_and_expands_to_every_cell():
     assert campaign.tracking_uri.endswith("sweeps/examples/rcpforge-mlflow.db")
 
 
+def test_the_distributed_example_is_the_quickstart_as_gangs_of_two():
+    quickstart = load_campaign(ROOT / "sweeps/examples/quickstart.yaml")
+    distributed = load_campaign(ROOT / "sweeps/examples/distributed.yaml")
+    assert distributed.trainer == quickstart.trainer  # its trainer section is the quickstart's
+    assert distributed.launch.world_size == 2 and distributed.gang.tasks == 2 and distributed.backend.kind == "local"
+    specs = expand(distributed)
+    assert len(specs) == len(expand(quickstart)) and all(s.world_size == 2 for s in specs)
+
+
 def _error(data) -> str:
     with pytest.raises(CampaignError) as info:
         parse_campaign(data, source="c.yaml")
