@@ -1,0 +1,116 @@
+"""The same gangs through `rcpforge run` on every backend: a 2-rank tiny-LM campaign on
+local (2 processes on one node), on the two-node Ray and on the two-node Slurm (one rank
+on each node) reports each run once with its world size, and every run's tokens-to-target
+is the same on all three; a 2-rank command program joins its process group from the
+rendezvous variables across the two nodes of Ray and of Slurm (on local: test_gangs.py).
+
+One `rcpforge run` per backend and campaign, shared by the module's tests."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sweeps.expand import expand
+from sweeps.spec import Campaign, load_campaign
+from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, runs_of
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from trainers.contract.schema import TAG_WORLD_SIZE
+
+# One recipe x 2 batch sizes x 1 seed: 2 runs of 2 ranks a campaign.
+SMALL = dict(recipes=["bf16"], seeds=1, batch_sizes=[16, 64])
+LOCAL_LAUNCH = {"processes_per_node": 2}
+ACROSS_LAUNCH = {"nodes": 2, "processes_per_node": 1}
+
+
+def _ray_backend(address: str) -> dict[str, Any]:
+    return {"kind": "ray", "address": address, "num_cpus": 1, "placement_strategy": "STRICT_SPREAD",
+            "max_retries": 0}
+
+
+# The two-node dev Slurm: partition `debug` (`sinfo` with its SLURM_CONF), 1 CPU a node.
+SLURM_BACKEND = {"kind": "slurm", "partition": "debug", "time_min": 5, "cpus_per_task": 1}
+
+
+def _run(folder: Path, data: dict[str, Any]) -> tuple[Campaign, float]:
+    """`rcpforge run` on the campaign `data`, which must succeed; the campaign and the
+    seconds it took."""
+    from tests.conftest import run_cli
+
+    path = write_campaign(folder, data)
+    start = time.monotonic()
+    proc = run_cli("run", str(path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return load_campaign(path), time.monotonic() - start
+
+
+def _tinylm(name: str, backend: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
+    return tiny_campaign(name=name, backend=backend, launch=launch, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def slurm_env(two_node_slurm_conf):
+    """SLURM_CONF pointing at the two-node cluster for the module (`two_node_slurm` is
+    per test): the CLI's subprocesses and the jobs inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", str(two_node_slurm_conf))
+        yield two_node_slurm_conf
+
+
+@pytest.fixture(scope="module")
+def tinylm_runs(tmp_path_factory, two_node_ray, slurm_env) -> dict[str, Campaign]:
+    """The small tiny-LM gang campaign run once on each backend, each in its own store."""
+    root = tmp_path_factory.mktemp("across")
+    campaigns = {}
+    for kind, backend, launch in (("local", {"kind": "local", "workers": 1}, LOCAL_LAUNCH),
+                                  ("ray", _ray_backend(two_node_ray.address), ACROSS_LAUNCH),
+                                  ("slurm", SLURM_BACKEND, ACROSS_LAUNCH)):
+        campaigns[kind], took = _run(root / kind, _tinylm("across", backend, launch))
+        print(f"tinylm gang on {kind}: {took:.1f} s")
+    return campaigns
+
+
+def _by_run(campaign: Campaign) -> dict[tuple[str, int, int], tuple[str, float]]:
+    """(recipe, batch size, seed) -> (run key, tokens-to-target) of every run."""
+    tokens = assert_clean_ledger(campaign, 2)
+    return {(s.recipe, s.batch_size, s.seed): (s.run_key, tokens[s.run_key]) for s in expand(campaign)}
+
+
+def test_a_two_rank_tinylm_run_reports_once_with_world_size_2_on_every_backend(tinylm_runs):
+    for kind, campaign in tinylm_runs.items():
+        tokens = assert_clean_ledger(campaign, 2)  # one MLflow run per key, each point once
+        assert all(t is not None for t in tokens.values()), (kind, tokens)
+        _, runs = runs_of(campaign)
+        assert {r.data.tags[TAG_WORLD_SIZE] for r in runs} == {"2"}, kind
+
+
+def test_the_run_key_depends_on_the_world_size_not_on_the_backend_or_the_node_layout(tinylm_runs):
+    keys = {kind: [s.run_key for s in expand(campaign)] for kind, campaign in tinylm_runs.items()}
+    assert keys["local"] == keys["ray"] == keys["slurm"]  # 1 node x 2 processes and 2 nodes x 1: the same runs
+    assert all(c.launch.world_size == 2 for c in tinylm_runs.values())
+    assert (tinylm_runs["local"].launch.nodes, tinylm_runs["ray"].launch.nodes) == (1, 2)
+
+
+def test_every_run_reaches_its_target_at_the_same_tokens_on_every_backend(tinylm_runs):
+    results = {kind: _by_run(campaign) for kind, campaign in tinylm_runs.items()}
+    assert set(results["local"]) == {("bf16", 16, 0), ("bf16", 64, 0)}
+    assert results["local"] == results["ray"] == results["slurm"], results
+
+
+@pytest.mark.parametrize("kind", ["ray", "slurm"])
+def test_a_command_program_joins_its_process_group_across_two_nodes(kind, request, tmp_path):
+    if kind == "ray":
+        backend = _ray_backend(request.getfixturevalue("two_node_ray").address)
+    else:
+        request.getfixturevalue("two_node_slurm")
+        backend = SLURM_BACKEND
+    campaign, took = _run(tmp_path, ddp_command_campaign(backend, ACROSS_LAUNCH))
+    print(f"command gang on {kind}: {took:.1f} s")
+    # accuracy reaches 1.0 only if both ranks' all-reduce met: a converged run proves it
+    tokens = assert_clean_ledger(campaign, 2, metric="eval_accuracy")
+    assert all(t is not None for t in tokens.values()), tokens
+    _, runs = runs_of(campaign)
+    assert {r.data.tags[TAG_WORLD_SIZE] for r in runs} == {"2"}
