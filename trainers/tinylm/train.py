@@ -128,8 +128,7 @@ class TinyLMTrainer:
         evals = 0
         # A gang's ranks share the run's folder for checkpoints (each keeps its own
         # output_dir for anything else).
-        run_dir = Path(getattr(reporter, "run_dir", None) or reporter.output_dir)
-        folder = run_dir if cfg.checkpoint_every_evals else None
+        folder = Path(getattr(reporter, "run_dir", None) or reporter.output_dir) if cfg.checkpoint_every_evals else None
         if folder is not None:  # a requeued job continues where its checkpoint left off
             loop = checkpoint.restore(folder, model, opt, data._rng, dp.rank)
             if loop is not None:
