@@ -86,19 +86,44 @@ def visible_gpus() -> list[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [d for d in (x.strip() for x in listed.split(",")) if d and d != "-1"]
+    return [str(i) for i in range(len(_listed_gpus()))]
+
+
+def _listed_gpus() -> list[str]:
+    """`nvidia-smi -L`'s line per GPU ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)")."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+    return [line for line in out.splitlines() if line.startswith("GPU ")]
+
+
+def gpu_names() -> list[str]:
+    """The names `nvidia-smi -L` gives this machine's GPUs ("NVIDIA H100 80GB HBM3")."""
+    return [line.split(":", 1)[1].split("(")[0].strip() for line in _listed_gpus()]
+
+
+def check_gpu_type(gpu_type: str, names: list[str]) -> None:
+    """A campaign that pins a GPU type runs locally only where every GPU is of it: a
+    cell's runs never mix hardware."""
+    other = [n for n in names if gpu_type.lower() not in n.lower()]
+    if not names or other:
+        shown = ", ".join(sorted(set(names))) or "no GPU"
+        raise BackendError(
+            f"launch.gpu_type: the campaign pins {gpu_type!r} but this machine has {shown}; "
+            "run it where the GPUs are of that type (--backend ray / slurm pick such nodes), or remove gpu_type"
+        )
 
 
 class LocalBackend:
-    def __init__(self, workers: int, gang: Gang | None = None, gpus: list[str] | None = None):
+    def __init__(self, workers: int, gang: Gang | None = None, gpus: list[str] | None = None,
+                 gpu_type: str | None = None):
         if workers < 1:
             raise ValueError(f"backend.workers must be at least 1, got {workers}")
+        if gpu_type is not None:
+            check_gpu_type(gpu_type, gpu_names())
         self._ctx = mp.get_context("spawn")
         self._size = workers
         self._gpus = visible_gpus() if gpus is None else list(gpus)

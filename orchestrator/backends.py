@@ -43,7 +43,7 @@ def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
                             gang=campaign.gang, gpu_type=campaign.launch.gpu_type)
     from cluster.local import LocalBackend
 
-    return LocalBackend(workers or spec.workers, gang=campaign.gang)
+    return LocalBackend(workers or spec.workers, gang=campaign.gang, gpu_type=campaign.launch.gpu_type)
 
 
 @contextmanager

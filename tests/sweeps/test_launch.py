@@ -70,6 +70,20 @@ def test_the_local_backend_refuses_a_gang_it_cannot_hold(tmp_path):
         LocalBackend(1, gang=two_gpu_ranks.gang, gpus=[])
 
 
+def test_a_pinned_gpu_type_runs_locally_only_on_gpus_of_that_type(tmp_path):
+    from cluster.local import check_gpu_type
+
+    check_gpu_type("H100", ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"])
+    with pytest.raises(BackendError, match=r"pins 'H100' but this machine has NVIDIA A100-SXM4-40GB, NVIDIA H100"):
+        check_gpu_type("H100", ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"])
+    # this machine's own GPUs, through the campaign (none here: refused before any run)
+    from cluster.local import gpu_names
+
+    if not gpu_names():
+        with pytest.raises(BackendError, match="launch.gpu_type: the campaign pins 'H100' but this machine has no GPU"):
+            make_backend(parse_campaign(tiny_campaign(launch={"gpu_type": "H100"}), tmp_path))
+
+
 def test_local_gangs_are_pinned_to_gpus_no_other_run_holds(tmp_path):
     """The allocation alone (this machine has no GPU; the ids are given): two runs of 2
     one-GPU ranks on 4 GPUs each get their own pair, every rank its own GPU in
