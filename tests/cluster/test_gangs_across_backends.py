@@ -16,7 +16,16 @@ import pytest
 
 from sweeps.expand import expand
 from sweeps.spec import Campaign, load_campaign
-from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, runs_of
+from tests.cluster.helpers import (
+    assert_clean_ledger,
+    ddp_command_campaign,
+    mid_run,
+    runs_of,
+    slow_campaign,
+    start_cli,
+    starts,
+    wait_for,
+)
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract.schema import TAG_WORLD_SIZE
 
@@ -114,3 +123,33 @@ def test_a_command_program_joins_its_process_group_across_two_nodes(kind, reques
     assert all(t is not None for t in tokens.values()), tokens
     _, runs = runs_of(campaign)
     assert {r.data.tags[TAG_WORLD_SIZE] for r in runs} == {"2"}
+
+
+def test_a_preempted_two_node_tinylm_gang_resumes_from_its_checkpoint(tinylm_runs, tmp_path):
+    """Slurm preempts a 2-node tiny-LM gang mid-run (USR2): the whole gang is requeued
+    within its one attempt, every rank resumes from the run's checkpoint, and the run
+    reaches its target at exactly the tokens of the uninterrupted local gang."""
+    import subprocess
+
+    from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY
+
+    data = slow_campaign(dict(SLURM_BACKEND, time_min=10, max_attempts=1), sleep=0.5, checkpoint_every=2)
+    data.update(name="preempted", launch=ACROSS_LAUNCH, **SMALL)
+    path = write_campaign(tmp_path, data)
+    campaign = load_campaign(path)
+    runs_of(campaign)  # the schema exists before two processes open the store
+    proc = start_cli("run", str(path))
+    victim = wait_for(lambda: mid_run(campaign, min_points=4), "a gang with 4 eval points logged", proc)
+    subprocess.run(["scancel", "--signal=USR2", victim.data.tags[TAG_BACKEND_JOB].removeprefix("slurm:")],
+                   check=True)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    tokens = assert_clean_ledger(campaign, 2)
+    _, runs = runs_of(campaign)
+    run = next(r for r in runs if r.info.run_id == victim.info.run_id)
+    assert run.data.tags[TAG_ATTEMPTS] == "1"  # requeued within its attempt, never counted twice
+    begun = starts(campaign, run)
+    assert len(begun) >= 2 and begun[0] == 0 and all(b > 0 for b in begun[1:]), begun
+    spec = next(s for s in expand(campaign) if s.run_key == run.data.tags[TAG_RUN_KEY])
+    local = _by_run(tinylm_runs["local"])
+    assert tokens[spec.run_key] == local[(spec.recipe, spec.batch_size, spec.seed)][1]

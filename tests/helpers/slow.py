@@ -22,6 +22,8 @@ class SlowSettings(TinyLMSettings):
 class _SlowReporter:
     def __init__(self, inner: Reporter, sleep: float):
         self.inner, self.sleep, self.output_dir = inner, sleep, inner.output_dir
+        # a gang rank's shared run folder (its checkpoints), when it has one
+        self.run_dir = getattr(inner, "run_dir", None)
 
     def eval_point(self, point: EvalPoint) -> None:
         self.inner.eval_point(point)

@@ -114,3 +114,14 @@ def test_local_gangs_are_pinned_to_gpus_no_other_run_holds(tmp_path):
         assert len(set(seen["run2"])) == 2 and set(seen["run2"]) <= {"0", "1", "2", "3"}
     finally:
         backend.close()
+
+
+def test_tune_refuses_a_gang_campaign_and_says_what_to_tune_instead(tmp_path):
+    from orchestrator.tune import TuneError, select_cells
+
+    space = {"lr": {"low": 0.001, "high": 0.1, "log": True}}
+    gang = parse_campaign(tiny_campaign(tune={"space": space}, launch={"processes_per_node": 2}), tmp_path)
+    with pytest.raises(TuneError, match="launch: rcpforge tune runs one-process trials.*gangs of 2"):
+        select_cells(gang, None, None)
+    single = parse_campaign(tiny_campaign(tune={"space": space}), tmp_path)
+    assert select_cells(single, None, None)  # one-process campaigns tune as before
