@@ -27,7 +27,7 @@ from tests.cluster.helpers import (
     wait_for,
 )
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import TAG_WORLD_SIZE
+from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_WALL_S, TAG_WORLD_SIZE
 
 # One recipe x 2 batch sizes x 1 seed: 2 runs of 2 ranks a campaign.
 SMALL = dict(recipes=["bf16"], seeds=1, batch_sizes=[16, 64])
@@ -94,6 +94,20 @@ def test_a_two_rank_tinylm_run_reports_once_with_world_size_2_on_every_backend(t
         assert all(t is not None for t in tokens.values()), (kind, tokens)
         _, runs = runs_of(campaign)
         assert {r.data.tags[TAG_WORLD_SIZE] for r in runs} == {"2"}, kind
+
+
+def test_only_rank_0_reports_and_the_run_records_its_compute(tinylm_runs):
+    campaign = tinylm_runs["local"]
+    _, runs = runs_of(campaign)
+    specs = {s.run_key: s for s in expand(campaign)}
+    for run in runs:
+        # core-hours: wall time x the 2 processes of the gang
+        wall = run.data.metrics[METRIC_WALL_S]
+        assert run.data.metrics[METRIC_CORE_HOURS] == pytest.approx(wall * 2 / 3600, rel=1e-9)
+        folder = campaign.run_dir(specs[run.data.tags["rcpforge.run_key"]])
+        # rank 1 trained in its own folder and reported nothing: one result file, rank 0's
+        assert (folder / "result.txt").is_file() and (folder / "rank1").is_dir()
+        assert not list((folder / "rank1").glob("*.txt"))
 
 
 def test_the_run_key_depends_on_the_world_size_not_on_the_backend_or_the_node_layout(tinylm_runs):

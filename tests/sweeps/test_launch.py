@@ -125,3 +125,15 @@ def test_tune_refuses_a_gang_campaign_and_says_what_to_tune_instead(tmp_path):
         select_cells(gang, None, None)
     single = parse_campaign(tiny_campaign(tune={"space": space}), tmp_path)
     assert select_cells(single, None, None)  # one-process campaigns tune as before
+
+
+def test_a_one_process_runs_key_is_what_it_was_before_runs_could_be_gangs():
+    from trainers.contract import RunSpec
+
+    spec = RunSpec(campaign="c", recipe="fp8_delayed", batch_size=16, seed=3,
+                   hparams={"lr": 0.01, "warmup_tokens": 8192},
+                   target={"metric": "eval_loss", "mode": "min", "value": 1.0},
+                   budget={"max_tokens": 1000, "eval_every_tokens": 100}, trainer={"kind": "tinylm", "d_model": 32})
+    # computed by the code of ea32691, before `world_size` existed
+    assert spec.run_key == "1d2e9595c4ece816cf92328f"
+    assert RunSpec.model_validate({**spec.model_dump(), "world_size": 2}).run_key != spec.run_key
