@@ -58,7 +58,10 @@ def test_a_rank_killed_mid_run_fails_the_attempt_and_the_retry_completes(tmp_pat
     retried = [r for r in runs if r.data.tags["rcpforge.attempts"] == "2"]
     assert len(retried) == 1 and retried[0].data.tags[TAG_STATUS] == "converged"
     assert TAG_ERROR not in retried[0].data.tags  # the first attempt's error left with it
-    assert "rank 1 of 2" in proc.stdout, proc.stdout  # the failed attempt named its rank
+    # The failed attempt is shown and retried. Which of its ranks' ends arrives first (rank 1
+    # killed, or rank 0 failing in gloo a moment later) is a race between two processes, so
+    # the rank named in the error is asserted by the conformance suite, where rank 0 waits.
+    assert "failed:" in proc.stdout and "retry" in proc.stdout, proc.stdout
     # nothing of the torn-down gang survives, and its rendezvous port is free
     pids = [int(p.stem) for p in marks.glob("*.pid")]
     assert len(pids) >= 4  # both ranks of the failed attempt and of the retries
@@ -67,5 +70,7 @@ def test_a_rank_killed_mid_run_fails_the_attempt_and_the_retry_completes(tmp_pat
         time.sleep(0.2)
     assert not [p for p in pids if _alive(p)]
     host, port = (marks / "port").read_text().split()
-    with socket.socket() as probe:
+    with socket.socket() as probe:  # nobody listens there (closed connections may linger in TIME_WAIT)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind((host, int(port)))
+        probe.listen()

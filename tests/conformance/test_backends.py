@@ -146,8 +146,10 @@ def test_a_rank_killed_mid_run_stops_the_whole_gang_and_frees_its_port(backend, 
     host, port = (tmp_path / "port").read_text().split()
     import socket
 
-    with socket.socket() as probe:  # the rendezvous port the gang held is free again
+    with socket.socket() as probe:  # nobody listens on the gang's rendezvous port any more
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers are not holders
         probe.bind((host, int(port)))
+        probe.listen()
     # the backend goes on with the next gang
     backend.submit(Job("next", backend_jobs.gang_env, (str(tmp_path),), gang=PAIR))
     assert [(d.task_id, d.error) for d in _collect(backend, 1)] == [("next", None)]

@@ -34,7 +34,7 @@ def rank_main(evals: int, bs: int, die_once: str | None = None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if die_once:
         Path(die_once, f"{os.getpid()}.pid").write_text(str(rank))
-        if rank == 0:
+        if rank == 0 and not Path(die_once, "port").exists():  # the first gang's: the one torn down
             Path(die_once, "port").write_text(os.environ["MASTER_ADDR"] + " " + os.environ["MASTER_PORT"])
     t = torch.tensor([float(rank)])
     dist.all_reduce(t)
