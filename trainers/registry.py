@@ -91,12 +91,17 @@ def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[s
     """Checks that need the trainer settings and every batch size's hyperparameters
     together (the `command` kind's placeholders); a settings model opts in with a
     `check_campaign(settings, hparams_by_bs)` classmethod that raises ValueError."""
-    model = _model(settings["kind"], 0, "Settings")
-    check = getattr(model, "check_campaign", None)
+    _settings_check(settings, "check_campaign", settings, hparams_by_bs)
+
+
+def _settings_check(settings: dict[str, Any], hook: str, *args: Any) -> None:
+    """Call the settings model's opt-in check `hook(*args)`, if it has one; its
+    ValueError becomes the campaign's TrainerError."""
+    check = getattr(_model(settings["kind"], 0, "Settings"), hook, None)
     if check is None:
         return
     try:
-        check(settings, hparams_by_bs)
+        check(*args)
     except ValueError as err:
         raise TrainerError(str(err)) from None
 
@@ -122,15 +127,8 @@ def check_world_size(settings: dict[str, Any], batch_sizes: list[int], world_siz
     """A run of `world_size` ranks that the trainer cannot split fails when the campaign
     loads; a settings model opts in with a `check_world_size(batch_sizes, world_size)`
     classmethod that raises ValueError (the tiny LM splits each batch over its ranks)."""
-    if world_size == 1:
-        return
-    check = getattr(_model(settings["kind"], 0, "Settings"), "check_world_size", None)
-    if check is None:
-        return
-    try:
-        check(batch_sizes, world_size)
-    except ValueError as err:
-        raise TrainerError(str(err)) from None
+    if world_size > 1:
+        _settings_check(settings, "check_world_size", batch_sizes, world_size)
 
 
 def launches_per_node(settings: dict[str, Any]) -> bool:
