@@ -26,9 +26,16 @@ from orchestrator.tracking import DEFAULT_RETRY_S, RunLog
 from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
 from trainers.contract.gang import gang_task
+from trainers.contract.mllog.read import run_facts
 from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
-from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS
-from trainers.registry import get_trainer, writes_mllog
+from trainers.contract.schema import (
+    METRIC_CORE_HOURS,
+    METRIC_GPU_HOURS,
+    METRIC_TIME_TO_TRAIN,
+    TAG_DISCLOSED,
+    TAG_WARNING,
+)
+from trainers.registry import get_trainer, precision_disclosure, writes_mllog
 
 
 @dataclass
@@ -113,7 +120,8 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
         trainer = get_trainer(spec.trainer_kind)
         reporter = context
         if not writes_mllog(trainer):
-            writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec)
+            writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec,
+                                 precision_disclosure(trainer, spec))
             reporter = MllogReporter(context, writer, spec.target.metric)
         with stall:
             result = trainer.train(spec, reporter)
@@ -131,9 +139,27 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
         result = RunResult(status=RunStatus.failed, error=traceback.format_exc())
     if writer is not None:
         result = _stop_writer(writer, result)
+    measured, tags = _result_file_facts(context.output_dir / RESULT_FILE, spec)
     log.log_artifact(context.output_dir / RESULT_FILE)
-    log.finish(result, cost_of(job, result))
+    log.finish(result, {**cost_of(job, result), **measured}, tags)
     return result.model_dump(mode="json")
+
+
+def _result_file_facts(path: Path, spec: RunSpec) -> tuple[dict[str, float], dict[str, str]]:
+    """The MLPerf time to train and the disclosure keys of the run's result file, and a
+    warning where the disclosed precision contradicts the one its recipe declares
+    (a command trainer's label with `precision:`)."""
+    facts = run_facts(path)
+    measured = {METRIC_TIME_TO_TRAIN: facts.time_to_train_s} if facts.time_to_train_s is not None else {}
+    tags = {TAG_DISCLOSED + k: str(v) for k, v in facts.disclosed.items()}
+    declared = spec.recipe_options.get("precision")
+    disclosed = facts.disclosed.get("lowest_numerical_precision_in_linear")
+    if declared is not None and disclosed is not None and disclosed != declared:
+        tags[TAG_WARNING] = (
+            f"the run disclosed lowest_numerical_precision_in_linear {disclosed!r}, but its recipe {spec.recipe} "
+            f"declares precision {declared!r}: check the program's recipe, or the label's precision option"
+        )
+    return measured, tags
 
 
 def cost_of(job: RunAssignment, result: RunResult) -> dict[str, float]:

@@ -29,15 +29,16 @@ from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from sweeps.launch import LaunchSpec
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.gang import Gang
-from trainers.recipes import RecipeError, validate_recipe_options
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
     check_campaign_fit,
+    campaign_warnings,
     check_target_metric,
     check_world_size,
     launches_per_node,
     validate_hparams,
+    validate_recipe,
     validate_trainer_settings,
 )
 
@@ -141,10 +142,7 @@ class Campaign(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"recipe listed twice: {', '.join(dupes)}")
-        try:
-            return [RecipeChoice(name=r.name, options=validate_recipe_options(r.name, r.options)) for r in value]
-        except RecipeError as err:
-            raise ValueError(str(err)) from None
+        return value  # what a name and its options mean depends on the trainer: `_cross_checks`
 
     @field_validator("batch_sizes")
     @classmethod
@@ -183,6 +181,10 @@ class Campaign(_Strict):
             raise ValueError(f"seeds: {', '.join(unknown)} is not among the campaign's recipes {sorted(recipes)}")
         try:
             object.__setattr__(self, "trainer", validate_trainer_settings(self.trainer))
+            kind = self.trainer["kind"]
+            choices = [RecipeChoice(name=r.name, options=validate_recipe(kind, r.name, r.options))
+                       for r in self.recipes]
+            object.__setattr__(self, "recipes", choices)
             missing = [b for b in self.batch_sizes if b not in self.hparams]
             if missing:
                 raise ValueError(
@@ -193,7 +195,7 @@ class Campaign(_Strict):
                 b: validate_hparams(self.trainer["kind"], hp or {}, f"hparams.{b}")
                 for b, hp in self.hparams.items()
             }
-            check_campaign_fit(self.trainer, hparams)
+            check_campaign_fit(self.trainer, hparams, {r.name: r.options for r in choices})
             check_target_metric(self.trainer, self.target.metric)
             check_world_size(self.trainer, self.batch_sizes, self.launch.world_size)
         except TrainerError as err:
@@ -217,6 +219,11 @@ class Campaign(_Strict):
         if self.tracking.uri:
             return self.tracking.uri
         return f"sqlite:///{(self.base_dir / DEFAULT_DB).resolve()}"
+
+    @property
+    def warnings(self) -> list[str]:
+        """What makes wrong numbers likely in a valid campaign: shown when it loads."""
+        return campaign_warnings(self.trainer, self.benchmark)
 
     @property
     def gang(self) -> Gang:

@@ -87,11 +87,12 @@ def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str
         raise TrainerError(f"{_first_error(err, where)} (hyperparameters of {kind}: {valid})") from None
 
 
-def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]]) -> None:
-    """Checks that need the trainer settings and every batch size's hyperparameters
-    together (the `command` kind's placeholders); a settings model opts in with a
-    `check_campaign(settings, hparams_by_bs)` classmethod that raises ValueError."""
-    _settings_check(settings, "check_campaign", settings, hparams_by_bs)
+def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],
+                       recipes: dict[str, dict[str, Any]] | None = None) -> None:
+    """Checks that need the trainer settings, every batch size's hyperparameters and the
+    recipes together (the `command` kind's placeholders); a settings model opts in with a
+    `check_campaign(settings, hparams_by_bs, recipes)` classmethod that raises ValueError."""
+    _settings_check(settings, "check_campaign", settings, hparams_by_bs, recipes or {})
 
 
 def _settings_check(settings: dict[str, Any], hook: str, *args: Any) -> None:
@@ -143,6 +144,43 @@ def writes_mllog(trainer: Trainer) -> bool:
     """Whether the trainer writes its run's MLLOG result file itself (`Trainer.writes_mllog`;
     a user's trainer class that does not say is taken as not writing one)."""
     return bool(getattr(trainer, "writes_mllog", False))
+
+
+def precision_disclosure(trainer: Trainer, spec: Any) -> dict[str, Any]:
+    """MLPerf's disclosure keys of a run (`lowest_numerical_precision_in_linear`, the
+    parallelism...) for the result file rcpforge writes around the trainer; a trainer
+    opts in with a `disclosure(spec)` method (the tiny LM, from its recipe)."""
+    disclose = getattr(trainer, "disclosure", None)
+    return dict(disclose(spec)) if disclose is not None else {}
+
+
+def recipe_labels(kind: str) -> bool:
+    """Whether the trainer's recipes are labels of its own precision (a command
+    trainer's program), any name with free-form options, rather than rcpforge's quantizers."""
+    labels = getattr(_model(kind, 0, "Settings"), "recipe_labels", None)
+    return bool(labels()) if labels is not None else False
+
+
+def validate_recipe(kind: str, name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A campaign's recipe for this trainer kind: a label with free-form options where
+    the trainer takes labels, else one of rcpforge's quantizer recipes with its options
+    (defaults filled in)."""
+    from trainers.recipes import RecipeError, validate_recipe_options
+
+    check = getattr(_model(kind, 0, "Settings"), "validate_recipe", None)
+    try:
+        return check(name, options) if check is not None else validate_recipe_options(name, options)
+    except (RecipeError, ValueError) as err:
+        message = str(err)
+        raise TrainerError(message if message.startswith("recipes") else f"recipes: {message}") from None
+
+
+def campaign_warnings(settings: dict[str, Any], benchmark: str) -> list[str]:
+    """What in a valid campaign makes wrong numbers likely (a command trainer's unit
+    against the checker's reading of its benchmark); a settings model opts in with a
+    `campaign_warnings(settings, benchmark)` classmethod."""
+    warn = getattr(_model(settings["kind"], 0, "Settings"), "campaign_warnings", None)
+    return list(warn(settings, benchmark)) if warn is not None else []
 
 
 def get_trainer(kind: str) -> Trainer:

@@ -9,6 +9,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Precision-vs-convergence campaigns and MLPerf RCPs.")
 # Off a terminal (CI, Slurm logs) rich would wrap at 80 columns and cut table cells.
@@ -26,9 +27,12 @@ def load_campaign_or_fail(path: Path):
     from sweeps.spec import CampaignError, load_campaign
 
     try:
-        return load_campaign(path)
+        campaign = load_campaign(path)
     except CampaignError as err:
         fail(str(err))
+    for warning in campaign.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(warning)}", highlight=False)
+    return campaign
 
 
 def load_runs_or_fail(campaign):

@@ -11,6 +11,7 @@ from trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,
+    METRIC_TIME_TO_TRAIN,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
@@ -20,7 +21,7 @@ from trainers.contract.schema import (
 )
 
 _FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET,
-                  METRIC_CORE_HOURS, METRIC_GPU_HOURS}
+                  METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TIME_TO_TRAIN}
 
 
 class RunLog:
@@ -100,9 +101,11 @@ class RunLog:
         if path.is_file():
             self.client.log_artifact(self.run_id, str(path))
 
-    def finish(self, result: RunResult, cost: dict[str, float] | None = None) -> None:
-        """`cost`: the attempt's GPU- or core-hours, written with the outcome like the
-        wall time."""
+    def finish(self, result: RunResult, cost: dict[str, float] | None = None,
+               tags: dict[str, str] | None = None) -> None:
+        """`cost`: the attempt's GPU- or core-hours (and its MLPerf time to train),
+        written with the outcome like the wall time; `tags`: what its result file
+        disclosed, written with any status."""
         from mlflow.entities import Metric, RunTag
 
         self.flush()
@@ -118,8 +121,9 @@ class RunLog:
             metrics += [Metric(METRIC_TOKENS_TO_TARGET, float(result.tokens_to_target), now, 0),
                         Metric(METRIC_SAMPLES_TO_TARGET, float(result.samples_to_target), now, 0)]
         metrics = [m for m in metrics if m.key not in self._final_logged]
-        tags = [RunTag(TAG_STATUS, result.status.value)]
+        tags_out = [RunTag(TAG_STATUS, result.status.value)]
+        tags_out += [RunTag(k, v[:MAX_TAG]) for k, v in sorted((tags or {}).items())]
         if result.error:
-            tags.append(RunTag(TAG_ERROR, result.error[-MAX_TAG:]))
-        self.client.log_batch(self.run_id, metrics=metrics, tags=tags)
+            tags_out.append(RunTag(TAG_ERROR, result.error[-MAX_TAG:]))
+        self.client.log_batch(self.run_id, metrics=metrics, tags=tags_out)
         self.client.set_terminated(self.run_id, status="FAILED" if result.status is RunStatus.failed else "FINISHED")

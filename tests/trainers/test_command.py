@@ -4,6 +4,7 @@ every way the issue lists. The oracle for values to converge is the RCP checker.
 from __future__ import annotations
 
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from mlperf_logging.rcp_checker import rcp_checker
 from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive
-from trainers.command.trainer import OUTPUT_LOG, CommandTrainer
+from sweeps.expand import expand
+from trainers.command.trainer import OUTPUT_LOG, CommandTrainer, run_values
 from trainers.contract import Budget, EvalPoint, RunSpec, RunStatus, Target
 from trainers.registry import validate_trainer_settings
 
@@ -143,8 +145,8 @@ def test_a_hang_without_output_is_stopped_at_the_wall_clock_budget(tmp_path):
         header(32); evals(10)
         time.sleep(600)
     ''', max_wall_s=1.5, stop_grace_s=0.5)
-    assert result.status is RunStatus.not_converged
-    assert "wall-clock budget of 1.5 s" in result.error
+    assert result.status is RunStatus.failed  # a hung machine is not an outcome: the attempt is retried
+    assert result.error.endswith("wall-clock budget of 1.5 s spent (trainer.max_wall_s)")
     for pid in map(int, (rep.output_dir / "pids").read_text().split()):
         assert not alive(pid)  # the program and the child it forked are gone
     checker = _checker(rep.output_dir / "result.txt")
@@ -224,3 +226,128 @@ def test_unit_epochs_keeps_the_epochs_in_the_curve_and_samples_as_samples(tmp_pa
     assert _checker(rep.output_dir / "result.txt") == (0, 2.25, 32, "resnet")
     assert result.status is RunStatus.converged and result.samples_to_target == 4500
     assert rep.points[-1].metrics["epoch_num"] == 2.25
+
+
+def test_eval_lines_without_the_unit_the_checker_reads_fail_the_run_with_the_fix(tmp_path):
+    # A custom benchmark is read in epoch_num: an LLM-style program that logs only
+    # samples_count would be recorded not converged by the checker (1e9) without a word.
+    result, rep = _run(tmp_path, '''
+        header(32, bench="my_llm")
+        mllog("eval_accuracy", 0.95, samples_count=1000)
+        mllog("run_stop", status="success")
+        time.sleep(30)
+    ''')
+    assert result.status is RunStatus.failed
+    assert result.error.startswith("MLLOG eval line 'eval_accuracy' has no metadata epoch_num")
+    assert "'my_llm'" in result.error and "rcp.benchmark" in result.error
+    assert result.wall_s < 20  # stopped at the line, not at run_stop's grace or the wall clock
+    with pytest.raises(KeyError, match="epoch_num"):  # the oracle: the checker cannot read the line either
+        _checker(rep.output_dir / "result.txt")
+
+
+def test_the_same_program_under_a_benchmark_counted_in_samples_converges(tmp_path):
+    result, _ = _run(tmp_path, '''
+        header(32, bench="llama31_8b")
+        mllog("eval_accuracy", 0.95, samples_count=1000)
+        mllog("run_stop", status="success")
+    ''')
+    assert result.status is RunStatus.converged and result.samples_to_target == 1000
+
+
+def test_print_without_flush_reaches_rcpforge_while_the_program_runs(tmp_path):
+    # PYTHONUNBUFFERED: a program that only print()s its MLLOG lines (no flush) is
+    # followed live; a block-buffered pipe would hold every line until it exits.
+    seen: list[float] = []
+    script = '''
+        import json, time
+        def line(key, value=None, **meta):
+            print(":::MLLOG " + json.dumps({"namespace": "", "time_ms": 0, "event_type": "POINT_IN_TIME",
+                                            "key": key, "value": value, "metadata": meta}))
+        line("submission_benchmark", "llama31_8b"); line("global_batch_size", 32)
+        line("eval_accuracy", 0.5, samples_count=100)
+        time.sleep(3)
+        line("eval_accuracy", 0.95, samples_count=200); line("run_stop", status="success")
+    '''
+    (tmp_path / "plain.py").write_text(textwrap.dedent(script))
+    trainer = validate_trainer_settings({"kind": "command", "argv": ["{python}", "plain.py"], "stop_grace_s": 1})
+    spec = RunSpec(campaign="c", recipe="bf16", batch_size=32, seed=1, hparams={"lr": 0.1},
+                   target=Target(metric="eval_accuracy", mode="max", value=0.9),
+                   budget=Budget(max_tokens=10**9, eval_every_tokens=1), trainer=trainer)
+
+    class Timed(FakeReporter):
+        def eval_point(self, point: EvalPoint) -> None:
+            seen.append(time.monotonic())
+            super().eval_point(point)
+
+    start = time.monotonic()
+    result = CommandTrainer().train(spec, Timed(tmp_path / "run", tmp_path))
+    assert result.status is RunStatus.converged
+    assert seen[0] - start < 2.5  # the first eval arrived before the program's 3 s sleep ended
+
+
+def test_an_mllog_file_is_followed_as_the_program_writes_it(tmp_path):
+    # The program logs its MLLOG to a file only (mllog.config(filename=...)); its stdout
+    # has other lines, including an MLLOG-looking one that must not count twice.
+    result, rep = _run(tmp_path, '''
+        out = sys.argv[3]
+        print(":::MLLOG " + json.dumps({"key": "eval_accuracy", "value": 0.99, "metadata": {"epoch_num": 1}}))
+        with open(os.path.join(out, "logs", "mllog.txt"), "w") as fh:
+            def put(key, value=None, **meta):
+                fh.write(":::MLLOG " + json.dumps({"namespace": "", "time_ms": 0, "event_type": "POINT_IN_TIME",
+                                                   "key": key, "value": value, "metadata": meta}) + "\\n")
+                fh.flush()
+            put("submission_benchmark", "cmd_test"); put("global_batch_size", 32)
+            put("eval_accuracy", 0.5, epoch_num=100, samples_count=100)
+            time.sleep(1.5)
+            fh.write(":::MLLOG {\\"key\\": \\"eval_acc")  # half a line: waits for its end
+            fh.flush(); time.sleep(0.5)
+            fh.write("uracy\\", \\"value\\": 0.95, \\"metadata\\": {\\"epoch_num\\": 300, \\"samples_count\\": 300}}\\n")
+            put("run_stop", status="success")
+    ''', mllog_file="logs/mllog.txt")
+    assert result.status is RunStatus.converged and result.samples_to_target == 300
+    assert [p.samples for p in rep.points] == [100, 300]
+    assert _checker(rep.output_dir / "result.txt")[:3] == (0, 300, 32)
+    assert "0.99" in (rep.output_dir / OUTPUT_LOG).read_text()  # stdout still kept, not read as MLLOG
+
+
+def test_recipe_options_and_budgets_in_samples_reach_the_program(tmp_path):
+    trainer = {"kind": "command", "tokens_per_sample": 4, "argv": [
+        "{python}", "-c", "import sys; print(sys.argv[1:])", "{recipe}", "{recipe_block}", "{recipe_sr}",
+        "{max_samples}", "{eval_every_samples}"]}
+    campaign = parse_campaign(tiny_campaign(
+        trainer=trainer, recipes=[{"te_nvfp4": {"block": 16, "sr": True, "precision": "nvfp4"}},
+                                  {"fp32": {"block": 0, "sr": False}}],
+        budget={"max_tokens": 4000, "eval_every_tokens": 400}))
+    spec = next(s for s in expand(campaign) if s.recipe == "te_nvfp4")
+
+    values = run_values(spec, tmp_path, tmp_path, "b", 4)
+    assert (values["recipe"], values["recipe_block"], values["recipe_sr"]) == ("te_nvfp4", "16", "true")
+    assert (values["max_samples"], values["eval_every_samples"]) == ("1000", "100")
+
+
+@pytest.mark.parametrize("recipes, message", [
+    ([{"te_nvfp4": {"block": 16}}, "fp32"], "placeholder {recipe_block} is option 'block' of recipe te_nvfp4 but not of fp32"),
+    ([{"bad name": {}}], "recipes: label 'bad name'"),
+    ([{"x": {"block": [16, 16]}}], "recipes.x.block: options of a command trainer's recipe are scalars"),
+    ([{"x": {"precision": "fp6"}}], "recipes.x.precision: 'fp6' is not an MLPerf precision name"),
+])
+def test_bad_recipe_labels_are_refused_naming_the_field(recipes, message):
+    trainer = {"kind": "command", "argv": ["prog", "{recipe_block}"]}
+    with pytest.raises(CampaignError) as err:
+        parse_campaign(tiny_campaign(trainer=trainer, recipes=recipes))
+    assert message in str(err.value)
+
+
+def test_a_tinylm_campaign_keeps_refusing_unknown_recipe_names():
+    with pytest.raises(CampaignError, match="recipes: unknown recipe 'te_nvfp4'"):
+        parse_campaign(tiny_campaign(recipes=["bf16", "te_nvfp4"]))
+
+
+def test_a_campaign_warns_where_the_unit_and_benchmark_disagree():
+    custom = parse_campaign(tiny_campaign(trainer={"kind": "command", "argv": ["prog"]}))
+    assert len(custom.warnings) == 1 and "read by the checker from each eval's epoch_num" in custom.warnings[0]
+    llm = parse_campaign(tiny_campaign(trainer={"kind": "command", "argv": ["prog"]}, rcp={"benchmark": "llama31_8b"}))
+    assert llm.warnings == []
+    epochs = parse_campaign(tiny_campaign(trainer={"kind": "command", "argv": ["prog"], "unit": "epochs"},
+                                          rcp={"benchmark": "llama31_8b"}))
+    assert "trainer.unit is epochs" in epochs.warnings[0]

@@ -29,6 +29,7 @@ class ProcessEnd:
     # Why rcpforge stopped the process (a budget), or None when it exited on its own.
     stopped_because: str | None = None
     tail: list[str] = field(default_factory=list)
+    out_of_time: bool = False  # stopped at max_wall_s
 
     def describe_exit(self) -> str:
         return describe_exit(self.exit_code)
@@ -58,6 +59,37 @@ def _reader(stream, lines: queue.Queue) -> None:
         lines.put(None)
 
 
+_FROM_FILE = b"F"  # a queue item from the followed file, not the program's output
+
+
+def _tail_file(path: Path, lines: queue.Queue, finished: threading.Event, poll_s: float = 0.1) -> None:
+    """Put the lines of a file another process writes as they appear, until `finished`
+    is set and the file is read to its end; a line is put only once its newline is
+    written (a half-written line waits), except the last one at the end."""
+    handle = None
+    partial = b""
+    try:
+        while True:
+            ending = finished.is_set()  # read before the last pass: nothing written after it is lost
+            if handle is None and path.exists():
+                handle = open(path, "rb")
+            if handle is not None:
+                while chunk := handle.readline(MAX_LINE):
+                    partial += chunk
+                    if partial.endswith(b"\n") or len(partial) >= MAX_LINE:
+                        lines.put((_FROM_FILE, partial))
+                        partial = b""
+            if ending:
+                if partial:
+                    lines.put((_FROM_FILE, partial))
+                return
+            time.sleep(poll_s)
+    finally:
+        if handle is not None:
+            handle.close()
+        lines.put((_FROM_FILE, None))
+
+
 def _printable(line: str) -> str:
     # The tail goes into an MLflow tag: no NUL or control characters there.
     return "".join(ch if ch.isprintable() else "\ufffd" for ch in line)
@@ -74,20 +106,24 @@ def run_and_follow(
     raw_log: Path,
     done: Callable[[], bool] = lambda: False,
     on_idle: Callable[[], None] = lambda: None,
+    mllog_file: Path | None = None,
 ) -> ProcessEnd:
     """Run `argv`, call `on_line` with every output line (stdout and stderr together) as
-    it arrives. `on_line` may raise StopProcess to end the process; past `max_wall_s`
-    the process is stopped; once `done()` is true (run_stop seen) the process has
-    `grace_s` to exit by itself. `on_idle` runs whenever the reader has caught up."""
-    run = _Followed(argv, cwd, env, grace_s)
+    it arrives, or with every line of `mllog_file` as the program writes it (its output
+    then only goes to `raw_log` and the tail). `on_line` may raise StopProcess to end the
+    process; past `max_wall_s` the process is stopped; once `done()` is true (run_stop
+    seen) the process has `grace_s` to exit by itself. `on_idle` runs whenever the reader
+    has caught up."""
+    run = _Followed(argv, cwd, env, grace_s, mllog_file)
     try:
         with open(raw_log, "wb") as raw:
             stopped_because = run.follow(raw, on_line, time.monotonic() + max_wall_s, done, on_idle)
     finally:
         run.close()
-    if stopped_because == _WALL:
-        stopped_because = f"wall-clock budget of {max_wall_s:g} s spent"
-    return ProcessEnd(run.proc.returncode, stopped_because, [_printable(t[:500]) for t in run.tail])
+    out_of_time = stopped_because == _WALL
+    if out_of_time:
+        stopped_because = f"wall-clock budget of {max_wall_s:g} s spent (trainer.max_wall_s)"
+    return ProcessEnd(run.proc.returncode, stopped_because, [_printable(t[:500]) for t in run.tail], out_of_time)
 
 
 _WALL = "wall"
@@ -114,7 +150,8 @@ _DIE_WITH_PARENT = _parent_death_signal()
 class _Followed:
     """A started program, its output queue (filled by a reader thread) and its tail."""
 
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], grace_s: float):
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], grace_s: float,
+                 mllog_file: Path | None = None):
         self.grace_s = grace_s
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.proc = subprocess.Popen(
@@ -124,6 +161,14 @@ class _Followed:
         self.lines: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=_reader, args=(self.proc.stdout, self.lines), daemon=True)
         self.thread.start()
+        # The followed file, read by its own thread: its lines are the MLLOG stream.
+        self.file_done = threading.Event()
+        self.file_thread = None
+        if mllog_file is not None:
+            self.file_thread = threading.Thread(target=_tail_file, args=(mllog_file, self.lines, self.file_done),
+                                                daemon=True)
+            self.file_thread.start()
+        self.streams_open = 2 if self.file_thread else 1
 
     def follow(self, raw, on_line, deadline: float, done, on_idle) -> str | None:
         """Until EOF, a stop or a deadline; returns why rcpforge stopped it, if it did."""
@@ -138,15 +183,27 @@ class _Followed:
                 return None  # run_stop was logged (or it exited): only the end is late
             chunk = self._next(raw, on_idle, min(deadline, grace_until or deadline) - now)
             if chunk is _EMPTY:
-                if grace_until is None and self.proc.poll() is not None:
-                    # Exited, but something it started still holds the pipe open.
-                    grace_until = time.monotonic() + self.grace_s
+                if self.proc.poll() is not None:
+                    self.file_done.set()  # the program is gone: its file is read to its end
+                    if grace_until is None:
+                        # Exited, but something it started still holds the pipe open.
+                        grace_until = time.monotonic() + self.grace_s
                 continue
-            if chunk is None:
-                return None
-            raw.write(chunk)
+            from_file = isinstance(chunk, tuple)
+            if from_file:
+                chunk = chunk[1]
+            if chunk is None:  # one stream ended
+                self.streams_open -= 1
+                if self.streams_open == 0:
+                    return None
+                self.file_done.set()  # the output closed, so the program ended: finish the file
+                continue
             text = chunk.decode("latin-1").rstrip("\r\n")
-            self.tail.append(text)
+            if not from_file:
+                raw.write(chunk)
+                self.tail.append(text)
+                if self.file_thread is not None:
+                    continue  # the MLLOG stream is the file
             try:
                 on_line(text)
             except StopProcess as stop:
@@ -170,6 +227,9 @@ class _Followed:
         if proc.poll() is None:
             _stop_group(proc, self.grace_s)
         proc.wait()
+        self.file_done.set()
+        if self.file_thread is not None:
+            self.file_thread.join(timeout=self.grace_s)
         if self.thread.is_alive():
             # Its children still hold the pipe; the group id stays reserved while they live.
             try:

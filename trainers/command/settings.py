@@ -7,11 +7,20 @@
       workdir: .                # relative to the campaign file's folder (the default)
       metric_key: eval_accuracy # the MLLOG key whose values are the eval curve
       unit: samples             # what the checker's value to converge counts
-      max_wall_s: 3600          # wall-clock budget of one attempt
+      max_wall_s: 3600          # wall-clock budget of one attempt (past it: a failed attempt)
       start: per_rank           # or per_node: once per node, for a program run by torchrun
+      mllog_file: mllog.txt     # follow this file (relative: in the run's folder) instead of stdout
 
-Placeholders `{name}` in argv, env values and workdir are replaced per run; `{{` and `}}`
-are literal braces. A placeholder that names no field fails when the campaign is loaded.
+Placeholders `{name}` in argv, env values, workdir and mllog_file are replaced per run;
+`{{` and `}}` are literal braces. A placeholder that names no field fails when the
+campaign is loaded. Every placeholder is also an environment variable of the program
+(`{batch_size}` is RCPFORGE_BATCH_SIZE); `PLACEHOLDERS` says what each one is.
+
+Recipes of a command trainer are labels: the program implements its own precision, so
+any name is allowed, with free-form scalar options that reach the program as
+`{recipe_<option>}` and RCPFORGE_RECIPE_<OPTION>. The option `precision`, when given,
+declares the label's lowest precision in linear layers in MLPerf's words (`fp8`,
+`nvfp4`, ...): a run that discloses another one in its MLLOG gets a warning.
 """
 
 from __future__ import annotations
@@ -22,13 +31,64 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
-# Placeholders every run has, besides its hyperparameters (see `run_values`).
-FIXED_FIELDS = (
-    "python", "recipe", "batch_size", "seed", "output_dir", "campaign_dir", "benchmark",
-    "max_tokens", "eval_every_tokens", "target_metric", "target_mode", "target_value",
+# Placeholders every run has, besides its hyperparameters and its recipe's options (see
+# `run_values`), with what each stands for: `rcpforge recipes` and the README list them.
+PLACEHOLDERS: dict[str, str] = {
+    "python": "the Python interpreter rcpforge runs under",
+    "recipe": "the run's recipe label",
+    "recipe_<option>": "an option of the run's recipe ({recipe_block} for `block: 16`)",
+    "batch_size": "the global batch size, in samples",
+    "seed": "the run's seed",
+    "output_dir": "the run's own folder (absolute), the same on every attempt",
+    "campaign_dir": "the campaign file's folder (absolute)",
+    "benchmark": "the benchmark name of the MLLOG files (rcp.benchmark or the campaign's name)",
+    "max_tokens": "the token budget (budget.max_tokens)",
+    "eval_every_tokens": "the eval cadence in tokens (budget.eval_every_tokens)",
+    "max_samples": "the budget in the program's samples: max_tokens / tokens_per_sample",
+    "eval_every_samples": "the eval cadence in samples: eval_every_tokens / tokens_per_sample",
+    "target_metric": "target.metric", "target_mode": "target.mode (min or max)", "target_value": "target.value",
     # the run's gang (launch:) and its rendezvous, as the backend set them for this task
-    "world_size", "nodes", "processes_per_node", "master_addr", "master_port", "node_rank",
-)
+    "world_size": "ranks of the run", "nodes": "nodes of the run", "processes_per_node": "ranks per node",
+    "master_addr": "rank 0's address", "master_port": "the run's rendezvous port", "node_rank": "this node's index",
+}
+FIXED_FIELDS = tuple(name for name in PLACEHOLDERS if "<" not in name)
+RECIPE_OPTION_PREFIX = "recipe_"
+# The values MLPerf allows for the lowest_numerical_precision_in_* disclosure keys
+# (mlperf_logging 4.1.68, compliance_checker/training_6.1.0/common.yaml).
+MLPERF_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "fp8", "mxfp6", "nvfp4", "mxfp4", "bfloat16",
+                     "Graphcore FLOAT 16.16", "int8", "uint8", "int4", "uint4")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def validate_recipe_label(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A command trainer's recipe: any label safe in file names, run names and CLI
+    arguments, with scalar options whose names can be placeholders."""
+    if not _LABEL.match(name) or len(name) > 64:
+        raise ValueError(
+            f"recipes: label {name!r}: use letters, digits, '_', '.', '+', '-' (at most 64, starting with a "
+            f"letter or digit): it names run folders and MLflow runs"
+        )
+    if not isinstance(options, dict):
+        raise ValueError(f"recipes.{name}: options must be a mapping {{option: value}}, got {options!r}")
+    for key, value in options.items():
+        if not isinstance(key, str) or not _OPTION.match(key):
+            raise ValueError(
+                f"recipes.{name}.{key}: an option name is letters, digits and '_', starting with a letter "
+                f"(it becomes the placeholder {{recipe_<option>}})"
+            )
+        if value is None or not isinstance(value, (str, int, float, bool)):
+            raise ValueError(
+                f"recipes.{name}.{key}: options of a command trainer's recipe are scalars (text, number, "
+                f"true/false), got {value!r}"
+            )
+    precision = options.get("precision")
+    if precision is not None and precision not in MLPERF_PRECISIONS:
+        raise ValueError(
+            f"recipes.{name}.precision: {precision!r} is not an MLPerf precision name; "
+            f"use one of {', '.join(MLPERF_PRECISIONS)}"
+        )
+    return dict(options)
 
 
 def placeholders(text: str) -> list[str]:
@@ -79,6 +139,19 @@ class CommandSettings(BaseModel):
     # {node_rank} --master-addr {master_addr} --master-port {master_port} ...`).
     # Either way the MLLOG stream followed is the reporter's (rank 0's, or node 0's).
     start: Literal["per_rank", "per_node"] = "per_rank"
+    # The program's MLLOG lines are read from this file (placeholders allowed; relative to
+    # the run's folder) as it grows, not from its output: for a program that logs through
+    # `mllog.config(filename=...)` only. None: from stdout and stderr.
+    mllog_file: str | None = None
+
+    @classmethod
+    def recipe_labels(cls) -> bool:
+        """Recipes are labels of the program's own precision, not rcpforge's quantizers."""
+        return True
+
+    @classmethod
+    def validate_recipe(cls, name: str, options: dict[str, Any]) -> dict[str, Any]:
+        return validate_recipe_label(name, options)
 
     @classmethod
     def launches_per_node(cls, settings: dict[str, Any]) -> bool:
@@ -89,11 +162,14 @@ class CommandSettings(BaseModel):
         # Left out of the dump while it holds its default: the run keys of campaigns
         # written before it existed stay what they were.
         data = handler(self)
-        if isinstance(data, dict) and data.get("start") == "per_rank":
-            data.pop("start", None)
+        if isinstance(data, dict):
+            if data.get("start") == "per_rank":
+                data.pop("start", None)
+            if data.get("mllog_file") is None:
+                data.pop("mllog_file", None)
         return data
 
-    @field_validator("argv", "env", "workdir")
+    @field_validator("argv", "env", "workdir", "mllog_file")
     @classmethod
     def _placeholders_well_formed(cls, value: Any) -> Any:
         for text in _texts(value):
@@ -101,12 +177,48 @@ class CommandSettings(BaseModel):
         return value
 
     @classmethod
-    def check_campaign(cls, settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]]) -> None:
-        """Every placeholder names a fixed field or a hyperparameter of every batch size."""
+    def campaign_warnings(cls, settings: dict[str, Any], benchmark: str) -> list[str]:
+        """The unit the checker reads for the campaign's benchmark against `unit`: the
+        first eval line of a run fails where they disagree, so say it before any run."""
+        from trainers.contract.mllog.read import SAMPLES_BENCHMARKS
+
+        unit = settings.get("unit", "samples")
+        if unit == "samples" and benchmark not in SAMPLES_BENCHMARKS:
+            return [
+                f"benchmark {benchmark!r} is read by the checker from each eval's epoch_num (samples_count only "
+                f"for {', '.join(sorted(SAMPLES_BENCHMARKS))}); with trainer.unit: samples the program must log "
+                f"epoch_num = samples so far in its eval lines, or set rcp.benchmark to the checker's name of "
+                f"the benchmark it trains (and log it as submission_benchmark: the placeholder {{benchmark}})"
+            ]
+        if unit == "epochs" and benchmark in SAMPLES_BENCHMARKS:
+            return [
+                f"benchmark {benchmark!r} is read by the checker from samples_count, but trainer.unit is epochs: "
+                f"set trainer.unit: samples, or rcp.benchmark to a benchmark counted in epochs"
+            ]
+        return []
+
+    @classmethod
+    def check_campaign(cls, settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],
+                       recipes: dict[str, dict[str, Any]] | None = None) -> None:
+        """Every placeholder names a fixed field, an option of every recipe, or a
+        hyperparameter of every batch size."""
+        recipes = recipes or {}
         for where, text in _located_texts(settings):
             for name in placeholders(text):
                 if name in FIXED_FIELDS:
                     continue
+                if name.startswith(RECIPE_OPTION_PREFIX) and recipes:
+                    option = name[len(RECIPE_OPTION_PREFIX):]
+                    having = [r for r, opts in recipes.items() if option in opts]
+                    if len(having) == len(recipes):
+                        continue
+                    if having:
+                        lacking = ", ".join(r for r in recipes if r not in having)
+                        raise ValueError(
+                            f"trainer.{where}: placeholder {{{name}}} is option {option!r} of recipe "
+                            f"{', '.join(having)} but not of {lacking}; give every recipe the option, or read "
+                            f"{env_name(name)} from the environment (set only where the recipe has it)"
+                        )
                 missing = [bs for bs, hp in hparams_by_bs.items() if name not in hp]
                 if len(missing) < len(hparams_by_bs):
                     if missing:
@@ -115,7 +227,8 @@ class CommandSettings(BaseModel):
                             f"but not of {', '.join(map(str, missing))}; add it to hparams of every batch size"
                         )
                     continue
-                known = sorted(set(FIXED_FIELDS) | {k for hp in hparams_by_bs.values() for k in hp})
+                known = sorted(set(FIXED_FIELDS) | {k for hp in hparams_by_bs.values() for k in hp}
+                               | {RECIPE_OPTION_PREFIX + o for opts in recipes.values() for o in opts})
                 raise ValueError(
                     f"trainer.{where}: placeholder {{{name}}} names no field; valid placeholders: {', '.join(known)}"
                 )
@@ -140,6 +253,7 @@ def _texts(value: Any) -> list[str]:
 def _located_texts(settings: dict[str, Any]) -> list[tuple[str, str]]:
     found = [(f"argv[{i}]", t) for i, t in enumerate(settings.get("argv") or [])]
     found += [(f"env.{k}", t) for k, t in (settings.get("env") or {}).items()]
-    if settings.get("workdir"):
-        found.append(("workdir", settings["workdir"]))
+    for name in ("workdir", "mllog_file"):
+        if settings.get(name):
+            found.append((name, settings[name]))
     return found

@@ -4,15 +4,21 @@ Outcome, in this order:
 - a `run_stop` with status `success`: converged, with the value to converge exactly as
   `mlperf_logging.rcp_checker` reads it (`trainers/contract/mllog/read.py`);
 - a `run_stop` with any other status (MLLOG has `aborted`): not_converged;
-- a budget spent before any run_stop: the process is stopped, not_converged. The budgets
-  of an external program are the wall-clock `max_wall_s` of the trainer settings and the
-  campaign's token budget, applied to the evals it logs: an eval past `max_tokens`
-  (samples x `tokens_per_sample`) ends the run; evals up to it count;
+- the token budget spent before any run_stop: the process is stopped, not_converged. The
+  budget applies to the evals it logs: an eval past `max_tokens` (samples x
+  `tokens_per_sample`) ends the run; evals up to it count;
+- the wall-clock `max_wall_s` spent: the process is stopped and the attempt failed (a
+  hung or slow machine is not an outcome of the recipe: it is retried);
+- an eval line without the unit the checker reads for the file's benchmark (`epoch_num`
+  outside its LLM list): failed at once, with the key to log or `rcp.benchmark` to set,
+  never a silent not-converged;
 - an exit without run_stop (a crash, a signal): failed with the exit code and the last
   lines of output; failed runs are retried and never counted.
 
-The process's readable MLLOG lines are the run's `result.txt`; all its output is in
-`output.log` beside it.
+The MLLOG stream is the program's stdout and stderr, or the file `mllog_file` as it grows.
+Its readable MLLOG lines are the run's `result.txt`; all its output is in `output.log`
+beside it. Python programs run with PYTHONUNBUFFERED=1, so a plain `print()` of an MLLOG
+line reaches rcpforge when it is printed.
 """
 
 from __future__ import annotations
@@ -26,19 +32,21 @@ from pathlib import Path
 from typing import Any
 
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
-from trainers.command.settings import CommandSettings, env_name, substitute
+from trainers.command.settings import RECIPE_OPTION_PREFIX, CommandSettings, env_name, substitute
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
 from trainers.contract.gang import gang_task
-from trainers.contract.mllog.read import TOKEN, MllogReader
+from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
 from trainers.contract.mllog.write import RESULT_FILE
 
 OUTPUT_LOG = "output.log"
 
 
-def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: str) -> dict[str, str]:
+def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: str,
+               tokens_per_sample: int = 1) -> dict[str, str]:
     """What the placeholders stand for in one run (and the RCPFORGE_* variables); the
     gang's come from the rendezvous variables the backend set on this task."""
     values: dict[str, Any] = {name: value for name, value in spec.hparams.items()}
+    values.update({RECIPE_OPTION_PREFIX + k: _text(v) for k, v in spec.recipe_options.items()})
     env = os.environ
     world = int(env.get("WORLD_SIZE", spec.world_size) or 1)
     per_node = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
@@ -52,8 +60,15 @@ def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: s
         output_dir=output_dir, campaign_dir=campaign_dir, benchmark=benchmark,
         max_tokens=spec.budget.max_tokens, eval_every_tokens=spec.budget.eval_every_tokens,
         target_metric=spec.target.metric, target_mode=spec.target.mode, target_value=spec.target.value,
+        max_samples=spec.budget.max_tokens // tokens_per_sample,
+        eval_every_samples=spec.budget.eval_every_tokens // tokens_per_sample,
     )
     return {k: str(v) for k, v in values.items()}
+
+
+def _text(value: Any) -> Any:
+    # YAML's spelling of booleans, which a program's argument parser expects more than Python's
+    return ("true" if value else "false") if isinstance(value, bool) else value
 
 
 class _Follower:
@@ -64,6 +79,7 @@ class _Follower:
         self.reading = MllogReader(keep_lines=False)
         self.evals = 0
         self.last: EvalPoint | None = None
+        self.failure: str | None = None  # why the run failed while it was followed
         self._out = open(result_file, "w", encoding="latin-1")
 
     def on_line(self, line: str) -> None:
@@ -71,8 +87,32 @@ class _Follower:
         if event is None:
             return
         self._out.write(self.reading.last_text + "\n")
+        self._check_unit(event)
         if event.get("key") == self.cfg.metric_key:
             self._eval(event)
+
+    def _check_unit(self, event: dict[str, Any]) -> None:
+        """An eval line the checker reads without the key it reads the value from would
+        leave a converged run at 1e9 (the checker's not converged): fail it now instead,
+        saying which key is missing and what to set."""
+        benchmark = self.reading.benchmark
+        if benchmark == "stable_diffusion" or not is_eval_line(self.reading.last_text or ""):
+            return
+        unit = convergence_unit(benchmark)
+        meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+        if unit in meta:
+            return
+        if unit == "epoch_num":
+            read_as = (f"the checker reads runs of benchmark {benchmark!r} in epoch_num "
+                       f"(samples_count only for {', '.join(sorted(SAMPLES_BENCHMARKS))})")
+            fix = ("log epoch_num in each eval's metadata (the samples so far, with trainer.unit: samples), or set "
+                   "rcp.benchmark to the checker's name of a benchmark counted in samples and log it as "
+                   "submission_benchmark (the placeholder {benchmark})")
+        else:
+            read_as = f"the checker reads runs of benchmark {benchmark!r} in samples_count"
+            fix = "log samples_count in each eval's metadata"
+        self.failure = f"MLLOG eval line {event.get('key')!r} has no metadata {unit}: {read_as}; {fix}"
+        raise StopProcess(self.failure)
 
     def _eval(self, event: dict[str, Any]) -> None:
         meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
@@ -121,17 +161,23 @@ class CommandTrainer:
         output_dir.mkdir(parents=True, exist_ok=True)
         campaign_dir = Path(getattr(reporter, "campaign_dir", None) or Path.cwd()).resolve()
         benchmark = getattr(reporter, "benchmark", None) or spec.campaign
-        values = run_values(spec, output_dir, campaign_dir, benchmark)
+        values = run_values(spec, output_dir, campaign_dir, benchmark, cfg.tokens_per_sample)
         argv = [substitute(a, values) for a in cfg.argv]
-        env = {**os.environ, **{env_name(k): v for k, v in values.items()}}
+        # Unbuffered, so MLLOG lines a Python program print()s arrive as they are printed
+        # (a block-buffered pipe would hold them until the buffer fills: a run that looks stalled).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **{env_name(k): v for k, v in values.items()}}
         env.update({k: substitute(v, values) for k, v in cfg.env.items()})
         workdir = campaign_dir / substitute(cfg.workdir, values) if cfg.workdir else campaign_dir
+        mllog_file = output_dir / substitute(cfg.mllog_file, values) if cfg.mllog_file else None
+        if mllog_file is not None:
+            mllog_file.parent.mkdir(parents=True, exist_ok=True)
+            mllog_file.unlink(missing_ok=True)  # an earlier attempt's: this attempt starts from scratch
         follower = _Follower(spec, cfg, reporter, output_dir / RESULT_FILE)
         end = None
         try:
             end = run_and_follow(
                 argv, cwd=workdir, env=env, on_line=follower.on_line, max_wall_s=cfg.max_wall_s,
-                grace_s=cfg.stop_grace_s, raw_log=output_dir / OUTPUT_LOG,
+                grace_s=cfg.stop_grace_s, raw_log=output_dir / OUTPUT_LOG, mllog_file=mllog_file,
                 done=lambda: follower.reading.stop_status is not None,
                 on_idle=lambda: (follower.flush(), getattr(reporter, "idle", lambda: None)()),
             )
@@ -172,12 +218,19 @@ def _result(follower: _Follower, end: ProcessEnd, cfg: CommandSettings, wall_s: 
         samples = int(round(value)) if cfg.unit == "samples" else last.samples
         tokens = samples * cfg.tokens_per_sample
         return RunResult(status=RunStatus.converged, samples_to_target=samples, tokens_to_target=tokens, error=note, **common)
+    if follower.failure:
+        return RunResult(status=RunStatus.failed, error="; ".join([follower.failure, *notes]), **common)
+    if end.out_of_time:  # not an outcome of the recipe: the attempt fails and is retried
+        return RunResult(status=RunStatus.failed, error="; ".join([f"stopped: {end.stopped_because}", *notes]), **common)
     if end.stopped_because:
         return RunResult(status=RunStatus.not_converged, error="; ".join([f"stopped: {end.stopped_because}", *notes]), **common)
     tail = "\n".join(end.tail)
+    # The reason comes last, where a console line (the error's last line) shows it; the
+    # program's own last lines sit above it.
     return RunResult(
         status=RunStatus.failed,
-        error=f"process ended without run_stop ({end.describe_exit()}); {'; '.join(notes) + '; ' if notes else ''}"
-        f"output in {output_dir / OUTPUT_LOG}; last lines:\n{tail}",
+        error=f"last lines of output:\n{tail}\n"
+        f"process ended without run_stop ({end.describe_exit()}); {'; '.join(notes) + '; ' if notes else ''}"
+        f"output in {output_dir / OUTPUT_LOG}",
         **common,
     )

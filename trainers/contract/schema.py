@@ -37,5 +37,13 @@ METRIC_WALL_S = "run_wall_s"
 # CPU core-hours (wall time x processes).
 METRIC_GPU_HOURS = "gpu_hours"
 METRIC_CORE_HOURS = "core_hours"
+# MLPerf's time to train: run_start to run_stop of the run's MLLOG, in seconds.
+METRIC_TIME_TO_TRAIN = "time_to_train_s"
+# MLPerf disclosure keys a run's MLLOG holds (lowest_numerical_precision_in_linear, ...):
+# one tag each, `rcpforge.mllog.<key>`.
+TAG_DISCLOSED = "rcpforge.mllog."
+# Something about a run worth a look that does not change its outcome (a disclosed
+# precision that contradicts its recipe's).
+TAG_WARNING = "rcpforge.warning"
 # The ranks of the run's gang (its world size).
 TAG_WORLD_SIZE = "rcpforge.world_size"

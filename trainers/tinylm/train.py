@@ -70,6 +70,20 @@ def lr_at(tokens: int, hp: TinyLMHParams) -> float:
 class TinyLMTrainer:
     writes_mllog = False  # the executor writes result.txt from the eval points
 
+    def disclosure(self, spec: RunSpec) -> dict[str, object]:
+        """MLPerf's precision and parallelism keys for the run's result file: the
+        recipe's linear GEMMs; attention under BF16 autocast; gradients all-reduced in
+        FP32; data parallel only, each rank a slice of the global batch."""
+        from trainers.recipes import mlperf_precision
+
+        return {
+            "lowest_numerical_precision_in_linear": mlperf_precision(resolve_recipe(spec.recipe, spec.recipe_options)),
+            "lowest_numerical_precision_in_attn": "bfloat16",
+            "lowest_numerical_precision_in_comm": "fp32",
+            "tensor_parallelism": 1, "pipeline_parallelism": 1, "context_parallelism": 1, "expert_parallelism": 1,
+            "micro_batch_size": spec.batch_size // max(1, spec.world_size),
+        }
+
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
         device = _device(cfg)

@@ -65,6 +65,11 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return _event(text)
 
 
+def is_eval_line(text: str) -> bool:
+    """Whether the checker takes an MLLOG line for an eval (its substring test)."""
+    return "eval_error" in text or "eval_accuracy" in text
+
+
 def convergence_unit(benchmark: str | None) -> str:
     """The eval metadata field the checker reads the value to converge from."""
     return "samples_count" if benchmark in SAMPLES_BENCHMARKS else "epoch_num"
@@ -151,7 +156,7 @@ class MllogReader:
             self.benchmark = load()["value"]
             if self.benchmark != "bert" and self.use_train_samples:
                 self.use_train_samples = False
-        is_eval = "eval_error" in body or "eval_accuracy" in body
+        is_eval = is_eval_line(body)
         if self.benchmark == "stable_diffusion" and is_eval:
             record = load()
             unit = "step_num" if self.ruleset == "3.1.0" else "samples_count"
@@ -234,6 +239,48 @@ def follow_file(path: str | Path, keep_lines: bool = True) -> MllogReader:
         for line in fh:
             reader.feed(line)
     return reader
+
+
+# MLPerf's disclosure keys (mandatory from the 6.1 rules): how low the precision goes and
+# how the run is split. rcpforge records them per run as tags `rcpforge.mllog.<key>`.
+DISCLOSURE_KEYS = (
+    "lowest_numerical_precision_in_linear", "lowest_numerical_precision_in_attn",
+    "lowest_numerical_precision_in_comm", "tensor_parallelism", "pipeline_parallelism",
+    "context_parallelism", "expert_parallelism", "micro_batch_size",
+)
+
+
+@dataclass
+class RunFacts:
+    """What a run's result file says besides its outcome: the MLPerf time to train
+    (`run_start` to the last `run_stop`, in seconds) and its disclosure keys."""
+
+    time_to_train_s: float | None = None
+    disclosed: dict[str, Any] = field(default_factory=dict)
+
+
+def run_facts(path: str | Path) -> RunFacts:
+    facts = RunFacts()
+    started = stopped = None
+    try:
+        fh = open(path, encoding="latin-1")
+    except OSError:
+        return facts
+    with fh:
+        for line in fh:
+            event = parse_line(line)
+            if event is None:
+                continue
+            key, at = event.get("key"), event.get("time_ms")
+            if key == "run_start" and started is None and _is_number(at):
+                started = at
+            elif key == "run_stop" and _is_number(at):
+                stopped = at
+            elif key in DISCLOSURE_KEYS:
+                facts.disclosed[key] = event.get("value")
+    if started is not None and stopped is not None and stopped >= started:
+        facts.time_to_train_s = (stopped - started) / 1000.0
+    return facts
 
 
 @dataclass

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
 
@@ -37,7 +38,7 @@ class _StrictFileHandler(logging.FileHandler):
 class MllogWriter:
     """One result file; `close()` must be called (the reporter does it in `stop`)."""
 
-    def __init__(self, path: Path, benchmark: str, spec: RunSpec):
+    def __init__(self, path: Path, benchmark: str, spec: RunSpec, disclosure: dict[str, Any] | None = None):
         from mlperf_logging.mllog import constants as c
         from mlperf_logging.mllog.mllog import MLLogger
 
@@ -57,12 +58,12 @@ class MllogWriter:
         self._logger.addHandler(self._handler)
         self.log = MLLogger(logger=self._logger, default_stack_offset=1, root_dir=str(Path(__file__).parent))
         try:
-            self._header(benchmark, spec)
+            self._header(benchmark, spec, disclosure or {})
         except OSError:
             self.discard()
             raise
 
-    def _header(self, benchmark: str, spec: RunSpec) -> None:
+    def _header(self, benchmark: str, spec: RunSpec, disclosure: dict[str, Any]) -> None:
         c, log = self._c, self.log
         log.event(c.SUBMISSION_BENCHMARK, benchmark)
         log.event(c.SUBMISSION_ORG, "rcpforge")
@@ -76,6 +77,8 @@ class MllogWriter:
             if not any(word in name for word in _CHECKER_WORDS):
                 log.event(c.OPT_BASE_LR if name == "lr" else name, value)
         log.event("target", spec.target.value, metadata={"metric": spec.target.metric, "mode": spec.target.mode})
+        for key, value in disclosure.items():  # the precision and parallelism the trainer disclosed
+            log.event(key, value)
         log.end(c.INIT_STOP)
         log.start(c.RUN_START)
 
