@@ -5,7 +5,9 @@ published submission, another campaign's export) into the tracking store as runs
 Export layout: `<DIR>/<recipe>/bs<batch size>/result_<i>.txt`, i in seed order, from
 every run with an outcome (a not-converged or diverged run's file ends with
 `run_stop aborted`, which the checker counts as infinite). The files are the runs'
-`result.txt` MLflow artifacts (the run folder when the artifact is missing).
+`result.txt` MLflow artifacts (the run folder when the artifact is missing). The cells, the
+run selection and the fetching (`campaign_cells`, `fetch_result_files`,
+`write_result_files`) are shared with the submitter package (`orchestrator/package.py`).
 
 Import: one MLflow run per file, its run key the hash of the file's bytes, so importing
 the same files again adds nothing. `samples_to_target` is the value the checker reads
@@ -58,36 +60,63 @@ class ExportedCell:
     left_out: int  # runs of the cell without an outcome
 
 
+@dataclass
+class Cell:
+    """One (recipe, batch size) of a campaign's tracked runs."""
+
+    recipe: str
+    batch_size: int
+    done: list[dict]  # the runs with an outcome, in seed order
+    left_out: int  # runs without an outcome
+
+
 def cell_folder(results_dir: Path, recipe: str, batch_size: int) -> Path:
     return results_dir / recipe / f"bs{batch_size}"
 
 
-def export_results(tracking_uri: str, campaign: str, results_dir: Path, run_dir_of) -> list[ExportedCell]:
-    """`run_dir_of(spec)` gives a run's folder, for runs whose artifact is missing."""
-    import os
-
+def campaign_cells(tracking_uri: str, campaign: str) -> list[Cell]:
+    """The campaign's cells in (recipe, batch size) order, those without an outcome too."""
     from analysis.load import load_runs
 
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars on the CLI's output
-    runs = load_runs(tracking_uri, campaign).to_pylist()
-    tracking = Tracking(tracking_uri)
     cells: dict[tuple[str, int], list[dict]] = {}
-    for run in runs:
+    for run in load_runs(tracking_uri, campaign).to_pylist():
         cells.setdefault((run["recipe"], run["batch_size"]), []).append(run)
+    found = []
+    for (recipe, bs), runs in sorted(cells.items()):
+        done = sorted((r for r in runs if r["status"] in OUTCOME_VALUES), key=lambda r: r["seed"])
+        found.append(Cell(recipe, bs, done, len(runs) - len(done)))
+    return found
+
+
+def fetch_result_files(tracking_uri: str, runs: list[dict], tmp: Path, run_dir_of) -> list[Path]:
+    """Each run's result file, in the runs' order: downloaded under `tmp`, or from the run's
+    folder (`run_dir_of(spec)`) where the artifact is missing."""
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars on the CLI's output
+    tracking = Tracking(tracking_uri)
+    return [_result_file(tracking, run["run_id"], tmp / run["run_id"], run_dir_of) for run in runs]
+
+
+def write_result_files(folder: Path, files: list[Path]) -> None:
+    """`files` as `folder/result_<i>.txt`, i in their order, replacing earlier ones."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("result_*.txt"):
+        stale.unlink()  # an earlier export may have had more runs
+    for i, source in enumerate(files):
+        shutil.copyfile(source, folder / f"result_{i}.txt")
+
+
+def export_results(tracking_uri: str, campaign: str, results_dir: Path, run_dir_of) -> list[ExportedCell]:
+    """`run_dir_of(spec)` gives a run's folder, for runs whose artifact is missing."""
     exported = []
     with tempfile.TemporaryDirectory() as tmp:
-        for (recipe, bs), cell in sorted(cells.items()):
-            done = sorted((r for r in cell if r["status"] in OUTCOME_VALUES), key=lambda r: r["seed"])
-            if not done:
+        for cell in campaign_cells(tracking_uri, campaign):
+            if not cell.done:
                 continue
-            folder = cell_folder(results_dir, recipe, bs)
-            folder.mkdir(parents=True, exist_ok=True)
-            for stale in folder.glob("result_*.txt"):
-                stale.unlink()  # an earlier export may have had more runs
-            for i, run in enumerate(done):
-                source = _result_file(tracking, run["run_id"], Path(tmp) / run["run_id"], run_dir_of)
-                shutil.copyfile(source, folder / f"result_{i}.txt")
-            exported.append(ExportedCell(recipe, bs, folder, len(done), len(cell) - len(done)))
+            folder = cell_folder(results_dir, cell.recipe, cell.batch_size)
+            write_result_files(folder, fetch_result_files(tracking_uri, cell.done, Path(tmp), run_dir_of))
+            exported.append(ExportedCell(cell.recipe, cell.batch_size, folder, len(cell.done), cell.left_out))
     return exported
 
 

@@ -1,5 +1,5 @@
 """The runs out of and into the tracking store: `rcpforge export` (a runs table, MLCommons
-results directories) and `rcpforge import` (results directories as runs)."""
+results directories, a submitter package) and `rcpforge import` (results directories as runs)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,24 @@ def export(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
     parquet: Path = typer.Option(None, "--parquet", help="write the runs table (one row per run) to this Parquet file"),
     results: Path = typer.Option(None, "--results", help="write MLCommons results directories <recipe>/bs<batch size>/result_<i>.txt under this folder"),
+    package: Path = typer.Option(None, "--package", help="make this folder a submitter package for mlperf_logging.package_checker: results/<system>/<benchmark>/result_<i>.txt and systems/<system>.json"),
+    submitter: str = typer.Option(None, "--submitter", help="with --package: the submitting organization (the systems' `submitter`)"),
+    system: str = typer.Option(None, "--system", help="with --package: the system name; one system per (recipe, batch size), NAME_<recipe>_bs<N>, unless --recipe/--batch-size select one cell"),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="with --package: only this recipe's cells"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="with --package: only this batch size's cells"),
+    division: Optional[str] = typer.Option(None, "--division", help="with --package: closed or open (default: closed, or what an earlier export's system file says)"),
+    ruleset: Optional[str] = typer.Option(None, "--ruleset", help="with --package: the training ruleset to check against (default: the newest the installed checker knows)"),
 ) -> None:
-    """Export a campaign's runs as a table (--parquet) and/or as MLCommons results directories (--results)."""
-    if parquet is None and results is None:
-        fail("export: give --parquet FILE, --results DIR, or both")
+    """Export a campaign's runs as a table (--parquet), as MLCommons results directories
+    (--results) and/or as a submitter package (--package)."""
+    if parquet is None and results is None and package is None:
+        fail("export: give --parquet FILE, --results DIR, --package DIR, or several")
+    package_flags = {"--submitter": submitter, "--system": system, "--recipe": recipe, "--batch-size": batch_size,
+                     "--division": division, "--ruleset": ruleset}
+    if package is None and any(v is not None for v in package_flags.values()):
+        given = ", ".join(flag for flag, v in package_flags.items() if v is not None)
+        fail(f"{given}: only with --package DIR")
+    request = _package_request(submitter, system, recipe, batch_size, division, ruleset) if package else None
     campaign = load_campaign_or_fail(campaign_file)
     if parquet is not None:
         from analysis.load import write_parquet
@@ -56,6 +70,25 @@ def export(
         console.print(f"wrote {parquet} ({runs.num_rows} runs)")
     if results is not None:
         _export_results(campaign, campaign_file, results)
+    if package is not None and request is not None:
+        _export_package(campaign, campaign_file, package, request)
+
+
+def _package_request(submitter, system, recipe, batch_size, division, ruleset):
+    from orchestrator.package import PackageError, PackageRequest, training_rulesets
+
+    for flag, value in (("--submitter", submitter), ("--system", system)):
+        if value is None:
+            fail(f"--package needs {flag} NAME (file-name safe: letters, digits, '_', '.', '+', '-')")
+    known = training_rulesets()
+    if not known:
+        fail("the installed mlperf_logging has no training ruleset its package checker checks; "
+             "install a newer one (pip install -U mlperf-logging)")
+    try:
+        return PackageRequest(submitter=submitter, system=system, ruleset=ruleset or known[-1],
+                              division=division, recipe=recipe, batch_size=batch_size)
+    except PackageError as err:
+        fail(str(err))
 
 
 def _export_results(campaign, campaign_file: Path, results: Path) -> None:
@@ -78,3 +111,40 @@ def _export_results(campaign, campaign_file: Path, results: Path) -> None:
         f"(benchmark {campaign.benchmark} must be known to the checker's submission_runs)",
         highlight=False,
     )
+
+
+def _export_package(campaign, campaign_file: Path, package: Path, request) -> None:
+    import shlex
+    from dataclasses import replace
+
+    from analysis.load import NoSuchCampaign
+    from orchestrator.package import PackageError, export_package
+    from orchestrator.results_dirs import ResultsError
+
+    launch = campaign.launch
+    request = replace(request, nodes=launch.nodes, accelerators_per_node=launch.processes_per_node * launch.gpus_per_process,
+                      accelerator=launch.gpu_type or "")
+    try:
+        written = export_package(campaign.tracking_uri, campaign.name, campaign.benchmark, package, request, campaign.run_dir)
+    except NoSuchCampaign as err:
+        fail(f"{err}; run `rcpforge run {campaign_file}` first")
+    except (PackageError, ResultsError) as err:
+        fail(str(err))
+    for done in written.systems:
+        console.print(f"{done.folder}: {done.files} result files ({done.recipe}, batch size {done.batch_size}), "
+                      f"system {done.system}", highlight=False)
+        if done.left_out:
+            err_console.print(f"note: {done.recipe} bs {done.batch_size}: {done.left_out} runs without an outcome left out")
+    for cell in written.no_outcome:
+        err_console.print(f"note: {cell.recipe} bs {cell.batch_size}: no run has an outcome yet; not in the package")
+    for name in written.kept_systems:
+        err_console.print(f"note: {package}/systems/{name}.json is from an earlier export or yours and has no results now; "
+                          "left in place (the checker checks it too: delete it if it is not wanted)")
+    err_console.print(f"note: fill in the hardware and software fields left empty in {package}/systems/*.json; "
+                      "a later export keeps them. A submission also carries its training code under "
+                      f"{package}/benchmarks/{campaign.benchmark}/ (the checker does not read it)")
+    if not written.benchmark_checked:
+        err_console.print(f"note: benchmark {campaign.benchmark} is not one of training ruleset {request.ruleset}'s, so the "
+                          "package checker skips its result files and checks the layout and system files only")
+    console.print(f"check it with: python -m mlperf_logging.package_checker {shlex.quote(str(package))} training "
+                  f"{request.ruleset}", highlight=False)
