@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analysis.factors import Factor, cell_values, derived_rcps, factor_curve, factors, factors_json
+from analysis.factors import Factor, cell_values, derived_rcps, factor_curve, factors, factors_json, interval_text
 from analysis.load import write_parquet
 from analysis.rcp import trimmed_count
 from analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
@@ -32,6 +32,18 @@ class AnalysisRequest:
     # MLCommons RCP records to derive the candidates' RCPs from (e.g. the published BF16
     # RCPs); by default the campaign's own reference-recipe RCPs.
     reference_rcps: dict | None = None
+    # The MLCommons checker's N for the benchmark (None: it does not know it); where it
+    # differs from submission_runs (a campaign's rcp.override_checker_runs) the outputs say so.
+    checker_runs: int | None = None
+
+    @property
+    def checker_differs(self) -> str | None:
+        """The note that this analysis' N is not the checker's, or None."""
+        if self.checker_runs is None or self.checker_runs == self.submission_runs:
+            return None
+        return (f"N = {self.submission_runs} (rcp.override_checker_runs), but the MLCommons checker uses "
+                f"N = {self.checker_runs} for {self.benchmark}: its minimum acceptable means and max speedups "
+                "on these RCP files differ from this table's")
 
 
 @dataclass
@@ -48,8 +60,10 @@ def _json(path: Path, data: dict) -> None:
 def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisResult:
     table = rcp_table(runs, req.benchmark, req.submission_runs)
     result = AnalysisResult(table)
+    if req.checker_differs:
+        result.notes.append(req.checker_differs)
     for recipe in req.recipes:
-        records = rcp_records(runs, recipe, req.benchmark, req.hparams)
+        records = rcp_records(runs, recipe, req.benchmark, req.hparams, req.submission_runs)
         if records:
             path = out / f"rcps_{req.campaign}_{recipe}.json"
             write_rcp_file(path, records)
@@ -60,7 +74,8 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
 
     found, selections = comparisons(runs, table, req)
     if req.reference in req.recipes:
-        reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams)
+        reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams,
+                                                              req.submission_runs)
         for cand in sorted({f.candidate for f in found}):
             derived = derived_rcps(reference_records, cand, factor_curve(found, cand))
             if derived:
@@ -105,22 +120,32 @@ def _f(value, digits: int = 4) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+NOT_MEANINGFUL = "n/m"  # a degenerate statistic: the checker's number, but it says nothing
+
+
+def _limit(row: dict, col: str, digits: int) -> str:
+    return NOT_MEANINGFUL if row["degenerate"] else _f(row[col], digits)
+
+
 def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selections: list[Selection], notes: list[str]) -> str:
     lines = [f"# Campaign {req.campaign}: analysis", "",
              f"Benchmark `{req.benchmark}`, N = {req.submission_runs} runs per submission, samples to converge.", "",
-             "## RCP table", "", "| recipe | batch size | runs | converged | olympic mean | stdev | min acceptable mean | max speedup |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "## RCP table", "",
+             f"An RCP needs 2N = {2 * req.submission_runs} runs; a cell with fewer still gets its record, marked. "
+             f"{NOT_MEANINGFUL}: the checker computes this number, but for these runs it is not meaningful (see the note).", "",
+             "| recipe | batch size | runs | converged | olympic mean | stdev | min acceptable mean | max speedup | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in table.to_pylist():
         lines.append(f"| {r['recipe']} | {r['batch_size']} | {r['runs']} | {r['converged']} | {_f(r['olympic_mean'], 1)} | "
-                     f"{_f(r['stdev'], 1)} | {_f(r['min_acceptable_mean'], 1)} | {_f(r['max_speedup'])} |")
+                     f"{_f(r['stdev'], 1)} | {_limit(r, 'min_acceptable_mean', 1)} | {_limit(r, 'max_speedup', 4)} | "
+                     f"{r['note'] or ''} |")
     lines += ["", f"## Convergence factors against `{req.reference}` ({req.confidence:.0%} stratified bootstrap)", ""]
     if found:
-        lines += ["| candidate | batch size | factor | interval | P(candidate faster) | Mann-Whitney p | verdict |",
-                  "|---|---:|---:|---|---:|---:|---|"]
+        lines += ["| candidate | batch size | factor | interval | P(candidate faster) | Mann-Whitney p | verdict | reason |",
+                  "|---|---:|---:|---|---:|---:|---|---|"]
         for f in found:
-            interval = "-" if f.ci_low is None else f"{f.ci_low:.4f} .. {f.ci_high:.4f}"
-            lines.append(f"| {f.candidate} | {f.batch_size} | {_f(f.factor)} | {interval} | {f.prob_candidate_faster:.3f} | "
-                         f"{f.mann_whitney_p:.3g} | {f.verdict} |")
+            lines.append(f"| {f.candidate} | {f.batch_size} | {_f(f.factor)} | {interval_text(f)} | {f.prob_candidate_faster:.3f} | "
+                         f"{f.mann_whitney_p:.3g} | {f.verdict} | {f.reason or ''} |")
     else:
         lines.append("No candidate shares a batch size with the reference.")
     k = req.selection.k_required

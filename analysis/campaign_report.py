@@ -8,11 +8,11 @@ import pyarrow as pa
 import yaml
 
 from analysis import plots
-from analysis.analyze import AnalysisRequest
-from analysis.report import Section
+from analysis.analyze import NOT_MEANINGFUL, AnalysisRequest
+from analysis.rcp_table import TABLE_SCHEMA
+from analysis.report import Section, Shown
 
-TABLE_COLUMNS = ["recipe", "batch_size", "runs", "converged", "not_converged", "diverged", "pending_or_failed",
-                 "olympic_mean", "stdev", "min_acceptable_mean", "max_speedup"]
+TABLE_COLUMNS = TABLE_SCHEMA.names
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def _kept_batch_sizes(runs: pa.Table, req: AnalysisRequest) -> tuple[dict[str, s
 
     mlperf, envelope = {}, {}
     for recipe in req.recipes:
-        records = rcp_records(runs, recipe, req.benchmark, req.hparams)
+        records = rcp_records(runs, recipe, req.benchmark, req.hparams, req.submission_runs)
         if not records:
             continue
         for mode, into in (("mlperf", mlperf), ("envelope", envelope)):
@@ -51,14 +51,21 @@ def _kept_batch_sizes(runs: pa.Table, req: AnalysisRequest) -> tuple[dict[str, s
     return mlperf, envelope
 
 
+def _bound(value: float | None, unbounded: bool) -> float | Shown | None:
+    return Shown(None, "unbounded") if unbounded else value
+
+
 def factor_section(found: list, reference: str) -> Section:
-    rows = [{"candidate": f.candidate, "batch_size": f.batch_size, "factor": f.factor, "ci_low": f.ci_low,
-             "ci_high": f.ci_high, "p_candidate_faster": f.prob_candidate_faster,
-             "mann_whitney_p": f.mann_whitney_p, "verdict": f.verdict} for f in found]
+    rows = [{"candidate": f.candidate, "batch_size": f.batch_size, "factor": f.factor,
+             "ci_low": _bound(f.ci_low, f.ci_low_unbounded), "ci_high": _bound(f.ci_high, f.ci_high_unbounded),
+             "p_candidate_faster": f.prob_candidate_faster,
+             "mann_whitney_p": f.mann_whitney_p, "verdict": f.verdict, "reason": f.reason} for f in found]
     return Section(
         "factors", f"Convergence factors against {reference}",
         text="Olympic mean of the candidate over that of the reference at each batch size, with a 95% "
-             "stratified bootstrap interval, the probability that a candidate run is faster, and the verdict.",
+             "stratified bootstrap interval, the probability that a candidate run is faster, and the verdict. "
+             "Runs that did not converge are censored: a bound that resamples with an infinite olympic mean "
+             "decide is unbounded.",
         columns=list(rows[0]) if rows else ["candidate"], rows=rows,
         figure=plots.factor_curves(found) if rows else None, figure_caption="dashed line: parity",
     )
@@ -94,17 +101,31 @@ def cost_section(rows: list[dict], totals: dict) -> Section:
                    columns=COST_COLUMNS, rows=[{k: r.get(k) for k in COST_COLUMNS} for r in rows])
 
 
+def _rcp_row(row: dict) -> dict:
+    if not row["degenerate"]:
+        return row
+    return {**row, **{c: Shown(row[c], NOT_MEANINGFUL) for c in ("min_acceptable_mean", "max_speedup")}}
+
+
+def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
+    differs = f" Note: {req.checker_differs}." if req.checker_differs else ""
+    return Section(
+        "rcp-table", "RCP table",
+        text=(f"Samples to converge per (recipe, batch size), benchmark {req.benchmark}, "
+              f"N = {req.submission_runs} submission runs; statistics exactly as the MLCommons checker. "
+              f"An RCP needs 2N = {2 * req.submission_runs} runs: a cell with fewer still gets its record, "
+              f"marked in the note; {NOT_MEANINGFUL}: the checker's number, not meaningful for these runs."
+              f"{differs}"),
+        columns=TABLE_COLUMNS, rows=[_rcp_row(r) for r in table.to_pylist()],
+    )
+
+
 def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves: pa.Table,
                    telemetry_names: list[str], found: list | None = None,
                    selections: list | None = None) -> list[Section]:
     req = facts.request
     sections = [settings_section(facts.settings)]
-    sections.append(Section(
-        "rcp-table", "RCP table",
-        text=(f"Samples to converge per (recipe, batch size), benchmark {req.benchmark}, "
-              f"N = {req.submission_runs} submission runs; statistics exactly as the MLCommons checker."),
-        columns=TABLE_COLUMNS, rows=table.to_pylist(),
-    ))
+    sections.append(rcp_table_section(req, table))
     metric = facts.target_metric
     sections.append(Section(
         "curves", "Eval curves",

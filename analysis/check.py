@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from trainers.contract.mllog.read import CheckerStops, read_submission
-from analysis.rcp_set import PRUNE_MODES, SUBMISSION_RUNS, RULESETS, RcpError, RcpSet, Record, ruleset_file, with_405b_slack
+from trainers.contract.submission import SUBMISSION_RUNS
+from analysis.rcp_set import PRUNE_MODES, RULESETS, RcpError, RcpSet, Record, ruleset_file, with_405b_slack
 
 DEFAULT_RULESET = "6.0.0"  # the checker's command-line default
 

@@ -5,11 +5,17 @@ derived for the candidate by scaling the reference RCPs (the WG proposal of a fe
 the minimum and maximum batch size instead of full RCPs for a new precision).
 
 Runs count as the checker counts them: converged at their samples to target,
-not_converged and diverged at 1e9; failed, preempted and pending runs are left out."""
+not_converged and diverged at 1e9 (the probability of improvement and the Mann-Whitney
+test rank them last); failed, preempted and pending runs are left out. The bootstrap
+treats not_converged and diverged runs as censored (infinite): a resample with more of
+them than olympic scoring drops has an infinite olympic mean, and a bound that such
+resamples decide is reported unbounded (`ci_low` or `ci_high` None, with
+`ci_low_unbounded` or `ci_high_unbounded` and the `reason`), never as 0 or a huge ratio."""
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -23,13 +29,14 @@ from analysis.stats import bootstrap_ratio, mann_whitney_p, prob_improvement
 OUTCOMES = ("converged", "not_converged", "diverged")
 
 
-def cell_values(runs: pa.Table) -> dict[tuple[str, int], list[float]]:
-    """(recipe, batch size) -> the outcomes' values in the checker's unit."""
+def cell_values(runs: pa.Table, not_converged: float = NOT_CONVERGED) -> dict[tuple[str, int], list[float]]:
+    """(recipe, batch size) -> the outcomes' values in the checker's unit, a run that did
+    not converge (or diverged) at `not_converged`."""
     cells: dict[tuple[str, int], list[float]] = {}
     for r in runs.select(["recipe", "batch_size", "status", "samples_to_target"]).to_pylist():
         if r["status"] not in OUTCOMES:
             continue
-        value = r["samples_to_target"] if r["status"] == "converged" else NOT_CONVERGED
+        value = r["samples_to_target"] if r["status"] == "converged" else not_converged
         cells.setdefault((r["recipe"], r["batch_size"]), []).append(float(value))
     return cells
 
@@ -47,20 +54,48 @@ class Factor:
     prob_candidate_faster: float
     mann_whitney_p: float
     verdict: str  # slower | faster | not significant | undefined
+    # A None bound of a defined factor is unbounded (censored resamples decide it); JSON
+    # carries null and these flags, never Infinity.
+    ci_low_unbounded: bool = False
+    ci_high_unbounded: bool = False
+    reason: str | None = None  # why the factor is undefined or its interval one-sided
 
 
-def _verdict(ci_low: float, ci_high: float) -> str:
-    if ci_low > 1:
+def _verdict(ci_low: float | None, ci_high: float | None) -> str:
+    """From the interval; None is unbounded: below toward 0, above toward infinity."""
+    if ci_low is not None and ci_low > 1:
         return "slower"
-    if ci_high < 1:
+    if ci_high is not None and ci_high < 1:
         return "faster"
     return "not significant"
+
+
+def _undefined_reason(name: str, values: list[float], trim: int) -> str | None:
+    failed = sum(math.isinf(v) for v in values)
+    if len(values) <= 2 * trim:
+        return f"{name} has {len(values)} run(s); olympic scoring needs more than {2 * trim}"
+    if failed > trim:
+        return (f"{failed} of {len(values)} {name} runs did not converge, more than olympic scoring drops "
+                f"({trim}): its olympic mean is infinite (the checker's insufficient convergence)")
+    return None
+
+
+def _one_sided_reason(ci, candidate: str, reference: str) -> str | None:
+    parts = []
+    if ci.low is None:
+        parts.append(f"lower bound unbounded: {reference}'s olympic mean is infinite in "
+                     f"{ci.reference_censored:.1%} of resamples (non-converged runs)")
+    if ci.high is None:
+        parts.append(f"upper bound unbounded: {candidate}'s olympic mean is infinite in "
+                     f"{ci.candidate_censored:.1%} of resamples (non-converged runs)")
+    return "; ".join(parts) or None
 
 
 def factors(runs: pa.Table, reference: str, benchmark: str, *, confidence: float = 0.95,
             resamples: int = 10_000, seed: int = 0) -> list[Factor]:
     trim = trimmed_count(benchmark)
     cells = cell_values(runs)
+    censored = cell_values(runs, not_converged=math.inf)
     out = []
     for (recipe, bs) in sorted(cells):
         ref = cells.get((reference, bs))
@@ -69,15 +104,27 @@ def factors(runs: pa.Table, reference: str, benchmark: str, *, confidence: float
             continue
         p_faster = prob_improvement(cand, ref)
         p_value = mann_whitney_p(cand, ref)
-        defined = min(len(cand), len(ref)) > 2 * trim and all(
-            sum(v >= NOT_CONVERGED for v in vals) <= trim for vals in (cand, ref))
-        if not defined:  # too few runs, or more failures than olympic scoring drops
-            out.append(Factor(recipe, reference, bs, len(cand), len(ref), None, None, None, p_faster, p_value, "undefined"))
+        cand_c, ref_c = censored[(recipe, bs)], censored[(reference, bs)]
+        undefined = _undefined_reason(recipe, cand_c, trim) or _undefined_reason(reference, ref_c, trim)
+        if undefined:  # too few runs, or more failures than olympic scoring drops
+            out.append(Factor(recipe, reference, bs, len(cand), len(ref), None, None, None, p_faster, p_value,
+                              "undefined", reason=undefined))
             continue
-        ci = bootstrap_ratio(cand, ref, trim=trim, resamples=resamples, confidence=confidence, seed=seed)
+        ci = bootstrap_ratio(cand_c, ref_c, trim=trim, resamples=resamples, confidence=confidence, seed=seed)
         out.append(Factor(recipe, reference, bs, len(cand), len(ref), ci.estimate, ci.low, ci.high,
-                          p_faster, p_value, _verdict(ci.low, ci.high)))
+                          p_faster, p_value, _verdict(ci.low, ci.high), ci.low is None, ci.high is None,
+                          _one_sided_reason(ci, recipe, reference)))
     return out
+
+
+def interval_text(f: Factor, digits: int = 4) -> str:
+    """The interval as a person reads it: "0.9812 .. 1.0420", "0.9812 .. unbounded",
+    or "-" for an undefined factor."""
+    if f.factor is None:
+        return "-"
+    low = "unbounded" if f.ci_low is None else f"{f.ci_low:.{digits}f}"
+    high = "unbounded" if f.ci_high is None else f"{f.ci_high:.{digits}f}"
+    return f"{low} .. {high}"
 
 
 def factor_curve(found: list[Factor], candidate: str) -> tuple[list[int], list[float]]:

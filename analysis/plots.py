@@ -129,7 +129,7 @@ def telemetry(runs: pa.Table, curves: pa.Table, names: list[str]) -> bytes:
 
 def factor_curves(found: list) -> bytes:
     """Convergence factor of each candidate against the reference, per batch size, with
-    its bootstrap interval; 1 is parity."""
+    its bootstrap interval (a dotted arrow where a side is unbounded); 1 is parity."""
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     for cand in sorted({f.candidate for f in found}):
         pts = sorted((f.batch_size, f.factor, f.ci_low, f.ci_high) for f in found if f.candidate == cand and f.factor is not None)
@@ -139,7 +139,14 @@ def factor_curves(found: list) -> bytes:
         ys = [p[1] for p in pts]
         lo = [p[1] - (p[2] if p[2] is not None else p[1]) for p in pts]
         hi = [(p[3] if p[3] is not None else p[1]) - p[1] for p in pts]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label=cand)
+        bars = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label=cand)
+        # An unbounded side (censored resamples decide it): a dotted line ending in an arrowhead.
+        color = bars[0].get_color()
+        for x, y, low, high in pts:
+            for bound, end, head in ((low, y * 0.6, "v"), (high, y * 1.4, "^")):
+                if bound is None:
+                    ax.plot([x, x], [y, end], ls=":", color=color)
+                    ax.plot([x], [end], marker=head, color=color)
     ax.axhline(1.0, color="black", ls="--", lw=1)
     _batch_axis(ax, [f.batch_size for f in found])
     ax.set_xlabel("batch size")

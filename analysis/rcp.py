@@ -64,6 +64,25 @@ def min_acceptable_mean(mean: float, stdev: float, n_ref: int, submission_runs: 
     return mid
 
 
+def degenerate_reason(mean: float, stdev: float, m_star: float, n_ref: int, submission_runs: int) -> str | None:
+    """Why the checker's minimum acceptable mean (and so the max speedup) says nothing
+    statistical for these numbers, or None. The checker computes them all the same."""
+    if stdev == 0:
+        return None  # the rules' own case: max speedup 1
+    if not math.isfinite(m_star):
+        return "no finite minimum acceptable mean"
+    dof = n_ref + submission_runs - 2 - 2
+    if dof <= 0:
+        # scipy's p-value is NaN; `p > alpha` is False for NaN, so every bisection step
+        # raises the lower end and the answer is the mean itself (max speedup 1)
+        return (f"the checker's t-test has no degrees of freedom (olympic scoring leaves {n_ref} reference "
+                f"run(s) and {submission_runs - 2} submission run(s))")
+    if m_star <= TOLERANCE < mean:
+        # the t-test calls no positive mean faster than the RCP: the bisection ends at 0
+        return "the checker's t-test tells no submission mean above 0 from this RCP (too few runs for their spread)"
+    return None
+
+
 @dataclass(frozen=True)
 class RcpStats:
     batch_size: int
@@ -72,6 +91,8 @@ class RcpStats:
     stdev: float
     min_acceptable_mean: float
     max_speedup: float
+    # why min_acceptable_mean and max_speedup are not meaningful (they are still the checker's)
+    degenerate: str | None = None
 
 
 def rcp_stats(values: Sequence[float], batch_size: int, benchmark: str, submission_runs: int) -> RcpStats:
@@ -81,5 +102,7 @@ def rcp_stats(values: Sequence[float], batch_size: int, benchmark: str, submissi
     ordered = sorted(values)  # the checker sorts first; the sum's order shows in the last digit
     mean = olympic_mean(ordered, trim)
     stdev = float(np.std(ordered))
-    m_star = min_acceptable_mean(mean, stdev, len(values) - 2 * trim, submission_runs)
-    return RcpStats(batch_size, len(values), mean, stdev, m_star, mean / m_star)
+    n_ref = len(values) - 2 * trim
+    m_star = min_acceptable_mean(mean, stdev, n_ref, submission_runs)
+    return RcpStats(batch_size, len(values), mean, stdev, m_star, mean / m_star,
+                    degenerate_reason(mean, stdev, m_star, n_ref, submission_runs))

@@ -17,14 +17,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from analysis.rcp import min_acceptable_mean
+from trainers.contract.submission import SUBMISSION_RUNS  # the checker's N per benchmark (its one home)
 
-# Runs per submission (`submission_runs` of mlperf_logging.rcp_checker, "training").
-SUBMISSION_RUNS: dict[str, int] = {
-    "bert": 10, "dlrm_dcnv2": 10, "gpt3": 3, "maskrcnn": 5, "resnet": 5, "ssd": 5,
-    "retinanet": 5, "unet3d": 40, "rnnt": 10, "stable_diffusion": 10, "gnn": 10,
-    "rgat": 10, "llama2_70b_lora": 10, "flux1": 10, "llama31_405b": 3, "llama31_8b": 10,
-    "gpt_oss_20b": 10, "deepseekv3_671b": 3, "qwen35_397b_grpo": 3, "dlrmv4": 10,
-}
 RULESETS = ("1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0", "4.1.0",
             "5.0.0", "5.1.0", "6.0.0", "6.1.0")
 PRUNE_MODES = ("mlperf", "envelope")

@@ -3,7 +3,13 @@
 Per (recipe, batch size): how many runs, how many converged, and the checker's
 statistics over the converged runs' samples to converge. An RCP is written only from a
 complete cell (every run converged), as real RCPs are; an incomplete cell is reported
-with its counts and no statistics, so a failed seed never silently shrinks an RCP."""
+with its counts and no statistics, so a failed seed never silently shrinks an RCP.
+
+A complete cell of fewer than 2N runs still gets its record, but it is not an RCP by the
+rules: the table says so (`is_rcp`, `note`) and so does its record (`rcpforge_note`, a
+key the checker does not read). Statistics the checker computes but that say nothing
+(a t-test without degrees of freedom, a bisection that ends at 0) are flagged
+`degenerate`, with the reason in the note."""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from analysis.rcp import rcp_stats
+from analysis.rcp import rcp_stats, trimmed_count
 from analysis.rcp_set import convergence_key
 
 OUTCOMES = ("converged", "not_converged", "diverged")
@@ -35,11 +41,36 @@ TABLE_SCHEMA = pa.schema(
         ("stdev", pa.float64()),
         ("min_acceptable_mean", pa.float64()),
         ("max_speedup", pa.float64()),
+        ("is_rcp", pa.bool_()),
+        ("degenerate", pa.bool_()),
+        ("note", pa.string()),
     ]
 )
+# The key of a record's note; the checker reads only Benchmark, BS, Hyperparams and the runs.
+NOTE_KEY = "rcpforge_note"
+
+
+def not_an_rcp(runs: int, submission_runs: int) -> str | None:
+    """The mark of a cell with fewer than the 2N runs an RCP needs, or None."""
+    need = 2 * submission_runs
+    return None if runs >= need else f"not an RCP ({runs} of 2N = {need} runs)"
+
+
+def _note(runs: int, converged: int, submission_runs: int, trim: int, stats) -> str | None:
+    if converged < runs:
+        return f"no RCP record: {converged} of {runs} runs converged"
+    if runs < 3:
+        return f"no RCP record: {runs} run(s), a record needs at least 3"
+    parts = [not_an_rcp(runs, submission_runs)]
+    if stats is None:
+        parts.append(f"no statistics: olympic scoring drops {trim} run(s) at each end")
+    elif stats.degenerate:
+        parts.append(f"min acceptable mean and max speedup not meaningful: {stats.degenerate}")
+    return "; ".join(p for p in parts if p) or None
 
 
 def rcp_table(runs: pa.Table, benchmark: str, submission_runs: int) -> pa.Table:
+    trim = trimmed_count(benchmark)
     rows: dict[str, list] = {name: [] for name in TABLE_SCHEMA.names}
     cells = sorted({(r, b) for r, b in zip(runs["recipe"].to_pylist(), runs["batch_size"].to_pylist())})
     for recipe, bs in cells:
@@ -48,7 +79,7 @@ def rcp_table(runs: pa.Table, benchmark: str, submission_runs: int) -> pa.Table:
         counts = {s: status.count(s) for s in OUTCOMES}
         values = [v for s, v in zip(status, cell["samples_to_target"].to_pylist()) if s == "converged"]
         stats = None
-        if counts["converged"] == len(status) and len(values) > 2:
+        if counts["converged"] == len(status) and len(values) > max(2, 2 * trim):
             stats = rcp_stats(values, bs, benchmark, submission_runs)
         rows["recipe"].append(recipe)
         rows["batch_size"].append(bs)
@@ -60,11 +91,16 @@ def rcp_table(runs: pa.Table, benchmark: str, submission_runs: int) -> pa.Table:
         rows["stdev"].append(stats.stdev if stats else None)
         rows["min_acceptable_mean"].append(stats.min_acceptable_mean if stats else None)
         rows["max_speedup"].append(stats.max_speedup if stats else None)
+        rows["is_rcp"].append(stats is not None and len(status) >= 2 * submission_runs)
+        rows["degenerate"].append(None if stats is None else stats.degenerate is not None)
+        rows["note"].append(_note(len(status), counts["converged"], submission_runs, trim, stats))
     return pa.table(rows, schema=TABLE_SCHEMA)
 
 
-def rcp_records(runs: pa.Table, recipe: str, benchmark: str, hparams_by_bs: dict[int, dict]) -> dict:
-    """MLCommons RCP JSON records of one recipe: one per complete batch size."""
+def rcp_records(runs: pa.Table, recipe: str, benchmark: str, hparams_by_bs: dict[int, dict],
+                submission_runs: int | None = None) -> dict:
+    """MLCommons RCP JSON records of one recipe: one per complete batch size; with
+    `submission_runs`, a record of fewer than 2N runs carries its `rcpforge_note`."""
     key = convergence_key(benchmark)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     records = {}
@@ -84,6 +120,9 @@ def rcp_records(runs: pa.Table, recipe: str, benchmark: str, hparams_by_bs: dict
             "Hyperparams": hparams_by_bs.get(bs, {}),
             key: sorted(int(v) if float(v).is_integer() else v for v in cell["samples_to_target"].to_pylist()),
         }
+        note = not_an_rcp(len(status), submission_runs) if submission_runs else None
+        if note:
+            records[f"{benchmark}_ref_{bs}"][NOTE_KEY] = note
     return records
 
 

@@ -26,9 +26,22 @@ class Section:
     preformatted: str = ""
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A cell shown as `text` while the table still carries its exact `value` (HTML's
+    data-value), e.g. a statistic that is not meaningful."""
+
+    value: Any
+    text: str
+
+
 def _fmt(value: Any) -> str:
+    if isinstance(value, Shown):
+        return value.text
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         if value != value:  # NaN
             return "-"
@@ -52,10 +65,11 @@ def _table_html(section: Section) -> str:
     for row in section.rows:
         cells = []
         for c in section.columns:
-            value = row.get(c)
+            shown = row.get(c)
+            value = shown.value if isinstance(shown, Shown) else shown
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             attrs = f' class="num" data-value="{value!r}"' if numeric else ""
-            cells.append(f"<td{attrs}>{html.escape(_fmt(value))}</td>")
+            cells.append(f"<td{attrs}>{html.escape(_fmt(shown))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return (f'<div class="table"><table id="table-{section.key}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')

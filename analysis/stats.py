@@ -27,23 +27,59 @@ def resample_olympic(values: Sequence[float], n: int, draws: int, rng: np.random
 
 @dataclass(frozen=True)
 class Interval:
+    """A ratio and its percentile interval. A bound is None where censored resamples
+    decide it: `low` None is unbounded below (the reference's olympic mean is infinite in
+    too many resamples), `high` None unbounded above (the candidate's). The shares say
+    in how many resamples each olympic mean was infinite."""
+
     estimate: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
+    candidate_censored: float = 0.0
+    reference_censored: float = 0.0
 
 
 def bootstrap_ratio(candidate: Sequence[float], reference: Sequence[float], *, trim: int = 1,
                     resamples: int = 10_000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """Ratio of olympic means, candidate / reference, with a stratified percentile
-    bootstrap interval: each group is resampled within itself, at its own size."""
+    bootstrap interval: each group is resampled within itself, at its own size.
+
+    A run that did not converge is censored: pass it as inf. A resample with more of
+    them than olympic scoring drops has an infinite olympic mean, so its ratio is +inf
+    (candidate), 0 (reference) or unknown (both; counted against both bounds). Where
+    such ratios reach a percentile, that bound is unbounded (None), never 0 or inf."""
     rng = np.random.default_rng(seed)
     c = resample_olympic(candidate, len(candidate), resamples, rng, trim)
     r = resample_olympic(reference, len(reference), resamples, rng, trim)
-    ratios = c / r
     tail = (1 - confidence) / 2
     point = olympic_means(np.asarray([candidate], float), trim)[0] / olympic_means(np.asarray([reference], float), trim)[0]
-    low, high = np.quantile(ratios, [tail, 1 - tail])
-    return Interval(float(point), float(low), float(high))
+    c_inf, r_inf = np.isinf(c), np.isinf(r)
+    if not (c_inf.any() or r_inf.any()):
+        low, high = np.quantile(c / r, [tail, 1 - tail])
+        return Interval(float(point), float(low), float(high))
+    finite = np.sort(c[~(c_inf | r_inf)] / r[~(c_inf | r_inf)])
+    # A resample censored on both sides may be anything: below every finite ratio for the
+    # low bound, above every one for the high bound.
+    low = _censored_percentile(finite, int(r_inf.sum()), int((c_inf & ~r_inf).sum()), tail, unbounded="below")
+    high = _censored_percentile(finite, int((r_inf & ~c_inf).sum()), int(c_inf.sum()), 1 - tail, unbounded="above")
+    return Interval(float(point), low, high, float(c_inf.mean()), float(r_inf.mean()))
+
+
+def _censored_percentile(finite: np.ndarray, below: int, above: int, q: float, unbounded: str) -> float | None:
+    """np.quantile's linear percentile at q of `below` ratios under every finite one,
+    the sorted `finite` ones and `above` ratios over them. Where it reaches the censored
+    ratios on the `unbounded` side the bound is None; on the other side (a percentile
+    past the median: no defined factor gets there) the nearest finite ratio stands in,
+    a wider interval, never a bound of 0 or inf."""
+    n = below + len(finite) + above
+    h = (n - 1) * q
+    i, j = int(np.floor(h)), int(np.ceil(h))
+    if (unbounded == "below" and i < below) or (unbounded == "above" and j >= below + len(finite)):
+        return None
+    if len(finite) == 0:
+        return None
+    lo, hi = min(max(i - below, 0), len(finite) - 1), min(max(j - below, 0), len(finite) - 1)
+    return float(finite[lo] + (h - i) * (finite[hi] - finite[lo]))
 
 
 def prob_improvement(x: Sequence[float], y: Sequence[float]) -> float:

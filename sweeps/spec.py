@@ -29,6 +29,7 @@ from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from sweeps.launch import LaunchSpec
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.gang import Gang
+from trainers.contract.submission import SUBMISSION_RUNS
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
@@ -72,10 +73,13 @@ class TrackingSpec(_Strict):
 
 class RcpSpec(_Strict):
     """How runs become MLCommons RCPs: the benchmark name written into the RCP files and
-    the number of runs a submission of it has (N; RCPs need 2N runs)."""
+    the number of runs a submission of it has (N; RCPs need 2N runs). For a benchmark the
+    MLCommons checker knows, N is the checker's own unless `override_checker_runs` says
+    a different one is meant (its statistics then differ from the checker's)."""
 
     benchmark: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$")
     submission_runs: int | None = Field(None, ge=3)
+    override_checker_runs: bool = False
 
 
 class Campaign(_Strict):
@@ -202,6 +206,7 @@ class Campaign(_Strict):
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)
         _check_launch_against_backend(self.launch, self.backend)
+        _check_rcp_against_checker(self.rcp, self.benchmark)
         if self.tune is not None:
             try:
                 self.tune.check_against(self.trainer["kind"], self.hparams)
@@ -243,10 +248,19 @@ class Campaign(_Strict):
         return self.rcp.benchmark or re.sub(r"[^A-Za-z0-9_]", "_", self.name)
 
     @property
+    def checker_runs(self) -> int | None:
+        """The MLCommons checker's N for this campaign's benchmark; None where it does not know it."""
+        return SUBMISSION_RUNS.get(self.benchmark)
+
+    @property
     def submission_runs(self) -> int:
-        """N for the RCP statistics: set, or half the smallest cell, at least 3."""
+        """N for the RCP statistics: set (for a benchmark the checker knows, only its own N
+        or with `rcp.override_checker_runs`), else the checker's, else half the smallest
+        cell, at least 3."""
         if self.rcp.submission_runs:
             return self.rcp.submission_runs
+        if self.checker_runs is not None:
+            return self.checker_runs
         return max(3, min(self.seeds_for(r.name) for r in self.recipes) // 2)
 
 
@@ -266,6 +280,29 @@ def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:
         raise ValueError(
             "backend.num_gpus: set either it or launch.gpus_per_process (GPUs per rank), not both; "
             "remove backend.num_gpus"
+        )
+
+
+def _check_rcp_against_checker(rcp: RcpSpec, benchmark: str) -> None:
+    """A campaign's N for a benchmark the checker knows is the checker's: another one
+    changes every minimum acceptable mean, so it needs saying on purpose."""
+    checker = SUBMISSION_RUNS.get(benchmark)
+    if rcp.override_checker_runs and not rcp.submission_runs:
+        raise ValueError(
+            "rcp.override_checker_runs: there is no rcp.submission_runs to keep; "
+            "set rcp.submission_runs or remove rcp.override_checker_runs"
+        )
+    if rcp.override_checker_runs and checker is None:
+        raise ValueError(
+            f"rcp.override_checker_runs: the MLCommons checker does not know benchmark {benchmark}, so "
+            "rcp.submission_runs overrides nothing; remove rcp.override_checker_runs"
+        )
+    if checker is not None and rcp.submission_runs and rcp.submission_runs != checker and not rcp.override_checker_runs:
+        raise ValueError(
+            f"rcp.submission_runs: the MLCommons checker counts {checker} runs per submission of benchmark "
+            f"{benchmark}, not {rcp.submission_runs}, and with {rcp.submission_runs} every minimum acceptable mean "
+            f"and max speedup would differ from the checker's; remove rcp.submission_runs (N = {checker} then), "
+            f"or set rcp.override_checker_runs: true to keep {rcp.submission_runs} on purpose"
         )
 
 

@@ -40,17 +40,22 @@ def analyze(
     request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference)
     result = analyze_runs(runs, request, out)
     table = result.table
-    _print_table(table, f"RCP table: {campaign.name} (benchmark {campaign.benchmark}, N = {campaign.submission_runs}, samples to converge)")
+    _print_table(table, f"RCP table: {campaign.name} (benchmark {campaign.benchmark}, N = {campaign.submission_runs}, "
+                        "samples to converge)", campaign.submission_runs)
     for path in result.written:
         console.print(f"wrote {path}")
     for note in result.notes:
-        err_console.print(f"note: {note}")
-    incomplete = [r for r in table.to_pylist() if r["converged"] < r["runs"]]
-    for r in incomplete:
-        err_console.print(
-            f"note: {r['recipe']} bs {r['batch_size']}: {r['converged']} of {r['runs']} runs converged; "
-            "no RCP is written for an incomplete cell"
-        )
+        err_console.print(f"note: {note}", highlight=False, markup=False)
+    for r in table.to_pylist():
+        if r["converged"] < r["runs"]:
+            err_console.print(
+                f"note: {r['recipe']} bs {r['batch_size']}: {r['converged']} of {r['runs']} runs converged; "
+                "no RCP is written for an incomplete cell", highlight=False, markup=False,
+            )
+        elif r["note"]:
+            written = "" if r["is_rcp"] else "; its RCP record is written, marked with rcpforge_note"
+            err_console.print(f"note: {r['recipe']} bs {r['batch_size']}: {r['note']}{written}",
+                              highlight=False, markup=False)
 
 
 def analysis_request(campaign, reference: str, seed: int, **more):
@@ -60,6 +65,7 @@ def analysis_request(campaign, reference: str, seed: int, **more):
 
     return AnalysisRequest(
         campaign=campaign.name, benchmark=campaign.benchmark, submission_runs=campaign.submission_runs,
+        checker_runs=campaign.checker_runs,
         recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference, seed=seed,
         selection=SelectionSettings(seed=seed), **more,
     )
@@ -78,17 +84,28 @@ def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
     return raw
 
 
-def _print_table(table, title: str) -> None:
+def _print_table(table, title: str, submission_runs: int) -> None:
+    """The table with a short mark per row; the notes in full follow on stderr."""
+    from analysis.analyze import NOT_MEANINGFUL
+    from analysis.rcp_table import not_an_rcp
+
     view = Table(title=title)
-    for col in ("recipe", "batch size", "runs", "conv.", "not conv.", "diverged", "olympic mean", "stdev", "min acc. mean", "max speedup"):
-        view.add_column(col, justify="left" if col == "recipe" else "right")
+    for col in ("recipe", "batch size", "runs", "conv.", "not conv.", "diverged", "olympic mean", "stdev", "min acc. mean",
+                "max speedup", "note"):
+        view.add_column(col, justify="left" if col in ("recipe", "note") else "right")
     for r in table.to_pylist():
+        limits = ((NOT_MEANINGFUL, NOT_MEANINGFUL) if r["degenerate"]
+                  else (_fmt(r["min_acceptable_mean"]), _fmt(r["max_speedup"], 4)))
+        complete = r["converged"] == r["runs"] and r["runs"] >= 3
+        mark = (not_an_rcp(r["runs"], submission_runs) or "") if complete else (r["note"] or "")
         view.add_row(
             r["recipe"], str(r["batch_size"]), str(r["runs"]), str(r["converged"]), str(r["not_converged"]),
-            str(r["diverged"]), _fmt(r["olympic_mean"]), _fmt(r["stdev"]), _fmt(r["min_acceptable_mean"]),
-            _fmt(r["max_speedup"], 4),
+            str(r["diverged"]), _fmt(r["olympic_mean"]), _fmt(r["stdev"]), *limits, escape(mark),
         )
     console.print(view)
+    if any(r["degenerate"] for r in table.to_pylist()):
+        console.print(f"{NOT_MEANINGFUL}: the checker computes this number, but for these runs it says nothing (see the notes)",
+                      highlight=False, markup=False)
 
 
 def _num(value, digits: int = 4) -> str:

@@ -102,3 +102,24 @@ def test_check_on_a_malformed_file_names_file_and_line_without_a_traceback(tmp_p
     assert "FAILED" in proc.stdout and f"{path}:6" in proc.stdout and "not valid JSON" in proc.stdout
     with pytest.raises(Exception):  # the reference checker itself stops on this input
         checker_mod.check_directory(str(folder), "training", "6.1.0", False, False, rcp_pass="pruned_rcps")
+
+
+def test_analyze_prints_a_short_cell_marked_and_an_overridden_n(tmp_path, cli):
+    """3 runs per cell with N = 3 kept on purpose for a benchmark whose checker N is 10:
+    every RCP row says "not an RCP", its limits "n/m", and a note says N is not the checker's."""
+    data = tiny_campaign(name="short", seeds=3, recipes=["bf16"],
+                         rcp={"benchmark": "llama31_8b", "submission_runs": 3, "override_checker_runs": True})
+    path = write_campaign(tmp_path, data)
+    spec = load_campaign(path)
+    file_runs(spec.tracking_uri, spec.name, (tmp_path / "art").as_uri(),
+              [{"recipe": "bf16", "batch_size": bs, "seed": s, "status": "converged", "samples": base + 500 * s}
+               for bs, base in ((16, 4000), (64, 9000)) for s in range(3)])
+    proc = cli("analyze", str(path), "--out", str(tmp_path / "out"), "--resamples", "200")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if " bf16 " in line]
+    assert len(rows) == 2
+    for line in rows:
+        assert line.count("n/m") == 2 and "not an RCP (3 of 2N = 6 runs)" in line
+    assert "note: bf16 bs 16: not an RCP (3 of 2N = 6 runs); min acceptable mean and max speedup not meaningful" in proc.stderr
+    assert ("N = 3 (rcp.override_checker_runs), but the MLCommons checker uses N = "
+            f"{checker_mod.submission_runs['training']['llama31_8b']} for llama31_8b") in " ".join(proc.stderr.split())

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analysis.factors import derived_rcps, factor_curve, factors
+from analysis.factors import derived_rcps, factor_curve, factors, factors_json
 from analysis.rcp_table import rcp_records
 from analysis.selection import SelectionSettings, median_window_scores, outlier_sets, selection
 from analysis.stats import expected_max_std_normal
@@ -144,3 +144,65 @@ def test_sets_with_too_many_failures_are_insufficient_convergence():
     assert sel.honest["mean"] < 1100  # only valid sets have an olympic mean
     p = sel.honest["pass_prob"]
     assert sel.best_of_k[0]["pass_prob"] == pytest.approx(1 - (1 - p) ** 3, abs=0.01)
+
+
+def _strict_json(data) -> dict:
+    """JSON as any parser takes it: no bare Infinity or NaN."""
+    return json.loads(json.dumps(data, allow_nan=False))
+
+
+@pytest.mark.parametrize("cand_failed, ref_failed, scale", [
+    (1, 0, 1.30), (0, 1, 0.70), (1, 1, 1.0), (0, 1, 1.05), (1, 0, 0.95)])
+def test_non_converged_runs_never_give_a_zero_or_huge_bound(cand_failed, ref_failed, scale):
+    # 1 failure in 12 runs: about a quarter of the resamples hold 2 or more, whose
+    # olympic mean is infinite (the old 1e9 stand-in gave bounds of 5e-6 and 2e5 here)
+    cand = [v * scale for v in REF[16][: 12 - cand_failed]] + ["not_converged"] * cand_failed
+    ref = REF[16][: 12 - ref_failed] + ["diverged"] * ref_failed
+    (f,) = factors(_runs({("bf16", 16): ref, ("fp4", 16): cand}), "bf16", "unit", resamples=2000, seed=3)
+    assert f.factor == pytest.approx(scale, rel=0.03)
+    assert (f.ci_low is None, f.ci_high is None) == (f.ci_low_unbounded, f.ci_high_unbounded) == (
+        bool(ref_failed), bool(cand_failed))
+    for bound in (f.ci_low, f.ci_high):
+        assert bound is None or 0.5 < bound < 2.0
+    assert ("lower bound unbounded" in (f.reason or "")) == bool(ref_failed)
+    assert ("upper bound unbounded" in (f.reason or "")) == bool(cand_failed)
+    # the verdict from the bounds there are: one side suffices for slower or faster
+    expected = {1.30: "slower", 0.70: "faster"}.get(scale, "not significant")
+    assert f.verdict == expected
+    row = _strict_json(factors_json([f], "bf16", 0.95, 2000, 3))["factors"][0]
+    assert (row["ci_low"], row["ci_high"]) == (f.ci_low, f.ci_high)
+    assert row["ci_high_unbounded"] is bool(cand_failed)
+
+
+def test_three_runs_with_one_failure_keep_a_finite_side():
+    # n = 3, trim 1: a resample with 2 of the failed run (7/27 of them) has an infinite mean
+    runs = _runs({("bf16", 16): [1000.0, 1010.0, 990.0], ("fp4", 16): [1100.0, "not_converged", 1120.0]})
+    (f,) = factors(runs, "bf16", "unit", resamples=4000, seed=0)
+    assert f.ci_high is None and f.ci_low is not None and f.ci_low > 1.0 and f.verdict == "slower"
+
+
+def test_an_undefined_factor_says_why():
+    runs = _runs({("bf16", 16): REF[16], ("fp4", 16): REF[16][:10] + ["diverged", "not_converged"]})
+    (f,) = factors(runs, "bf16", "unit", resamples=200)
+    assert f.verdict == "undefined" and (f.ci_low, f.ci_high) == (None, None)
+    assert f.reason.startswith("2 of 12 fp4 runs did not converge, more than olympic scoring drops (1)")
+    assert not (f.ci_low_unbounded or f.ci_high_unbounded)
+    short = _runs({("bf16", 16): REF[16], ("fp4", 16): REF[16][:2]})
+    assert factors(short, "bf16", "unit", resamples=200)[0].reason == "fp4 has 2 run(s); olympic scoring needs more than 2"
+
+
+def test_summary_and_report_show_an_unbounded_side(tmp_path):
+    from analysis.analyze import AnalysisRequest, summary_markdown
+    from analysis.campaign_report import factor_section
+    from analysis.report import render_html
+    from analysis.rcp_table import rcp_table
+
+    cand = [v * 1.3 for v in REF[16][:11]] + ["not_converged"]
+    runs = _runs({("bf16", 16): REF[16], ("fp4", 16): cand})
+    found = factors(runs, "bf16", "unit", resamples=1000)
+    req = AnalysisRequest("c", "unit", 3, ["bf16", "fp4"], {})
+    text = summary_markdown(req, rcp_table(runs, "unit", 3), found, [], [])
+    low = f"{found[0].ci_low:.4f}"
+    assert f"| {low} .. unbounded | " in text and "upper bound unbounded: fp4's olympic mean is infinite" in text
+    page = render_html("r", [factor_section(found, "bf16")])
+    assert ">unbounded</td>" in page and f'data-value="{found[0].ci_low!r}"' in page

@@ -122,3 +122,87 @@ def test_min_acceptable_mean_of_a_huge_rcp_ends_at_the_resolution_of_a_double(mo
 
     closed = mean - stats.t.ppf(0.95, 8 + 10 - 2 - 2) * sd * np.sqrt(1 / 8 + 1 / (10 - 2))
     assert m_star == pytest.approx(closed, rel=6e-5)
+
+
+# --- cells of fewer than 2N runs, and statistics that say nothing ---
+
+def _cells(cells: dict[tuple[str, int], list[float]]):
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([
+        {"recipe": recipe, "batch_size": bs, "seed": i, "status": "converged", "samples_to_target": float(v)}
+        for (recipe, bs), values in cells.items() for i, v in enumerate(values)])
+
+
+SHORT = {("bf16", 16): [10_000, 20_000, 30_000],  # 3 runs: not an RCP with N = 3
+         ("bf16", 64): [4_000, 4_100, 3_900, 4_200, 4_050, 3_950]}  # 2N = 6 runs: an RCP
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the checker's 0-dof t-test
+def test_a_cell_of_fewer_than_2n_runs_keeps_its_record_marked_not_an_rcp(monkeypatch):
+    from analysis.rcp_table import NOTE_KEY, rcp_records, rcp_table
+
+    runs = _cells(SHORT)
+    table = {r["batch_size"]: r for r in rcp_table(runs, "rcpforge_unit", 3).to_pylist()}
+    short, full = table[16], table[64]
+    assert (short["is_rcp"], full["is_rcp"]) == (False, True)
+    assert short["note"].startswith("not an RCP (3 of 2N = 6 runs); min acceptable mean and max speedup not meaningful")
+    assert full["note"] is None and full["degenerate"] is False
+    records = rcp_records(runs, "bf16", "rcpforge_unit", {}, submission_runs=3)
+    assert records["rcpforge_unit_ref_16"][NOTE_KEY] == "not an RCP (3 of 2N = 6 runs)"
+    assert NOTE_KEY not in records["rcpforge_unit_ref_64"]
+    # The checker reads the marked file as it is, the note ignored, with our statistics.
+    monkeypatch.setitem(checker_mod.submission_runs["training"], "rcpforge_unit", 3)
+    checker = checker_mod.RCP_Checker("training", "6.0.0", "rcpforge_unit", False, io.StringIO(json.dumps(records)))
+    for record in checker.rcp_data.values():
+        row = table[record["BS"]]
+        assert (row["olympic_mean"], row["min_acceptable_mean"], row["max_speedup"]) == (
+            record["RCP Mean"], record["Min Epochs"], record["Max Speedup"])
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the checker's 0-dof t-test
+def test_three_runs_with_n_3_give_a_t_test_without_degrees_of_freedom(monkeypatch):
+    """Olympic scoring leaves 1 reference and 1 submission run: scipy's p-value is NaN, so
+    the checker's bisection ends at the mean (max speedup 1). With N = 5 the bound
+    mean - t s sqrt(1/1 + 1/3) is negative for this spread and the bisection ends at 0."""
+    values = [10_000.0, 20_000.0, 30_000.0]
+    monkeypatch.setitem(checker_mod.submission_runs["training"], "rcpforge_unit", 3)
+    checker = checker_mod.RCP_Checker("training", "6.0.0", "rcpforge_unit", False, io.StringIO(json.dumps(
+        {"r": {"Benchmark": "rcpforge_unit", "BS": 16, "Hyperparams": {}, "Epochs to converge": values}})))
+    three = rcp_stats(values, 16, "rcpforge_unit", 3)
+    assert three.min_acceptable_mean == checker.rcp_data["r"]["Min Epochs"]
+    assert three.max_speedup == pytest.approx(1.0, abs=1e-8)
+    assert "no degrees of freedom" in three.degenerate
+    five = rcp_stats(values, 16, "rcpforge_unit", 5)
+    assert five.min_acceptable_mean < 1e-4 and five.max_speedup > 1e8
+    assert "above 0" in five.degenerate
+    assert rcp_stats([4_000, 4_100, 3_900, 4_200, 4_050, 3_950], 64, "rcpforge_unit", 3).degenerate is None
+
+
+def test_analyze_marks_a_short_cell_in_the_table_files_and_summary(tmp_path):
+    import csv
+
+    from analysis.analyze import AnalysisRequest, analyze_runs
+    from analysis.campaign_report import rcp_table_section
+    from analysis.report import render_html, render_markdown
+    from analysis.selection import SelectionSettings
+
+    req = AnalysisRequest("c", "rcpforge_unit", 3, ["bf16"], {}, resamples=200,
+                          selection=SelectionSettings(draws=200, window_draws=50, max_m_factor=1))
+    result = analyze_runs(_cells(SHORT), req, tmp_path)
+    rows = {int(r["batch_size"]): r for r in csv.DictReader(open(tmp_path / "rcp_table.csv"))}
+    assert rows[16]["is_rcp"] == "false" and rows[16]["note"].startswith("not an RCP (3 of 2N = 6 runs)")
+    assert rows[64]["is_rcp"] == "true" and rows[64]["note"] == ""
+    records = json.loads((tmp_path / "rcps_c_bf16.json").read_text())
+    assert records["rcpforge_unit_ref_16"]["rcpforge_note"] == "not an RCP (3 of 2N = 6 runs)"
+    summary = (tmp_path / "summary.md").read_text()
+    short_line = next(line for line in summary.splitlines() if line.startswith("| bf16 | 16 |"))
+    assert "| n/m | n/m | not an RCP (3 of 2N = 6 runs)" in short_line
+    full_line = next(line for line in summary.splitlines() if line.startswith("| bf16 | 64 |"))
+    assert "n/m" not in full_line and "not an RCP" not in full_line
+    # the report's RCP table: the mark, n/m shown, the exact number still carried
+    section = rcp_table_section(req, result.table)
+    page = render_html("r", [section])
+    short_m = result.table.to_pylist()[0]["min_acceptable_mean"]
+    assert f'data-value="{short_m!r}">n/m</td>' in page and "not an RCP (3 of 2N = 6 runs)" in page
+    assert "| not an RCP (3 of 2N = 6 runs); min acceptable mean" in render_markdown("r", [section], tmp_path)

@@ -105,7 +105,9 @@ def test_factor_and_selection_tables_equal_analyze_outputs(report):
         assert (row["candidate"], row["batch_size"]) == (f["candidate"], f["batch_size"])
         for col, key in (("factor", "factor"), ("ci_low", "ci_low"), ("ci_high", "ci_high"),
                          ("p_candidate_faster", "prob_candidate_faster"), ("mann_whitney_p", "mann_whitney_p")):
-            assert row[col] == f[key]
+            # an unbounded side is null in the JSON and says so in the report
+            shown = "unbounded" if f.get(f"{key}_unbounded") else "-"
+            assert row[col] == (f[key] if f[key] is not None else shown), col
     cells = json.loads((out / "selection.json").read_text())["cells"]
     shown = tables.tables["table-selection"]["rows"]
     assert len(shown) == len(cells) > 0
@@ -139,8 +141,16 @@ def test_table_numbers_equal_those_of_analyze(report):
     for row, want in zip(shown, expected):
         assert row["recipe"] == want["recipe"]
         for col, value in want.items():
-            if col != "recipe":
+            if col in ("is_rcp", "degenerate"):
+                assert row[col] == {"true": "yes", "false": "no", "": "-"}[value], col
+            elif col == "note":
+                assert row[col] == (value or "-")
+            elif col != "recipe":
                 assert row[col] == (float(value) if value != "" else "-"), col
+    # the tiny campaign's cells have 3 runs and N = 3: marked, their limits shown n/m
+    assert all(row["note"].startswith("not an RCP (3 of 2N = 6 runs)") for row in shown)
+    page = (out / "report.html").read_text()
+    assert page.count(">n/m</td>") == 2 * sum(want["degenerate"] == "true" for want in expected) > 0
 
 
 def test_markdown_report_writes_pngs_beside_it(finished, tmp_path, cli):

@@ -78,3 +78,25 @@ def test_robust_z_flags_only_the_outlier():
     z = robust_z([100, 101, 99, 100.5, 99.5, 80])
     assert abs(z[-1]) > 3.5 and np.all(np.abs(z[:-1]) < 3.5)
     assert np.all(robust_z([5, 5, 5]) == 0)
+
+
+def test_bootstrap_ratio_with_censored_runs_is_one_sided_and_elsewhere_numpys_percentile():
+    """A failed run is inf: a resample with 2 of 3 runs failed has an infinite olympic
+    mean (7/27 of them). The high bound is then unbounded (None); the low one is
+    np.quantile of the same resamples with the infinite ratios set to any large number."""
+    from analysis.stats import resample_olympic
+
+    cand, ref = [110.0, np.inf, 115.0], [100.0, 101.0, 99.0, 102.0, 98.0]
+    ours = bootstrap_ratio(cand, ref, resamples=20_000, seed=4)
+    rng = np.random.default_rng(4)
+    c, r = resample_olympic(cand, 3, 20_000, rng), resample_olympic(ref, 5, 20_000, rng)
+    assert ours.candidate_censored == pytest.approx(7 / 27, abs=0.01) and ours.reference_censored == 0
+    assert ours.high is None
+    assert ours.low == pytest.approx(np.quantile(np.where(np.isinf(c), 1e300, c / r), 0.025), rel=1e-12)
+    assert ours.estimate == pytest.approx(115.0 / 100.0)  # the failed run is the dropped slowest
+    # the reference's failures make the low bound unbounded and leave the high one numpy's
+    flipped = bootstrap_ratio(ref, cand, resamples=20_000, seed=4)
+    assert flipped.low is None and flipped.high is not None
+    rng = np.random.default_rng(4)
+    r2, c2 = resample_olympic(ref, 5, 20_000, rng), resample_olympic(cand, 3, 20_000, rng)
+    assert flipped.high == pytest.approx(np.quantile(np.where(np.isinf(c2), 0.0, r2 / c2), 0.975), rel=1e-12)

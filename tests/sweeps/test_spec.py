@@ -156,3 +156,66 @@ def test_a_target_metric_the_tiny_lm_never_reports_fails_the_campaign_as_it_load
         parse_campaign(text)
     text["target"] = {"metric": "eval_loss", "mode": "min", "value": 3.0}
     assert parse_campaign(text).target.metric == "eval_loss"
+
+
+# --- rcp.submission_runs against the MLCommons checker's N (mlperf_logging is the oracle) ---
+
+def _checker_n(benchmark: str) -> int:
+    import mlperf_logging.rcp_checker.rcp_checker as checker_mod
+
+    return checker_mod.submission_runs["training"][benchmark]
+
+
+def test_a_submission_runs_other_than_the_checkers_is_refused_for_a_benchmark_it_knows():
+    message = _error(tiny_campaign(rcp={"benchmark": "llama31_8b", "submission_runs": 5}))
+    assert message.startswith("c.yaml: rcp.submission_runs: ")  # the field first
+    assert f"counts {_checker_n('llama31_8b')} runs per submission of benchmark llama31_8b, not 5" in message
+    assert "remove rcp.submission_runs" in message and "rcp.override_checker_runs: true" in message
+
+
+def test_the_override_keeps_a_different_submission_runs_and_says_the_checker_differs():
+    campaign = parse_campaign(tiny_campaign(rcp={"benchmark": "llama31_8b", "submission_runs": 5,
+                                                 "override_checker_runs": True}))
+    assert (campaign.submission_runs, campaign.checker_runs) == (5, _checker_n("llama31_8b"))
+
+
+def test_an_unset_submission_runs_is_the_checkers_own_n():
+    assert parse_campaign(tiny_campaign(rcp={"benchmark": "llama31_8b"})).submission_runs == _checker_n("llama31_8b")
+    # the benchmark may come from the campaign's name
+    named = parse_campaign(tiny_campaign(name="llama31_405b", rcp={}))
+    assert (named.benchmark, named.submission_runs) == ("llama31_405b", _checker_n("llama31_405b"))
+    # the checker's own N, written out, needs no override
+    same = parse_campaign(tiny_campaign(rcp={"benchmark": "unet3d", "submission_runs": _checker_n("unet3d")}))
+    assert same.submission_runs == 40
+
+
+def test_a_benchmark_the_checker_does_not_know_keeps_the_campaigns_own_n():
+    assert parse_campaign(tiny_campaign(rcp={"benchmark": "rcpforge_tiny", "submission_runs": 7})).submission_runs == 7
+    assert parse_campaign(tiny_campaign(seeds=10, rcp={"benchmark": "rcpforge_tiny"})).submission_runs == 5
+    assert parse_campaign(tiny_campaign(seeds=4, rcp={"benchmark": "rcpforge_tiny"})).submission_runs == 3
+
+
+def test_an_override_that_overrides_nothing_is_refused():
+    alone = _error(tiny_campaign(rcp={"benchmark": "llama31_8b", "override_checker_runs": True}))
+    assert "rcp.override_checker_runs: there is no rcp.submission_runs to keep" in alone
+    unknown = _error(tiny_campaign(rcp={"benchmark": "rcpforge_tiny", "submission_runs": 3,
+                                        "override_checker_runs": True}))
+    assert "rcp.override_checker_runs: the MLCommons checker does not know benchmark rcpforge_tiny" in unknown
+
+
+def test_the_campaigns_n_gives_the_checkers_minimum_acceptable_mean_on_a_shipped_rcp_file():
+    """Why a different N is refused: on the same RCP file it moves the minimum acceptable
+    mean away from the checker's."""
+    import mlperf_logging.rcp_checker.rcp_checker as checker_mod
+
+    from analysis.rcp_set import RcpSet
+
+    checker = checker_mod.RCP_Checker("training", "6.1.0", "llama31_8b", False)
+    campaign = parse_campaign(tiny_campaign(rcp={"benchmark": "llama31_8b"}))
+    overridden = parse_campaign(tiny_campaign(rcp={"benchmark": "llama31_8b", "submission_runs": 5,
+                                                   "override_checker_runs": True}))
+    ours = RcpSet.from_ruleset("6.1.0", "llama31_8b", submission_runs=campaign.submission_runs)
+    other = RcpSet.from_ruleset("6.1.0", "llama31_8b", submission_runs=overridden.submission_runs)
+    for name, record in checker.rcp_data.items():
+        assert ours.full[name].min_epochs == record["Min Epochs"]
+        assert other.full[name].min_epochs < record["Min Epochs"]
