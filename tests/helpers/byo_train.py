@@ -11,7 +11,6 @@ only for recipes that have the option)."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 
 import torch

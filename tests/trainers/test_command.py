@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
 
+from sweeps.expand import expand
 from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive
-from sweeps.expand import expand
 from trainers.command.trainer import OUTPUT_LOG, CommandTrainer, run_values
 from trainers.contract import Budget, EvalPoint, RunSpec, RunStatus, Target
 from trainers.registry import validate_trainer_settings
