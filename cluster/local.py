@@ -158,6 +158,16 @@ class LocalBackend:
     def in_flight(self) -> int:
         return len(self._queue) + len(self._runs)
 
+    def free_slots(self, gang: Gang) -> int:
+        """How many more runs of `gang` would start now rather than wait in the queue: a
+        launcher that makes a run's MLflow run only when it can start keeps the run's
+        recorded start and duration its own, not its time in the queue."""
+        slots = self._size - len(self._runs) - len(self._queue)
+        need = gang.gpus_per_task * gang.tasks
+        if need:
+            slots = min(slots, len(self._free_gpus) // need - len(self._queue))
+        return max(0, slots)
+
     def _dispatch(self) -> None:
         while self._queue and len(self._runs) < self._size:
             gang = self._queue[0].gang

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -128,8 +128,7 @@ def run_campaign(
         # bad settings fail as the backend starts, before any submission
         with running_backend(campaign, workers) as backend:
             run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event)
-            for spec in plan.launch:
-                run.first_attempt(spec)
+            run.start(plan.launch)
             run.record_jobs()
             if detach:
                 summary.detached = True
@@ -153,6 +152,20 @@ class _Launcher:
         self.recorded: set[tuple[str, str]] = set()
         self.followed: dict[str, RunSpec] = {}  # run key -> spec, live elsewhere
         self.next_check = 0.0
+        self.waiting: deque[RunSpec] = deque()  # first attempts not launched yet
+
+    def start(self, specs: list[RunSpec]) -> None:
+        """First attempts: all at once on a cluster (its queue is the cluster's, and a
+        submitted job must be on the ledger), as workers free up on a backend that says
+        how many runs would start now (local), so a run's MLflow start is its own start."""
+        self.waiting.extend(specs)
+        self.fill()
+
+    def fill(self) -> None:
+        free_slots = getattr(self.backend, "free_slots", None)
+        while self.waiting and (free_slots is None or free_slots(self.campaign.gang) > 0
+                                or not self.backend.in_flight()):
+            self.first_attempt(self.waiting.popleft())
 
     def first_attempt(self, spec: RunSpec) -> None:
         entry = self.ledger.get(spec.run_key)
@@ -179,7 +192,8 @@ class _Launcher:
         self.followed = {s.run_key: s for s in specs}
 
     def until_done(self) -> None:
-        while self.backend.in_flight() or self.followed:
+        while self.backend.in_flight() or self.followed or self.waiting:
+            self.fill()
             for done in self.backend.wait(timeout=1.0):
                 spec, run_id, attempt = self.runs.pop(done.task_id)
                 if done.error is not None:
@@ -188,6 +202,7 @@ class _Launcher:
                 else:
                     result = RunResult.model_validate(done.value)
                 self.settle(spec, run_id, attempt, result)
+            self.fill()
             self.record_jobs()
             if self.followed:
                 self.check_followed()

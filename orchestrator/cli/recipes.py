@@ -11,9 +11,10 @@ from orchestrator.cli.app import app, console
 
 
 @app.command()
-def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable output (quantizer recipes)")) -> None:
     """List the precision recipes: the format of each GEMM operand and the options
-    (with defaults) a campaign may set as `{recipe: {option: value}}`."""
+    (with defaults) a campaign may set as `{recipe: {option: value}}`; and, for a command
+    trainer (your own program), recipe labels and the placeholders of its argv and env."""
     from trainers.recipes import RECIPES
 
     rows = [r.summary() for r in RECIPES.values()]
@@ -26,4 +27,28 @@ def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable
     for r in rows:
         options = "\n".join(f"{k}={json.dumps(v)}" for k, v in r["options"].items())
         view.add_row(r["name"], r["x"], r["w"], r["dy"], r["wgrad"], options, r["description"])
+    console.print(view)
+    _command_trainer_help()
+
+
+def _command_trainer_help() -> None:
+    from trainers.command.settings import MLPERF_PRECISIONS, PLACEHOLDERS
+
+    console.print(
+        "The recipes above are rcpforge's own quantizers, for the tiny LM (an unknown name is an error there).\n"
+        "For a command trainer (your own program, which implements its precision) a recipe is a label: any name "
+        "of letters, digits, '_', '.', '+', '-', with free-form scalar options, e.g.\n"
+        "  recipes: [fp32, {te_nvfp4: {precision: nvfp4, block: 16}}]\n"
+        "Each option reaches the program as {recipe_<option>} in argv/env/workdir/mllog_file and as "
+        "RCPFORGE_RECIPE_<OPTION> in its environment. The option `precision` declares the label's lowest "
+        f"precision in linear layers ({', '.join(MLPERF_PRECISIONS)}): a run whose MLLOG discloses another "
+        "lowest_numerical_precision_in_linear gets the tag rcpforge.warning.",
+        highlight=False, markup=False,
+    )
+    view = Table(title="command trainer placeholders (each also RCPFORGE_<NAME> in the environment)")
+    view.add_column("placeholder")
+    view.add_column("what it is", overflow="fold")
+    for name, meaning in PLACEHOLDERS.items():
+        view.add_row("{" + name + "}", meaning)
+    view.add_row("{<hyperparameter>}", "any key of hparams.<batch size> ({lr} for lr: 0.01), set for every batch size")
     console.print(view)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
@@ -15,6 +16,7 @@ from trainers.contract.schema import (
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
+    TAG_ATTEMPT_STARTED,
     TAG_ATTEMPTS,
     TAG_ERROR,
     TAG_STATUS,
@@ -55,7 +57,8 @@ class RunLog:
         self.client.update_run(self.run_id, status="RUNNING")
         self.client.log_batch(
             self.run_id,
-            tags=[RunTag(TAG_STATUS, RunStatus.running.value), RunTag(TAG_ATTEMPTS, str(attempt))],
+            tags=[RunTag(TAG_STATUS, RunStatus.running.value), RunTag(TAG_ATTEMPTS, str(attempt)),
+                  RunTag(TAG_ATTEMPT_STARTED, datetime.now(UTC).isoformat(timespec="seconds"))],
         )
 
     def _forget_error(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
+from datetime import datetime
 
 import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 import pytest
@@ -42,7 +43,33 @@ def test_every_run_has_one_mlflow_run_with_the_tag_schema(finished):
         assert run.data.metrics["tokens_to_target"] == steps[-1]
         assert history[-1].value <= campaign.target.value
         assert run.data.metrics["samples_to_target"] == steps[-1] // campaign.trainer["context"]
+        # MLPerf's disclosure, from the recipe; the time to train from its own MLLOG
+        assert tags["rcpforge.mllog.lowest_numerical_precision_in_linear"] == \
+            {"bf16": "bfloat16", "fp8_tensorwise": "fp8"}[spec.recipe]
+        assert tags["rcpforge.mllog.micro_batch_size"] == str(spec.batch_size)
+        assert 0 < run.data.metrics["time_to_train_s"] <= run.data.metrics["run_wall_s"]
     assert "launched 12 runs" in first.stdout
+
+
+def test_a_runs_mlflow_start_and_end_are_its_own_not_its_time_in_the_queue(tmp_path):
+    # One worker, four runs: each MLflow run starts when the run does, after the one
+    # before it ended, not when the campaign started (its time queued behind the others).
+    from orchestrator.campaign import run_campaign
+    from tests.helpers.trainer_kinds import command
+
+    kind = command(tmp_path)
+    path = write_campaign(tmp_path, tiny_campaign(
+        name="own_times", trainer=kind.trainer, target=kind.converges, budget=kind.budget, recipes=["a"],
+        seeds=2, hparams=kind.hparams, backend={"kind": "local", "workers": 1}))
+    campaign = load_campaign(path)
+    assert dict(run_campaign(campaign).statuses) == {"converged": 4}
+    _, runs = _runs(campaign)
+    spans = sorted((r.info.start_time, r.info.end_time) for r in runs)
+    for (_, ended), (started, _) in zip(spans, spans[1:], strict=False):
+        assert started >= ended
+    for run in runs:  # the attempt's own start, the one a cluster's queue cannot hide
+        started = datetime.fromisoformat(run.data.tags["rcpforge.attempt_started"]).timestamp() * 1000
+        assert run.info.start_time - 1000 <= started <= run.info.end_time
 
 
 def test_second_run_launches_nothing(finished):

@@ -3,6 +3,7 @@ every way the issue lists. The oracle for values to converge is the RCP checker.
 
 from __future__ import annotations
 
+import json
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -351,3 +352,22 @@ def test_a_campaign_warns_where_the_unit_and_benchmark_disagree():
     epochs = parse_campaign(tiny_campaign(trainer={"kind": "command", "argv": ["prog"], "unit": "epochs"},
                                           rcp={"benchmark": "llama31_8b"}))
     assert "trainer.unit is epochs" in epochs.warnings[0]
+
+
+def test_a_disclosed_precision_that_contradicts_the_labels_is_a_warning_tag(tmp_path):
+    from orchestrator.execute import _result_file_facts
+
+    result = tmp_path / "result.txt"
+    lines = [{"key": "run_start", "time_ms": 1_000}, {"key": "lowest_numerical_precision_in_linear", "value": "nvfp4"},
+             {"key": "tensor_parallelism", "value": 2}, {"key": "run_stop", "time_ms": 4_500}]
+    result.write_text("".join(":::MLLOG " + json.dumps({"event_type": "POINT_IN_TIME", "metadata": {}, **e}) + "\n"
+                              for e in lines))
+    spec = RunSpec(campaign="c", recipe="vendor_fp8", recipe_options={"precision": "fp8"}, batch_size=32, seed=1,
+                   hparams={}, target=Target(metric="eval_accuracy", mode="max", value=0.9),
+                   budget=Budget(max_tokens=100, eval_every_tokens=1), trainer={"kind": "command", "argv": ["x"]})
+    measured, tags = _result_file_facts(result, spec)
+    assert measured == {"time_to_train_s": 3.5}
+    assert tags["rcpforge.mllog.tensor_parallelism"] == "2"
+    assert "disclosed lowest_numerical_precision_in_linear 'nvfp4'" in tags["rcpforge.warning"]
+    agreeing = spec.model_copy(update={"recipe_options": {"precision": "nvfp4"}})
+    assert "rcpforge.warning" not in _result_file_facts(result, agreeing)[1]

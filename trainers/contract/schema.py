@@ -37,6 +37,9 @@ METRIC_WALL_S = "run_wall_s"
 # CPU core-hours (wall time x processes).
 METRIC_GPU_HOURS = "gpu_hours"
 METRIC_CORE_HOURS = "core_hours"
+# When the run's current attempt started (UTC, ISO 8601): on a cluster backend, whose
+# queue holds submitted runs, the MLflow start time is the submission, this the start.
+TAG_ATTEMPT_STARTED = "rcpforge.attempt_started"
 # MLPerf's time to train: run_start to run_stop of the run's MLLOG, in seconds.
 METRIC_TIME_TO_TRAIN = "time_to_train_s"
 # MLPerf disclosure keys a run's MLLOG holds (lowest_numerical_precision_in_linear, ...):
