@@ -103,6 +103,10 @@ def check_directory(
     try:
         path = Path(rcps) if rcps is not None else ruleset_file(ruleset, sub.benchmark)
         runs = SUBMISSION_RUNS.get(sub.benchmark, submission_runs)
+        if submission_runs and sub.benchmark in SUBMISSION_RUNS and submission_runs != runs:
+            result.warnings.append(
+                f"--submission-runs {submission_runs} ignored: the checker counts {runs} runs per submission of "
+                f"{sub.benchmark}, and this verdict is the checker's; leave --submission-runs out for it")
         rcp_set = RcpSet.from_file(path, sub.benchmark, prune=prune, submission_runs=runs)
     except Exception as err:  # the checker raises on a missing or malformed RCP file
         return _stopped(result, f"RCPs: {type(err).__name__}: {err}")

@@ -306,7 +306,7 @@ def _check_rcp_against_checker(rcp: RcpSpec, benchmark: str) -> None:
         )
 
 
-_NAMES_ITS_FIELD = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_]+)*: ")
+_NAMES_ITS_FIELD = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_]+|\[\d+\])*: ")
 
 
 def _format_errors(err: ValidationError) -> str:

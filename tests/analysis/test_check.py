@@ -285,3 +285,12 @@ def test_rcp_bypass_equals_the_checker(tmp_path, resnet_rcps, bs, values):
     ours = check_directory(folder, resnet_rcps, "6.0.0", "pruned", rcp_bypass=True)
     assert (ours.passed, ours.message, ours.norm_factor) == tuple(expected)
     assert ours.message.endswith("passed using rcp_bypass")
+
+
+def test_a_submission_runs_other_than_the_checkers_is_ignored_with_a_warning(tmp_path, resnet_rcps):
+    folder = write_results(tmp_path / "r", "resnet", 1024, [33, 33.5, 34, 34.2, 35])
+    plain = check_directory(folder, resnet_rcps)
+    told = check_directory(folder, resnet_rcps, submission_runs=7)
+    assert (told.passed, told.message, told.norm_factor) == (plain.passed, plain.message, plain.norm_factor)
+    assert any("--submission-runs 7 ignored: the checker counts 5 runs" in w for w in told.warnings)
+    assert not any("--submission-runs" in w for w in plain.warnings)

@@ -25,6 +25,7 @@ from trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,
+    METRIC_TIME_TO_TRAIN,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
@@ -139,9 +140,15 @@ def test_an_unreachable_target_spends_the_budget(kind):
 
 def _all_curves(kind: KindRuns, ran: Ran) -> dict[str, list[tuple[int, float]]]:
     # wall time and the compute it costs are measured, not computed: they differ by run
-    names = set(kind.tracking.client.get_run(ran.run_id).data.metrics) - {METRIC_WALL_S, METRIC_CORE_HOURS,
-                                                                          METRIC_GPU_HOURS}
+    names = set(kind.tracking.client.get_run(ran.run_id).data.metrics) - {
+        METRIC_WALL_S, METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TIME_TO_TRAIN}
     return {name: sorted(ran.curve(kind.tracking, name)) for name in names}
+
+
+def test_a_run_records_its_mlperf_time_to_train_within_its_wall_time(kind):
+    ran = kind.run("converges")
+    metrics = kind.tracking.client.get_run(ran.run_id).data.metrics
+    assert 0 <= metrics[METRIC_TIME_TO_TRAIN] <= metrics[METRIC_WALL_S]
 
 
 def test_the_same_runspec_gives_the_same_result_and_curve(kind):

@@ -54,11 +54,12 @@ TOKENS_PER_SAMPLE = 4  # not 1: tokens and samples must not be confused
 # max_tokens (run_stop aborted). A nonzero `exit_code` hyperparameter crashes it after
 # its first eval, before any run_stop.
 _PROGRAM = textwrap.dedent('''
-    import json, math, random, sys
+    import json, math, random, sys, time
     bs, lr, seed, exit_code = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     max_tokens, every, target, per_sample = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
     def log(key, value=None, **metadata):
-        event = {"namespace": "", "time_ms": 0, "event_type": "POINT_IN_TIME", "key": key, "value": value,
+        event = {"namespace": "", "time_ms": int(time.time() * 1000), "event_type": "POINT_IN_TIME", "key": key,
+                 "value": value,
                  "metadata": metadata}
         print(":::MLLOG " + json.dumps(event), flush=True)
     log("submission_benchmark", sys.argv[9]); log("global_batch_size", bs); log("seed", seed)

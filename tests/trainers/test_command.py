@@ -327,7 +327,7 @@ def test_recipe_options_and_budgets_in_samples_reach_the_program(tmp_path):
 
 
 @pytest.mark.parametrize("recipes, message", [
-    ([{"te_nvfp4": {"block": 16}}, "fp32"], "placeholder {recipe_block} is option 'block' of recipe te_nvfp4 but not of fp32"),
+    ([{"te_nvfp4": {"block": 16}}, "fp32"], "campaign: trainer.argv[1]: placeholder {recipe_block} is option 'block' of recipe te_nvfp4 but not of fp32"),
     ([{"bad name": {}}], "recipes: label 'bad name'"),
     ([{"x": {"block": [16, 16]}}], "recipes.x.block: options of a command trainer's recipe are scalars"),
     ([{"x": {"precision": "fp6"}}], "recipes.x.precision: 'fp6' is not an MLPerf precision name"),
