@@ -148,7 +148,9 @@ def _all_curves(kind: KindRuns, ran: Ran) -> dict[str, list[tuple[int, float]]]:
 def test_a_run_records_its_mlperf_time_to_train_within_its_wall_time(kind):
     ran = kind.run("converges")
     metrics = kind.tracking.client.get_run(ran.run_id).data.metrics
-    assert 0 <= metrics[METRIC_TIME_TO_TRAIN] <= metrics[METRIC_WALL_S]
+    # within the attempt's wall time, up to the moments between a result file's run_start
+    # (written before the trainer starts its clock) and the trainer's own start
+    assert 0 <= metrics[METRIC_TIME_TO_TRAIN] <= metrics[METRIC_WALL_S] + 0.1
 
 
 def test_the_same_runspec_gives_the_same_result_and_curve(kind):
