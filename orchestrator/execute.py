@@ -140,6 +140,9 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     if writer is not None:
         result = _stop_writer(writer, result)
     measured, tags = _result_file_facts(context.output_dir / RESULT_FILE, spec)
+    if TAG_WARNING in tags and result.status is not RunStatus.failed:  # shown on the run's console line too
+        note = "; ".join(filter(None, [result.error, "warning: " + tags[TAG_WARNING]]))
+        result = result.model_copy(update={"error": note})
     log.log_artifact(context.output_dir / RESULT_FILE)
     log.finish(result, {**cost_of(job, result), **measured}, tags)
     return result.model_dump(mode="json")

@@ -27,12 +27,15 @@ Cell = tuple[str, int]
 def describe(result: RunResult) -> str:
     """The result in words, as rich markup: the error is escaped (a library's message may
     hold [brackets], gloo's a source path)."""
-    if result.status is RunStatus.converged:
-        return f"converged at {result.tokens_to_target:,} tokens ({result.wall_s:.1f}s)"
+    last = (result.error or "").strip().splitlines()[-1:]
     if result.status is RunStatus.failed:
-        last = (result.error or "").strip().splitlines()[-1:] or ["unknown error"]
-        return f"failed: {escape(last[0])}"
-    return f"{result.status.value} after {result.tokens_trained:,} tokens ({result.wall_s:.1f}s)"
+        return f"failed: {escape((last or ['unknown error'])[0])}"
+    if result.status is RunStatus.converged:
+        said = f"converged at {result.tokens_to_target:,} tokens ({result.wall_s:.1f}s)"
+    else:
+        said = f"{result.status.value} after {result.tokens_trained:,} tokens ({result.wall_s:.1f}s)"
+    # an outcome's note (why it stopped, unreadable lines, a contradicted precision)
+    return f"{said}; {escape(last[0])}" if last else said
 
 
 def _tokens(n: int) -> str:

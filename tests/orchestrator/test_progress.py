@@ -50,3 +50,16 @@ def test_terminal_output_has_a_bar_per_cell_with_its_counts():
     assert "conv 1  not 1  div 0  fail 0  441k tokens" in screen
     # the failed run was retried: its cell now waits for 3 runs
     assert "1/3" in screen
+
+
+def test_an_outcomes_note_is_on_its_line_and_a_failure_shows_its_reason():
+    from orchestrator.progress import describe
+    from trainers.contract import RunResult, RunStatus
+
+    warned = RunResult(status=RunStatus.converged, tokens_to_target=640, samples_to_target=160, wall_s=1.0,
+                       error="warning: the run disclosed lowest_numerical_precision_in_linear 'nvfp4'")
+    assert describe(warned) == ("converged at 640 tokens (1.0s); warning: the run disclosed "
+                                "lowest_numerical_precision_in_linear 'nvfp4'")
+    failed = RunResult(status=RunStatus.failed, error="last lines of output:\nloss 3.2\n"
+                       "process ended without run_stop (exit code 1); output in /x/output.log")
+    assert describe(failed) == "failed: process ended without run_stop (exit code 1); output in /x/output.log"
