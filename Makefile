@@ -29,7 +29,7 @@ lint: $(STAMP)
 
 # lint is a prerequisite, so it finishes before pytest starts and pytest's closing line stays last.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=40
 
 # A real one-node Slurm on this machine (Debian, root): the Slurm tests run against it.
 slurm-up:

@@ -92,7 +92,9 @@ start() {
         # The schema is created once here, before any server worker or client opens it:
         # concurrent first opens race on the migration.
         "$PYTHON" -m mlflow db upgrade "$BACKEND" >"$DIR/upgrade.log" 2>&1 || die "mlflow db upgrade failed, see $DIR/upgrade.log"
-        setsid "$PYTHON" -m mlflow server --backend-store-uri "$BACKEND" --default-artifact-root "$DIR/artifacts" \
+        # No job runner: MLflow 3 otherwise starts a pool of huey consumers (each a whole
+        # Python with mlflow imported) for GenAI jobs rcpforge never submits.
+        MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false setsid "$PYTHON" -m mlflow server --backend-store-uri "$BACKEND" --default-artifact-root "$DIR/artifacts" \
             --host "$HOST" --port "$PORT" --workers 2 >"$DIR/mlflow.log" 2>&1 </dev/null &
         echo $! > "$DIR/mlflow.pid"
     fi

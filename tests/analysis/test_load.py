@@ -104,6 +104,7 @@ def _free_port() -> int:
 
 def test_http_tracking_server_goes_through_the_api_and_gives_the_same_table(store, tmp_path):
     """A real `mlflow server` on the same store: the http URI takes the MLflow API path."""
+    import os
     import subprocess
     import sys
     import urllib.request
@@ -113,7 +114,8 @@ def test_http_tracking_server_goes_through_the_api_and_gives_the_same_table(stor
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--default-artifact-root",
          str(tmp_path / "art"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no huey job runners
     try:
         for _ in range(240):  # ready in 6-13 s on these machines (INFRA.md); poll, no timing assertion
             try:

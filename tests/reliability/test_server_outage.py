@@ -60,6 +60,7 @@ class _Server:
              "--default-artifact-root", str(self.artifacts), "--host", "127.0.0.1", "--port", str(self.port),
              "--workers", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # no huey job runners
         )
         wait_for(lambda: _healthy(self.url) or self._exited(), f"mlflow server healthy on {self.url}", every_s=0.25)
         assert self.proc.poll() is None, f"mlflow server on {self.url} exited with {self.proc.returncode}"
