@@ -109,7 +109,8 @@ def test_analyze_check_and_export_a_package_the_package_checker_reads(byo):
     assert sorted(p.name for p in (package / "results").iterdir()) == [
         "box_fp32_bs16", "box_fp32_bs64", "box_te_nvfp4_bs16", "box_te_nvfp4_bs64"]
     checker = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(package), "training",
-                              "6.1.0"], capture_output=True, text=True, timeout=300)
+                              "6.1.0", "--log_output", str(folder / "checker.log")],
+                             capture_output=True, text=True, timeout=300, cwd=folder)
     said = checker.stdout + checker.stderr
     assert "Traceback" not in said and "FileNotFoundError" not in said and "No such file" not in said, said
     assert "System description checker passed" in said
