@@ -13,6 +13,7 @@ import time
 import pytest
 
 from cluster.backend import Backend, Done, Job
+from cluster.gang import GANG_GRACE_S
 from orchestrator.backends import make_backend
 from sweeps.spec import parse_campaign
 from tests.helpers import backend_jobs
@@ -118,6 +119,12 @@ def test_a_gang_starts_every_rank_at_once_with_the_rendezvous_environment(backen
     assert [d.task_id for d in done] == ["pair"] and done[0].error is None
     import json
 
+    # The job's value is task 0's, reported once task 0 returned; the other rank may still
+    # be writing its file then (a Slurm gang reports at task 0's result and gives the rest
+    # GANG_GRACE_S before it stops them): wait for it within that grace.
+    deadline = time.monotonic() + GANG_GRACE_S
+    while not (tmp_path / "task1.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     envs = {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in tmp_path.glob("task*.json")}
     assert sorted(envs) == [0, 1]
     assert done[0].value == envs[0]  # task 0's return is the job's value

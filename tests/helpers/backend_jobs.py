@@ -49,7 +49,10 @@ def gang_env(folder: str) -> dict:
     import json
 
     env = {k: os.environ.get(k) for k in GANG_VARS} | {"pid": os.getpid()}
-    Path(folder, f"task{_task()}.json").write_text(json.dumps(env))
+    # whole or not there: the test may read it while this task is still writing
+    tmp = Path(folder, f".task{_task()}.json.tmp")
+    tmp.write_text(json.dumps(env))
+    tmp.rename(Path(folder, f"task{_task()}.json"))
     return env
 
 
