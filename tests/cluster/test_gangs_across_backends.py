@@ -8,6 +8,7 @@ One `rcpforge run` per backend and campaign, shared by the module's tests."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,16 @@ def test_a_command_program_joins_its_process_group_across_two_nodes(kind, reques
     assert {r.data.tags[TAG_WORLD_SIZE] for r in runs} == {"2"}
 
 
+# About a minute of CI's budget, and every part of it is covered in a smaller form in
+# every run: a preempted gang is requeued whole within its attempt and resumes
+# (test_slurm_gangs.py, at the backend), a preempted tiny-LM run resumes from its
+# checkpoint through `rcpforge run` (test_slurm_faults.py), and a resumed 2-rank tiny-LM
+# run ends exactly as the uninterrupted one (test_tinylm_gang.py). Opt-in, as the
+# time-limit test is.
+@pytest.mark.skipif(
+    os.environ.get("RCPFORGE_SLOW_SLURM") != "1",
+    reason="about a minute; its parts run in smaller tests; set RCPFORGE_SLOW_SLURM=1 to run it",
+)
 def test_a_preempted_two_node_tinylm_gang_resumes_from_its_checkpoint(tinylm_runs, tmp_path):
     """Slurm preempts a 2-node tiny-LM gang mid-run (USR2): the whole gang is requeued
     within its one attempt, every rank resumes from the run's checkpoint, and the run

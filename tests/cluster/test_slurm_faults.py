@@ -52,7 +52,7 @@ def test_preempted_job_is_requeued_and_resumes_from_its_checkpoint(slurm, tmp_pa
 # With 2-minute limits the test is reliable but takes 3-5 minutes, an eighth of CI's
 # budget: it is opt-in (RCPFORGE_SLOW_SLURM=1). Its coverage in a smaller form, in every
 # run: what rcpforge does at a time limit is what it does on a preemption (Slurm sends the
-# same USR2; the preemption tests above and in test_gangs_across_backends.py), and the
+# same USR2; the preemption tests above and in test_slurm_gangs.py), and the
 # `#SBATCH --signal=USR2@<signal_delay_s>` line that makes Slurm send it is checked in
 # test_slurm_script.py.
 @pytest.mark.skipif(

@@ -1,5 +1,7 @@
 """A trainer that fails on purpose for chosen seeds (for testing failure handling with
-real worker processes); other seeds train the real tiny LM."""
+real worker processes); other seeds converge at once: two eval points, the second on
+the target (an instant trainer: these tests are about the orchestrator, not training).
+It takes the tiny LM's settings, so the campaigns stay the tiny ones."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import os
 import time
 from pydantic import Field
 
-from trainers.contract import Reporter, RunResult, RunSpec
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 
@@ -22,8 +24,6 @@ class FaultyTrainer:
     HParams = TinyLMHParams
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
-        from trainers.tinylm.train import TinyLMTrainer
-
         settings = dict(spec.trainer)
         if spec.seed in settings["raise_seeds"]:
             raise RuntimeError(f"injected failure for seed {spec.seed}")
@@ -31,6 +31,9 @@ class FaultyTrainer:
             os._exit(3)  # the worker process dies without reporting
         if spec.seed in settings["hang_seeds"]:
             time.sleep(3600)  # hangs without reporting an eval point
-        for key in ("raise_seeds", "exit_seeds", "hang_seeds"):
-            settings.pop(key)
-        return TinyLMTrainer().train(spec.model_copy(update={"trainer": settings}), reporter)
+        every = spec.budget.eval_every_tokens
+        reached = spec.target.value - 0.01 if spec.target.mode == "min" else spec.target.value + 0.01
+        for tokens, value in ((every, reached + (0.5 if spec.target.mode == "min" else -0.5)), (2 * every, reached)):
+            reporter.eval_point(EvalPoint(tokens=tokens, samples=tokens // 8, metrics={spec.target.metric: value}))
+        return RunResult(status=RunStatus.converged, tokens_to_target=2 * every, samples_to_target=2 * every // 8,
+                         tokens_trained=2 * every, final_metric=reached, wall_s=0.0)

@@ -9,6 +9,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.helpers.trainer_kinds import command
 
 
 def _files_containing(folder: Path, secret: str) -> list[str]:
@@ -18,7 +19,9 @@ def _files_containing(folder: Path, secret: str) -> list[str]:
 
 def test_password_in_a_postgresql_tracking_uri_is_never_written(tmp_path, cli, mlflow_server):
     secret = mlflow_server.password
-    data = tiny_campaign(name="secret_pg", recipes=["bf16"], seeds=3, tracking={"uri": mlflow_server.backend_uri})
+    kind = command(tmp_path)  # an instant trainer: this is about what is written, not training
+    data = tiny_campaign(name="secret_pg", recipes=["bf16"], seeds=3, tracking={"uri": mlflow_server.backend_uri},
+                         trainer=kind.trainer, target=kind.converges, budget=kind.budget, hparams=kind.hparams)
     path = write_campaign(tmp_path / "camp", data)
     outputs = [cli("run", str(path)), cli("report", str(path), "--out", str(tmp_path / "out" / "report.html")),
                cli("analyze", str(path), "--out", str(tmp_path / "out" / "analysis"))]
