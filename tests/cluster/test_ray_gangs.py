@@ -5,8 +5,6 @@ The gang tests every backend shares are in tests/conformance/test_backends.py.""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from cluster.backend import BackendError, Job
@@ -27,7 +25,7 @@ def test_a_strict_spread_gang_puts_one_rank_on_each_node(two_node_ray, tmp_path)
         "jobs": [{"task_id": "pair", "fn": "gang_node", "args": [str(tmp_path)], "gang": {"nodes": 2}}],
     })
     assert [(d["task_id"], d["error"]) for d in answer["done"]] == [("pair", None)]
-    seen = {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in tmp_path.glob("task*.json")}
+    seen = backend_jobs.task_files(tmp_path, 2)
     assert sorted(seen) == [0, 1]
     assert {s["node"] for s in seen.values()} == set(two_node_ray.node_ids)  # one rank on each node
     for task, s in seen.items():

@@ -5,7 +5,6 @@ functions (`tests/helpers/backend_jobs.py`): these test the backend, not trainin
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
@@ -48,7 +47,7 @@ def test_a_gang_across_two_nodes_runs_one_rank_on_each_with_one_rendezvous(backe
     backend.submit(Job("across", backend_jobs.gang_env, (str(folder),), gang=ACROSS))
     done = _done(backend)
     assert done.error is None, done.error
-    envs = {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in folder.glob("task*.json")}
+    envs = backend_jobs.task_files(folder, 2)
     assert sorted(envs) == [0, 1]
     assert done.value == envs[0]
     assert [(envs[t]["SLURMD_NODENAME"], envs[t]["NODE_RANK"], envs[t]["RANK"]) for t in (0, 1)] == [

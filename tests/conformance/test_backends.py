@@ -13,7 +13,6 @@ import time
 import pytest
 
 from cluster.backend import Backend, Done, Job
-from cluster.gang import GANG_GRACE_S
 from orchestrator.backends import make_backend
 from sweeps.spec import parse_campaign
 from tests.helpers import backend_jobs
@@ -117,15 +116,7 @@ def test_a_gang_starts_every_rank_at_once_with_the_rendezvous_environment(backen
     backend.submit(Job("pair", backend_jobs.gang_env, (str(tmp_path),), gang=PAIR))
     done = _collect(backend, 1)
     assert [d.task_id for d in done] == ["pair"] and done[0].error is None
-    import json
-
-    # The job's value is task 0's, reported once task 0 returned; the other rank may still
-    # be writing its file then (a Slurm gang reports at task 0's result and gives the rest
-    # GANG_GRACE_S before it stops them): wait for it within that grace.
-    deadline = time.monotonic() + GANG_GRACE_S
-    while not (tmp_path / "task1.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    envs = {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in tmp_path.glob("task*.json")}
+    envs = backend_jobs.task_files(tmp_path, 2)
     assert sorted(envs) == [0, 1]
     assert done[0].value == envs[0]  # task 0's return is the job's value
     for task, env in envs.items():

@@ -39,6 +39,31 @@ GANG_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"
              "RCPFORGE_GANG_TASK", "CUDA_VISIBLE_DEVICES", "SLURMD_NODENAME")
 
 
+def _leave_task_file(folder: str, facts: dict) -> None:
+    """Whole or not there: the test may read it while this task is still writing."""
+    import json
+
+    tmp = Path(folder, f".task{_task()}.json.tmp")
+    tmp.write_text(json.dumps(facts))
+    tmp.rename(Path(folder, f"task{_task()}.json"))
+
+
+def task_files(folder: str | Path, tasks: int) -> dict[int, dict]:
+    """The `task<N>.json` files of a gang's `tasks` ranks, by rank. A job's value is task
+    0's, reported once task 0 returned; another rank may still be writing its file then (a
+    Slurm gang reports at task 0's result and gives the rest GANG_GRACE_S before it stops
+    them), so this waits for every file within that grace and returns what is there."""
+    import json
+
+    from cluster.gang import GANG_GRACE_S
+
+    deadline = time.monotonic() + GANG_GRACE_S
+    paths = [Path(folder, f"task{t}.json") for t in range(tasks)]
+    while not all(p.exists() for p in paths) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in Path(folder).glob("task*.json")}
+
+
 def _task() -> str:
     return os.environ.get("RCPFORGE_GANG_TASK", "?")
 
@@ -46,13 +71,9 @@ def _task() -> str:
 def gang_env(folder: str) -> dict:
     """Each task leaves its rendezvous variables and pid in `folder`; task 0's are the
     job's value."""
-    import json
 
     env = {k: os.environ.get(k) for k in GANG_VARS} | {"pid": os.getpid()}
-    # whole or not there: the test may read it while this task is still writing
-    tmp = Path(folder, f".task{_task()}.json.tmp")
-    tmp.write_text(json.dumps(env))
-    tmp.rename(Path(folder, f"task{_task()}.json"))
+    _leave_task_file(folder, env)
     return env
 
 
@@ -77,12 +98,11 @@ def gang_with_a_dying_rank(folder: str, victim: int, seconds: float) -> None:
 
 def gang_node(folder: str) -> dict:
     """Each task leaves the Ray node it runs on and its rendezvous variables in `folder`."""
-    import json
 
     import ray
 
     seen = {k: os.environ.get(k) for k in GANG_VARS} | {"node": ray.get_runtime_context().get_node_id()}
-    Path(folder, f"task{_task()}.json").write_text(json.dumps(seen))
+    _leave_task_file(folder, seen)
     return seen
 
 
