@@ -7,6 +7,10 @@ preempted Slurm job is requeued by Slurm within its attempt, never counted). One
 orchestrator at a time per campaign (a lock file), and a key whose cluster job is still
 live (submitted by a detached or killed orchestrator) is followed, not launched again, so
 a key is never run twice at once.
+
+An adaptive campaign (`adaptive:`) runs look by look: the runs that its plan asks for
+(`orchestrator/adaptive.py`, a pure function of the ledger), then, once all of them have
+an outcome, the next look's, until every cell has stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from cluster.backend import Backend, BackendError, Job
+from orchestrator.adaptive import AdaptivePlan, campaign_plan, look_specs
 from orchestrator.backends import check_backend, live_keys, running_backend
 from orchestrator.execute import assignment_for, execute_run, note_requeue
 from orchestrator.tracking import LedgerEntry, Tracking
@@ -52,9 +57,20 @@ class CampaignSummary:
     statuses: Counter = field(default_factory=Counter)
     plan: Plan | None = None
     detached: bool = False  # submitted and left to the cluster
+    adaptive: AdaptivePlan | None = None  # where an adaptive campaign's looks stand
 
 
 Event = Callable[[str, RunSpec, "RunResult | None"], None]
+Look = Callable[[AdaptivePlan, Plan], None]
+
+
+def desired_runs(campaign: Campaign, ledger: dict[str, LedgerEntry],
+                 retry_failed: bool = False) -> tuple[list[RunSpec], AdaptivePlan | None]:
+    """Every run of a fixed campaign; of an adaptive one, the runs its looks ask for so far."""
+    if campaign.adaptive is None:
+        return expand(campaign), None
+    plan = campaign_plan(campaign, ledger, retry_failed)
+    return look_specs(campaign, plan), plan
 
 
 def make_plan(
@@ -107,6 +123,7 @@ def run_campaign(
     on_event: Event | None = None,
     on_plan: Callable[[Plan], None] | None = None,
     detach: bool = False,
+    on_look: Look | None = None,
 ) -> CampaignSummary:
     if detach and campaign.backend.kind != "slurm":
         raise BackendError(
@@ -119,10 +136,13 @@ def run_campaign(
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
         ledger = tracking.ledger(experiment_id)
         max_attempts = campaign.backend.max_attempts
-        plan = make_plan(expand(campaign), ledger, max_attempts, retry_failed, live_keys(ledger))
+        specs, looked = desired_runs(campaign, ledger, retry_failed)
+        plan = make_plan(specs, ledger, max_attempts, retry_failed, live_keys(ledger))
         if on_plan:
             on_plan(plan)
-        summary = CampaignSummary(plan=plan)
+        summary = CampaignSummary(plan=plan, adaptive=looked)
+        if looked is not None and on_look:
+            on_look(looked, plan)
         if not plan.launch and not plan.elsewhere:
             return summary
         # bad settings fail as the backend starts, before any submission
@@ -135,7 +155,29 @@ def run_campaign(
                 return summary
             run.follow(plan.elsewhere)
             run.until_done()
+            if campaign.adaptive is not None:
+                _next_looks(run, campaign, max_attempts, summary, on_look)
         return summary
+
+
+def _next_looks(run: _Launcher, campaign: Campaign, max_attempts: int, summary: CampaignSummary,
+                on_look: Look | None) -> None:
+    """Look after look: once every run asked for has an outcome, the plan says what next.
+    Failed runs are retried within their attempts only: --retry-failed served the first."""
+    while True:
+        ledger = run.tracking.ledger(run.experiment_id)
+        specs, looked = desired_runs(campaign, ledger)
+        plan = make_plan(specs, ledger, max_attempts, False, live_keys(ledger))
+        summary.adaptive = looked
+        if looked is not None and on_look:
+            on_look(looked, plan)
+        if not plan.launch and not plan.elsewhere:
+            return
+        run.ledger = ledger
+        run.start(plan.launch)
+        run.record_jobs()
+        run.follow(plan.elsewhere)
+        run.until_done()
 
 
 class _Launcher:

@@ -18,6 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from orchestrator.adaptive import AdaptivePlan, interval_text
 from orchestrator.campaign import Plan
 from trainers.contract import RunResult, RunSpec, RunStatus
 
@@ -53,6 +54,8 @@ class RunProgress:
         self.cell_total: Counter = Counter()
         self.finished = 0
         self.total = 0
+        self.looks_shown = 0
+        self.looked_once = False
 
     def on_plan(self, plan: Plan) -> None:
         self.total = len(plan.launch) + len(plan.elsewhere)
@@ -73,6 +76,35 @@ class RunProgress:
         for cell, n in sorted(per_cell.items()):
             self.tasks[cell] = self.progress.add_task(f"{cell[0]} bs{cell[1]}", total=n, counts="")
         self.progress.start()
+
+    def on_look(self, looked: AdaptivePlan, plan: Plan) -> None:
+        """An adaptive campaign's looks since the last call, one line per comparison, and
+        the runs the next look waits for."""
+        latest = max((e.look for e in looked.looks), default=0)
+        for entry in looked.looks:
+            if entry.look <= self.looks_shown:
+                continue
+            stop = looked.stops.get((entry.candidate, entry.batch_size))
+            after = f"stop: {stop.reason}: {stop.detail}" if stop and stop.look == entry.look else "goes on"
+            self.console.print(f"look {entry.look}: {entry.candidate} bs{entry.batch_size} "
+                               f"({entry.interval.runs_candidate} vs {entry.interval.runs_reference} runs): factor "
+                               f"{interval_text(entry.interval)}; {after}", highlight=False, markup=False)
+        waiting = len(plan.launch) + len(plan.elsewhere)
+        if self.looked_once:  # the first look's runs are in on_plan's count
+            self.total += waiting
+            per_cell = Counter((s.recipe, s.batch_size) for s in plan.launch)
+            self.cell_total.update(per_cell)
+            for cell, n in sorted(per_cell.items()):
+                if self.progress is not None and cell not in self.tasks:
+                    self.tasks[cell] = self.progress.add_task(f"{cell[0]} bs{cell[1]}", total=n, counts="")
+                self._update(cell)
+        self.looked_once = True
+        self.looks_shown = latest
+        if looked.finished:
+            self.console.print(f"adaptive: every cell has stopped, after {latest} looks and "
+                               f"{sum(looked.seeds.values())} runs")
+        elif waiting:
+            self.console.print(f"adaptive: look {latest + 1} waits for {waiting} more runs")
 
     def on_event(self, kind: str, spec: RunSpec, result: RunResult | None) -> None:
         if kind == "start" or result is None:

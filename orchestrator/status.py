@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from orchestrator.adaptive import campaign_plan, look_specs, stop_facts
 from orchestrator.backends import slurm_states
 from orchestrator.cost import CellCost, estimates
 from orchestrator.tracking import Tracking
@@ -28,11 +29,14 @@ class CellStatus:
     cost: CellCost = field(default_factory=CellCost)
     # Cost and ETA figures (orchestrator/cost.py), filled by `campaign_status`.
     estimate: dict = field(default_factory=dict)
+    # An adaptive campaign's: the seeds the cell has so far, its stop reason (None while
+    # it goes on) and its last interval (orchestrator/adaptive.py `stop_facts`).
+    adaptive: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"recipe": self.recipe, "batch_size": self.batch_size, "runs": self.runs,
                 **{c: self.counts[c] for c in COLUMNS}, "slurm": dict(sorted(self.slurm.items())),
-                **self.estimate}
+                **self.estimate, **self.adaptive}
 
 
 @dataclass
@@ -64,8 +68,14 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     states = slurm_states(ledger)
     cells: dict[tuple[str, int], CellStatus] = {}
     running = 0
-    for spec in expand(campaign):
-        cell = cells.setdefault((spec.recipe, spec.batch_size), CellStatus(spec.recipe, spec.batch_size))
+    specs, stops = expand(campaign), {}
+    if campaign.adaptive is not None:  # the runs its looks asked for so far, not max_seeds of each cell
+        plan = campaign_plan(campaign, ledger)
+        specs, stops = look_specs(campaign, plan), stop_facts(plan)
+    for spec in specs:
+        cell = cells.setdefault((spec.recipe, spec.batch_size),
+                                CellStatus(spec.recipe, spec.batch_size,
+                                           adaptive=stops.get((spec.recipe, spec.batch_size), {})))
         cell.runs += 1
         entry = ledger.get(spec.run_key)
         if entry is None:

@@ -7,6 +7,8 @@
     recipes: [bf16, fp8_tensorwise]          # or {recipe_name: {option: value}}
     batch_sizes: [32, 128]                   # min first, max last
     seeds: 4                                 # or {default: 4, nvfp4: 8}
+    adaptive: {margin: 1.02, max_seeds: 20}  # instead of seeds: as many as the question needs
+                                             # (sweeps/adaptive_spec.py)
     hparams: {32: {lr: 0.01, warmup_tokens: 100000}, 128: {...}}
     backend: {kind: local, workers: 2}       # or {kind: ray, ...}, {kind: slurm, ...}
     launch: {nodes: 1, processes_per_node: 2} # each run as a gang of ranks (sweeps/launch.py)
@@ -25,6 +27,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from sweeps.launch import LaunchSpec
 from trainers.contract import Budget, RunSpec, Target
@@ -89,7 +92,8 @@ class Campaign(_Strict):
     budget: Budget
     recipes: list[RecipeChoice] = Field(min_length=1)
     batch_sizes: list[int] = Field(min_length=2)
-    seeds: dict[str, int]
+    seeds: dict[str, int] | None = None
+    adaptive: AdaptiveSpec | None = None
     hparams: dict[int, dict[str, Any]]
     backend: BackendSpec = Field(default_factory=LocalBackendSpec)
     launch: LaunchSpec = Field(default_factory=LaunchSpec)
@@ -171,8 +175,8 @@ class Campaign(_Strict):
 
     @field_validator("seeds")
     @classmethod
-    def _seeds_positive(cls, value: dict[str, int]) -> dict[str, int]:
-        bad = {k: v for k, v in value.items() if v < 1}
+    def _seeds_positive(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        bad = {k: v for k, v in (value or {}).items() if v < 1}
         if bad:
             raise ValueError(f"runs per cell must be at least 1, got {bad}")
         return value
@@ -180,7 +184,8 @@ class Campaign(_Strict):
     @model_validator(mode="after")
     def _cross_checks(self) -> Campaign:
         recipes = {r.name for r in self.recipes}
-        unknown = sorted(set(self.seeds) - recipes - {"default"})
+        _check_design(self)
+        unknown = sorted(set(self.seeds or {}) - recipes - {"default"})
         if unknown:
             raise ValueError(f"seeds: {', '.join(unknown)} is not among the campaign's recipes {sorted(recipes)}")
         try:
@@ -217,7 +222,23 @@ class Campaign(_Strict):
     # --- derived settings -------------------------------------------------------------
 
     def seeds_for(self, recipe: str) -> int:
+        """The seeds a cell of `recipe` has: fixed, or at most, in an adaptive campaign."""
+        if self.adaptive is not None:
+            return self.adaptive_max_seeds
+        assert self.seeds is not None  # one of the two, by `_check_design`
         return self.seeds.get(recipe, self.seeds["default"])
+
+    @property
+    def reference(self) -> str:
+        """The recipe the others are compared with: adaptive.reference, else the first."""
+        return (self.adaptive.reference if self.adaptive and self.adaptive.reference else None) or self.recipes[0].name
+
+    @property
+    def adaptive_max_seeds(self) -> int:
+        assert self.adaptive is not None
+        known = self.rcp.submission_runs or self.checker_runs
+        assert self.adaptive.max_seeds is not None or known is not None  # by `_check_design`
+        return self.adaptive.seeds_cap(known or 0)
 
     @property
     def tracking_uri(self) -> str:
@@ -262,6 +283,28 @@ class Campaign(_Strict):
         if self.checker_runs is not None:
             return self.checker_runs
         return max(3, min(self.seeds_for(r.name) for r in self.recipes) // 2)
+
+
+def _check_design(campaign: Campaign) -> None:
+    """A fixed seed count or an adaptive question, and what the adaptive one needs."""
+    adaptive = campaign.adaptive
+    if adaptive is None and campaign.seeds is None:
+        raise ValueError("seeds: is required but missing; give the runs per cell (seeds: 10) "
+                         "or ask a question instead (an adaptive: section)")
+    if adaptive is None:
+        return
+    if campaign.seeds is not None:
+        raise ValueError("seeds: a campaign has either a fixed seed count or an adaptive: section, not both; "
+                         "remove seeds: (adaptive.min_seeds and max_seeds bound the runs per cell)")
+    names = [r.name for r in campaign.recipes]
+    if adaptive.reference is not None and adaptive.reference not in names:
+        raise ValueError(f"adaptive.reference: {adaptive.reference} is not among the campaign's recipes {names}")
+    if len(names) < 2:
+        raise ValueError(f"adaptive: there is nothing to compare with {names[0]}; list a candidate recipe too")
+    if adaptive.max_seeds is None and not (campaign.rcp.submission_runs or SUBMISSION_RUNS.get(campaign.benchmark)):
+        raise ValueError(f"adaptive.max_seeds: required for benchmark {campaign.benchmark}, whose runs per "
+                         "submission the checker does not know (the default is 2N); set adaptive.max_seeds "
+                         "or rcp.submission_runs")
 
 
 def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:

@@ -37,7 +37,7 @@ def run(
     try:
         summary = run_campaign(
             campaign, workers=workers, retry_failed=retry_failed, on_event=progress.on_event,
-            on_plan=progress.on_plan, detach=detach,
+            on_plan=progress.on_plan, detach=detach, on_look=progress.on_look,
         )
     except (CampaignBusy, BackendError, TrackingUnavailable) as err:
         fail(escape(str(err)))  # an error text may hold [brackets] that rich would take as markup

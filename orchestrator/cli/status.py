@@ -37,13 +37,16 @@ def status(
         return
     compute = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
     view = Table(title=f"campaign {campaign.name}")
+    adaptive = campaign.adaptive is not None
     for col in ("recipe", "batch size", "runs", *(c.replace("_", " ") for c in COLUMNS), "slurm jobs",
-                compute.replace("_", "-"), "ETA"):
+                compute.replace("_", "-"), "ETA", *(("stopped",) if adaptive else ())):
         view.add_column(col)
     for c in found.cells:
         slurm = ", ".join(f"{n} {s.lower()}" for s, n in sorted(c.slurm.items())) or "-"
+        stopped = (f"{c.adaptive['stop_reason']} at look {c.adaptive['stopped_at_look']}"
+                   if c.adaptive.get("stop_reason") else "goes on",) if adaptive else ()
         view.add_row(c.recipe, str(c.batch_size), str(c.runs), *(str(c.counts[k]) for k in COLUMNS), slurm,
-                     f"{c.estimate[compute]:.3g}", _duration(c.estimate["eta_s"]))
+                     f"{c.estimate[compute]:.3g}", _duration(c.estimate["eta_s"]), *stopped)
     console.print(view)
     t = found.totals
     console.print(f"campaign: {t[compute]:.3g} {compute.replace('_', '-')} spent, {t['runs_to_do']} runs to do, "

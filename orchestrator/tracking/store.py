@@ -36,7 +36,8 @@ from trainers.contract.schema import (
 _PAGE = 5000
 
 
-_LEDGER_METRICS = frozenset({METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_CORE_HOURS, METRIC_GPU_HOURS})
+_LEDGER_METRICS = frozenset({METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_CORE_HOURS, METRIC_GPU_HOURS,
+                             METRIC_SAMPLES_TO_TARGET})
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,9 @@ class LedgerEntry:
     # False for a run made just before the store went away: its hyperparameters were
     # never logged, and the launcher logs them when it takes the run up again
     has_params: bool = True
-    # The run's final metrics (tokens_trained, run_wall_s, core_hours or gpu_hours),
-    # written with its outcome: what `rcpforge status` counts its cost and ETA from.
+    # The run's final metrics (tokens_trained, run_wall_s, core_hours or gpu_hours,
+    # samples_to_target), written with its outcome: what `rcpforge status` counts its
+    # cost and ETA from, and what an adaptive campaign's looks decide on.
     metrics: dict[str, float] = field(default_factory=dict)
 
 

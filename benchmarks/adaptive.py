@@ -1,0 +1,197 @@
+"""Adaptive against fixed campaigns, simulated on real run distributions.
+
+Each simulated campaign takes one benchmark's reference runs at its smallest and largest
+batch size (the samples-to-converge lists of the RCP files that mlperf_logging ships),
+and makes candidate recipes from them by scaling every draw by a known factor: FP8-like
+recipes (1.00 to 1.05) and FP4-like ones (1.3 to 1.8, a few of whose runs do not
+converge). The same campaign is run twice:
+
+- fixed: 2N runs per cell (MLPerf's design), the factor's interval from `rcpforge
+  analyze` (a stratified bootstrap of olympic means);
+- adaptive: `orchestrator/adaptive.py`'s allocator and `analysis/sequential.py`'s
+  repeated confidence intervals, with margin and half-width goals; the half-width goal is
+  the median half-width the fixed design reaches on that benchmark's campaigns, so both
+  answer to the same precision.
+
+Printed side by side: coverage of the reported intervals (of the true factor), wrong
+verdicts (an interval that puts the factor above the margin when it is below it, or the
+other way), the median relative half-width, runs in all, and the share of adaptive cells
+that stopped with their question answered.
+
+    python benchmarks/adaptive.py [--campaigns 1000] [--json FILE] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analysis.stats import bootstrap_ratio  # noqa: E402
+from orchestrator.adaptive import ANSWERED, Outcome, plan_adaptive  # noqa: E402
+from sweeps.adaptive_spec import AdaptiveSpec  # noqa: E402
+from trainers.contract.submission import SUBMISSION_RUNS  # noqa: E402
+
+BENCHMARKS = {"bert": "rcps_bert.json", "llama31_8b": "rcps_llama31_8b.json", "flux1": "rcps_flux1.json"}
+RULESET = "training_5.1.0"
+FP8_FACTORS = (1.00, 1.01, 1.03, 1.05)
+FP4_FACTORS = (1.3, 1.5, 1.8)
+FP4_NOT_CONVERGED = 0.05  # share of an FP4-like recipe's runs that do not converge
+MARGIN = 1.02
+CONFIDENCE = 0.95
+
+
+def distributions() -> dict[str, list[np.ndarray]]:
+    """benchmark -> its reference runs at the smallest and the largest batch size."""
+    import mlperf_logging
+
+    root = Path(os.path.dirname(mlperf_logging.__file__)) / "rcp_checker" / RULESET
+    out = {}
+    for bench, name in BENCHMARKS.items():
+        [path] = glob.glob(str(root / name))
+        records = sorted(json.loads(Path(path).read_text()).values(), key=lambda r: r["BS"])
+        key = next(k for k, v in records[0].items() if isinstance(v, list))
+        out[bench] = [np.asarray(records[0][key], float), np.asarray(records[-1][key], float)]
+    return out
+
+
+def draw_campaign(rng: np.random.Generator) -> list[tuple[str, float, float]]:
+    """(recipe, true factor, share not converging): the reference, two FP8-like and two
+    FP4-like candidates."""
+    fp8 = rng.choice(FP8_FACTORS, 2)
+    fp4 = rng.choice(FP4_FACTORS, 2)
+    return ([("ref", 1.0, 0.0)] + [(f"fp8_{i}", float(f), 0.0) for i, f in enumerate(fp8)]
+            + [(f"fp4_{i}", float(f), FP4_NOT_CONVERGED) for i, f in enumerate(fp4)])
+
+
+def runs_of(source: np.ndarray, factor: float, fails: float, n: int, rng: np.random.Generator) -> list[float]:
+    values = rng.choice(source, n) * factor
+    return [math.inf if rng.random() < fails else float(v) for v in values]
+
+
+def fixed(recipes, sources, n_runs, rng, resamples) -> list[dict]:
+    cells = {(r, b): runs_of(src, f, p, n_runs, rng) for r, f, p in recipes for b, src in enumerate(sources)}
+    out = []
+    for r, f, _ in recipes[1:]:
+        for b in range(len(sources)):
+            ci = bootstrap_ratio(cells[(r, b)], cells[("ref", b)], resamples=resamples, confidence=CONFIDENCE,
+                                 seed=int(rng.integers(1 << 31)))
+            out.append(_judged(f, ci.estimate, ci.low, ci.high))
+    return out, sum(len(v) for v in cells.values())
+
+
+def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng) -> tuple[list[dict], int, int]:
+    names = [r for r, _, _ in recipes]
+    truth = {r: (f, p) for r, f, p in recipes}
+    outcomes: dict = {(r, b): [] for r in names for b in range(len(sources))}
+    while True:
+        plan = plan_adaptive(settings, names, list(range(len(sources))), outcomes, max_seeds=max_seeds)
+        if plan.finished:
+            break
+        for (r, b), k in plan.seeds.items():
+            have = len(outcomes[(r, b)])
+            if k > have:
+                f, p = truth[r]
+                outcomes[(r, b)] += [Outcome(v, tokens=1.0) for v in runs_of(sources[b], f, p, k - have, rng)]
+    latest = plan.latest()
+    out = []
+    for r, f, _ in recipes[1:]:
+        for b in range(len(sources)):
+            iv = latest[(r, b)].interval
+            judged = _judged(f, iv.factor, iv.low, iv.high)
+            judged["answered"] = plan.stops[(r, b)].reason == ANSWERED
+            out.append(judged)
+    return out, sum(plan.seeds.values()), len(plan.looks)
+
+
+def _judged(truth: float, estimate, low, high) -> dict:
+    lo = 0.0 if low is None else low
+    hi = math.inf if high is None else high
+    wrong = (lo > MARGIN and truth <= MARGIN) or (hi < MARGIN and truth > MARGIN)
+    width = (hi - lo) / (2 * estimate) if estimate and math.isfinite(hi) and low is not None else math.inf
+    return {"covered": lo <= truth <= hi, "wrong": wrong, "width": width}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--campaigns", type=int, default=1000, help="simulated campaigns per benchmark")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--extra-seeds", type=int, default=12, help="adaptive max_seeds is 2N plus this")
+    parser.add_argument("--min-seeds", type=int, default=5)
+    parser.add_argument("--step", type=int, default=3)
+    parser.add_argument("--spending", default="obrien_fleming", choices=["obrien_fleming", "pocock"])
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of the fixed design")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    rng = np.random.default_rng(args.seed)
+    totals = {k: [] for k in ("fixed", "adaptive")}
+    runs = {"fixed": 0, "adaptive": 0}
+    print(f"{'benchmark':<12}{'design':<10}{'coverage':>9}{'wrong':>8}{'width':>8}{'runs':>8}{'answered':>10}")
+    for bench, sources in distributions().items():
+        n = SUBMISSION_RUNS[bench]
+        campaigns = [draw_campaign(rng) for _ in range(args.campaigns)]
+        seeds = [int(rng.integers(1 << 31)) for _ in campaigns]
+        fixed_cells, fixed_runs = [], 0
+        for recipes, s in zip(campaigns, seeds, strict=True):
+            cells, used = fixed(recipes, sources, 2 * n, np.random.default_rng(s), args.resamples)
+            fixed_cells += cells
+            fixed_runs += used
+        goal = float(np.median([c["width"] for c in fixed_cells]))
+        settings = AdaptiveSpec(margin=MARGIN, half_width=goal, confidence=CONFIDENCE, min_seeds=args.min_seeds,
+                                step=args.step, spending=args.spending)
+        adaptive_cells, adaptive_runs = [], 0
+        for recipes, s in zip(campaigns, seeds, strict=True):
+            cells, used, _ = adaptive(recipes, sources, settings, 2 * n + args.extra_seeds,
+                                      np.random.default_rng(s + 1))
+            adaptive_cells += cells
+            adaptive_runs += used
+        for design, cells, used in (("fixed", fixed_cells, fixed_runs), ("adaptive", adaptive_cells, adaptive_runs)):
+            totals[design] += cells
+            runs[design] += used
+            print(f"{bench:<12}{design:<10}{_row(cells, used)}")
+        print(f"{'':<12}{'':<10}half-width goal {goal:.4f}; adaptive / fixed runs {adaptive_runs / fixed_runs:.3f}")
+    for design in ("fixed", "adaptive"):
+        print(f"{'all':<12}{design:<10}{_row(totals[design], runs[design])}")
+    ratio = runs["adaptive"] / runs["fixed"]
+    print(f"adaptive / fixed runs: {ratio:.3f} ({1 - ratio:.1%} fewer); "
+          f"{len(totals['fixed'])} cells each; {time.perf_counter() - started:.0f} s")
+    if args.json:
+        figures = {
+            "coverage_fixed": _rate(totals["fixed"], "covered"),
+            "coverage_adaptive": _rate(totals["adaptive"], "covered"),
+            "wrong_verdicts_fixed": _rate(totals["fixed"], "wrong"),
+            "wrong_verdicts_adaptive": _rate(totals["adaptive"], "wrong"),
+            "width_fixed": _median_width(totals["fixed"]), "width_adaptive": _median_width(totals["adaptive"]),
+            "runs_fixed": runs["fixed"], "runs_adaptive": runs["adaptive"],
+            "campaigns": args.campaigns * len(BENCHMARKS),
+            "answered_adaptive": _rate(totals["adaptive"], "answered"),
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def _rate(cells: list[dict], key: str) -> float:
+    return float(np.mean([c[key] for c in cells]))
+
+
+def _median_width(cells: list[dict]) -> float:
+    return float(np.median([c["width"] for c in cells]))
+
+
+def _row(cells: list[dict], used: int) -> str:
+    answered = f"{_rate(cells, 'answered'):>10.3f}" if "answered" in cells[0] else f"{'':>10}"
+    return (f"{_rate(cells, 'covered'):>9.3f}{_rate(cells, 'wrong'):>8.3f}{_median_width(cells):>8.4f}"
+            f"{used:>8}{answered}")
+
+
+if __name__ == "__main__":
+    main()

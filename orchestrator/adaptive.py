@@ -1,0 +1,313 @@
+"""Adaptive campaigns: how many seeds each cell runs, decided look by look.
+
+A look comes when every run asked for so far has an outcome (a barrier), so no decision
+depends on which run finished first. At a look every open comparison (a candidate
+recipe against the reference at one batch size) gets its repeated confidence interval
+(`analysis/sequential.py`); one that answers the campaign's question stops, and the
+others get `step` more seeds on the arms whose intervals shrink most per unit of cost (a
+Neyman-type rule: each arm's observed spread, its cost per run in tokens times ranks, and
+the comparisons it serves, the reference serving all of its batch size).
+
+The plan is a pure function of the outcomes recorded so far: it replays every look from
+the first, so an orchestrator killed anywhere and restarted decides the same, runs no
+seed twice and drops none. A cell's seeds are always 0..k-1, as MLPerf scores runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from analysis.rcp import trimmed_count
+from analysis.sequential import SequentialInterval, arm, boundaries, factor_interval, information
+from orchestrator.tracking import LedgerEntry
+from sweeps.adaptive_spec import AdaptiveSpec
+from sweeps.expand import expand
+from sweeps.spec import Campaign
+from trainers.contract import RunSpec, RunStatus
+from trainers.contract.schema import (
+    METRIC_CORE_HOURS,
+    METRIC_GPU_HOURS,
+    METRIC_SAMPLES_TO_TARGET,
+    METRIC_TOKENS_TRAINED,
+)
+
+Cell = tuple[str, int]  # (recipe, batch size)
+
+# Why a cell stopped; the detail says the numbers.
+ANSWERED, COST_CAP, MAX_SEEDS, FAILED_SEED = "answered", "cost cap", "max seeds", "failed seed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    value: float  # samples (or epochs) to target in the checker's unit; inf: no convergence
+    tokens: float = 0.0  # tokens trained, times the run's ranks
+    gpu_hours: float = 0.0
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """A seed that failed on every attempt it had."""
+
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str  # ANSWERED, COST_CAP, MAX_SEEDS or FAILED_SEED
+    detail: str
+    look: int
+
+
+@dataclass(frozen=True)
+class LookEntry:
+    look: int
+    candidate: str
+    batch_size: int
+    interval: SequentialInterval
+    decision: str | None  # the answer, where this look gave one
+
+
+@dataclass
+class AdaptivePlan:
+    reference: str
+    seeds: dict[Cell, int]  # the seeds each cell needs now: 0 .. seeds-1
+    stops: dict[Cell, Stop]
+    looks: list[LookEntry] = field(default_factory=list)
+    waiting: int = 0  # runs without an outcome that the next look waits for
+
+    @property
+    def finished(self) -> bool:
+        return len(self.stops) == len(self.seeds)
+
+    def latest(self) -> dict[Cell, LookEntry]:
+        """Each candidate cell's interval at its last look."""
+        return {(e.candidate, e.batch_size): e for e in self.looks}
+
+
+Outcomes = dict[Cell, list["Outcome | GaveUp | None"]]  # by seed; None: no outcome yet
+
+
+def plan_adaptive(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[int], outcomes: Outcomes, *,
+                  max_seeds: int, trim: int = 1) -> AdaptivePlan:
+    reference = settings.reference or recipes[0]
+    cells = [(r, b) for r in recipes for b in batch_sizes]
+    plan = AdaptivePlan(reference, {c: settings.min_seeds for c in cells}, {})
+    comparisons = {(r, b): (reference, b) for r in recipes if r != reference for b in batch_sizes}
+    open_ = dict(comparisons)  # candidate cell -> its reference cell
+    times: dict[Cell, list[float]] = {c: [] for c in comparisons}
+    full = information(max_seeds, max_seeds, trim)
+    look = 0
+
+    def seen(cell: Cell) -> list:
+        got = outcomes.get(cell, [])
+        return [got[s] if s < len(got) else None for s in range(plan.seeds[cell])]
+
+    def close(cand: Cell, reason: str, detail: str) -> None:
+        del open_[cand]
+        plan.stops[cand] = Stop(reason, detail, look)
+
+    while open_:
+        # The barrier, and seeds that failed for good: never skipped, they end their cell.
+        waiting = 0
+        for cand, ref in list(open_.items()):
+            for cell, role in ((ref, "reference"), (cand, "candidate")):
+                gave_up = [s for s, o in enumerate(seen(cell)) if isinstance(o, GaveUp)]
+                if gave_up:
+                    error = outcomes[cell][gave_up[0]].error  # type: ignore[union-attr]
+                    close(cand, FAILED_SEED, f"{role} {cell[0]} seed {gave_up[0]} failed with no attempts "
+                                             f"left{': ' + error if error else ''}; rerun with --retry-failed")
+                    break
+        active = {c for pair in open_.items() for c in pair}
+        waiting = sum(o is None for cell in active for o in seen(cell))
+        if waiting:
+            plan.waiting = waiting
+            break
+        if not open_:
+            break
+        look += 1
+        values = {cell: [o.value for o in seen(cell)] for cell in active}  # type: ignore[union-attr]
+        for cand, ref in sorted(open_.items()):
+            t = information(plan.seeds[cand], plan.seeds[ref], trim) / full
+            if not times[cand] or t > times[cand][-1] + 1e-9:
+                times[cand].append(min(t, 1.0) if t < 1.0 else 1.0)
+            z = boundaries(times[cand], 1 - settings.confidence, settings.spending)[-1]
+            interval = factor_interval(values[cand], values[ref], z, trim=trim)
+            decision = answer(interval, settings)
+            plan.looks.append(LookEntry(look, cand[0], cand[1], interval, decision))
+            if decision:
+                close(cand, ANSWERED, decision)
+        if open_:
+            _extend(plan, open_, outcomes, settings, max_seeds, trim, close)
+    _stop_references(plan, comparisons, look)
+    return plan
+
+
+def answer(interval: SequentialInterval, settings: AdaptiveSpec) -> str | None:
+    """What the interval answers of the campaign's question, or None."""
+    verdict = precision = None
+    if settings.margin is not None:
+        if interval.low is not None and interval.low > settings.margin:
+            verdict = f"slower than {settings.margin:g} (interval {interval.low:.4f} .. {_bound(interval.high)})"
+        elif interval.high is not None and interval.high < settings.margin:
+            verdict = f"within {settings.margin:g} (interval {_bound(interval.low)} .. {interval.high:.4f})"
+    hw = interval.half_width
+    if settings.half_width is not None and hw is not None and hw <= settings.half_width:
+        precision = f"+-{hw:.2%} (goal +-{settings.half_width:.2%})"
+    if settings.require == "all":
+        return f"{verdict}; {precision}" if verdict and precision else None
+    return verdict or precision
+
+
+def _bound(value: float | None) -> str:
+    return "unbounded" if value is None else f"{value:.4f}"
+
+
+def interval_text(interval: SequentialInterval) -> str:
+    """"1.0312 (0.9801 .. 1.0850, 97.4% look)", or why there is no interval yet."""
+    point = "n/a" if interval.factor is None else f"{interval.factor:.4f}"
+    if interval.low is None and interval.high is None:
+        return f"{point} (no interval: {interval.reason})"
+    return f"{point} ({_bound(interval.low)} .. {_bound(interval.high)}, {interval.level:.1%} look)"
+
+
+def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, settings: AdaptiveSpec,
+            max_seeds: int, trim: int, close) -> None:
+    """Give `step` seeds to each open comparison's arms that shrink its interval most per
+    unit of cost (within half the best arm's gain), within max_seeds and the cost cap."""
+    spread: dict[Cell, float] = {}
+    for cell in {c for pair in open_.items() for c in pair}:
+        vals = [o.value for o in outcomes[cell][:plan.seeds[cell]]]  # type: ignore[union-attr]
+        finite = [v for v in vals if math.isfinite(v)] or [1.0]
+        summary = arm(vals, trim, max(finite))
+        spread[cell] = summary.variance_term * (summary.kept) if summary and summary.variance_term > 0 else 1.0
+    cost = {cell: _cost_per_run(outcomes[cell][:plan.seeds[cell]], settings) for cell in spread}
+
+    def variance(cell: Cell, extra: int = 0) -> float:
+        return spread[cell] / (plan.seeds[cell] + extra - 2 * trim)
+
+    def shrink(cell: Cell) -> float:  # summed relative variance reduction over the comparisons it serves
+        return sum((variance(cell) - variance(cell, settings.step)) / (variance(c) + variance(r))
+                   for c, r in open_.items() if cell in (c, r))
+
+    gain = {cell: shrink(cell) / (settings.step * cost[cell]) for cell in spread}
+    wanted: dict[Cell, list[Cell]] = {}  # arm -> the comparisons that asked for it
+    for cand, ref in sorted(open_.items()):
+        arms = [c for c in (cand, ref) if plan.seeds[c] < max_seeds]
+        if not arms:
+            close(cand, MAX_SEEDS, f"{max_seeds} runs per cell, the most adaptive.max_seeds allows")
+            continue
+        best = max(gain[a] for a in arms)
+        for a in arms:
+            if gain[a] >= best / 2:
+                wanted.setdefault(a, []).append(cand)
+    granted = _within_cap(plan, wanted, gain, cost, outcomes, settings, max_seeds)
+    for cand in sorted(open_):
+        if not any(cand in wanted.get(a, []) and a in granted for a in (cand, open_[cand])):
+            close(cand, COST_CAP, _cap_text(settings))
+    for a in granted:
+        plan.seeds[a] = min(max_seeds, plan.seeds[a] + settings.step)
+
+
+def _cost_per_run(seen: list, settings: AdaptiveSpec) -> float:
+    unit = "gpu_hours" if settings.cost_cap.gpu_hours is not None and settings.cost_cap.tokens is None else "tokens"
+    spent = [getattr(o, unit) for o in seen if isinstance(o, Outcome)]
+    return max(sum(spent) / len(spent), 1e-12) if spent and sum(spent) > 0 else 1.0
+
+
+def _within_cap(plan: AdaptivePlan, wanted: dict[Cell, list[Cell]], gain: dict[Cell, float],
+                cost: dict[Cell, float], outcomes: Outcomes, settings: AdaptiveSpec, max_seeds: int) -> list[Cell]:
+    """The wanted arms, best gain first, while the projected cost stays within every cap."""
+    caps = {u: c for u, c in (("tokens", settings.cost_cap.tokens), ("gpu_hours", settings.cost_cap.gpu_hours))
+            if c is not None}
+    if not caps:
+        return sorted(wanted)
+    spent = {u: sum(getattr(o, u) for cell, seen in outcomes.items() for o in seen[:plan.seeds.get(cell, 0)]
+                    if isinstance(o, Outcome)) for u in caps}
+    per_run = {u: {cell: _unit_cost(outcomes[cell][:plan.seeds[cell]], u) for cell in wanted} for u in caps}
+    granted = []
+    for cell in sorted(wanted, key=lambda c: (-gain[c], c)):
+        extra = min(max_seeds, plan.seeds[cell] + settings.step) - plan.seeds[cell]
+        if all(spent[u] + extra * per_run[u][cell] <= caps[u] for u in caps):
+            granted.append(cell)
+            for u in caps:
+                spent[u] += extra * per_run[u][cell]
+    return granted
+
+
+def _unit_cost(seen: list, unit: str) -> float:
+    spent = [getattr(o, unit) for o in seen if isinstance(o, Outcome)]
+    return sum(spent) / len(spent) if spent else 0.0
+
+
+def _cap_text(settings: AdaptiveSpec) -> str:
+    caps = [f"{v:g} {u.replace('_', '-')}" for u, v in settings.cost_cap.model_dump().items() if v is not None]
+    return f"the next step would pass adaptive.cost_cap ({', '.join(caps)})"
+
+
+def _stop_references(plan: AdaptivePlan, comparisons: dict[Cell, Cell], look: int) -> None:
+    """A reference cell stops once every comparison it serves has, for the reason of the
+    one that stopped last (the most serious one among those of that look)."""
+    severity = [ANSWERED, MAX_SEEDS, COST_CAP, FAILED_SEED]
+    for ref in set(comparisons.values()):
+        served = {c: plan.stops.get(c) for c, r in comparisons.items() if r == ref}
+        if not all(served.values()):
+            continue
+        stops = [(s, c) for c, s in served.items() if s is not None]
+        last, _ = max(stops, key=lambda sc: (sc[0].look, severity.index(sc[0].reason)))
+        each = "; ".join(f"{c[0]}: {s.reason}" for s, c in sorted(stops, key=lambda sc: sc[1]))
+        plan.stops[ref] = Stop(last.reason, f"every comparison with it stopped ({each})", last.look)
+
+
+# --- a campaign's plan, from its ledger ------------------------------------------------
+
+def campaign_outcomes(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_failed: bool = False) -> Outcomes:
+    """Each cell's outcomes by seed, as the ledger has them: samples to target in the
+    checker's unit (inf for not converged or diverged), a failed seed with no attempts
+    left (unless `retry_failed`: it is launched again), None for no outcome yet."""
+    outcomes: Outcomes = {}
+    for spec in expand(campaign):
+        entry = ledger.get(spec.run_key)
+        outcomes.setdefault((spec.recipe, spec.batch_size), []).append(
+            _outcome(entry, campaign, retry_failed) if entry is not None else None)
+    return outcomes
+
+
+def _outcome(entry: LedgerEntry, campaign: Campaign, retry_failed: bool) -> Outcome | GaveUp | None:
+    if entry.status is RunStatus.failed and entry.attempts >= campaign.backend.max_attempts and not retry_failed:
+        return GaveUp()
+    if not entry.status.is_outcome:
+        return None
+    m = entry.metrics
+    value = m.get(METRIC_SAMPLES_TO_TARGET, math.inf) if entry.status is RunStatus.converged else math.inf
+    hours = m.get(METRIC_GPU_HOURS, m.get(METRIC_CORE_HOURS, 0.0))
+    return Outcome(float(value), tokens=m.get(METRIC_TOKENS_TRAINED, 0.0) * campaign.launch.world_size,
+                   gpu_hours=float(hours))
+
+
+def campaign_plan(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_failed: bool = False) -> AdaptivePlan:
+    assert campaign.adaptive is not None
+    return plan_adaptive(campaign.adaptive, [r.name for r in campaign.recipes], campaign.batch_sizes,
+                         campaign_outcomes(campaign, ledger, retry_failed), max_seeds=campaign.adaptive_max_seeds,
+                         trim=trimmed_count(campaign.benchmark))
+
+
+def look_specs(campaign: Campaign, plan: AdaptivePlan) -> list[RunSpec]:
+    """The runs the plan asks for so far: seeds 0..k-1 of every cell."""
+    return [s for s in expand(campaign) if s.seed < plan.seeds[(s.recipe, s.batch_size)]]
+
+
+def stop_facts(plan: AdaptivePlan) -> dict[Cell, dict]:
+    """Per cell, what `status --json`, the report and factors.json say of where it stopped."""
+    latest = plan.latest()
+    out = {}
+    for cell, seeds in plan.seeds.items():
+        stop = plan.stops.get(cell)
+        facts: dict = {"seeds": seeds, "stop_reason": stop.reason if stop else None,
+                       "stop_detail": stop.detail if stop else None, "stopped_at_look": stop.look if stop else None}
+        if cell in latest:
+            iv = latest[cell].interval
+            facts["sequential"] = {"factor": iv.factor, "low": iv.low, "high": iv.high, "level": iv.level,
+                                   "half_width": iv.half_width, "reason": iv.reason}
+        out[cell] = facts
+    return out
