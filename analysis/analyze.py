@@ -35,6 +35,9 @@ class AnalysisRequest:
     # The MLCommons checker's N for the benchmark (None: it does not know it); where it
     # differs from submission_runs (a campaign's rcp.override_checker_runs) the outputs say so.
     checker_runs: int | None = None
+    # An adaptive campaign's looks and stops (orchestrator/adaptive.py `adaptive_record`):
+    # where each cell stopped and why, and every look's interval; None for a fixed design.
+    adaptive: dict | None = None
 
     @property
     def checker_differs(self) -> str | None:
@@ -84,7 +87,8 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
                 result.written.append(path)
     else:
         result.notes.append(f"reference recipe {req.reference!r} is not in the campaign; no factors")
-    _json(out / "factors.json", factors_json(found, req.reference, req.confidence, req.resamples, req.seed))
+    _json(out / "factors.json", factors_json(found, req.reference, req.confidence, req.resamples, req.seed,
+                                             req.adaptive))
 
     _json(out / "selection.json", selection_json(selections, req.selection))
     write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes))
@@ -159,6 +163,27 @@ def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selecti
         outliers = ", ".join(str(o["set"]) for o in s.outlier_sets) or "-"
         lines.append(f"| {s.recipe} | {s.batch_size} | {s.runs} | {_f(s.honest['mean'], 1)} | {_f(s.honest['stdev'], 1)} | "
                      f"{_f(s.honest['pass_prob'], 3)} | {gains} | {s.runs_required if s.runs_required else '> ' + str(req.selection.max_m_factor * s.n)} | {outliers} |")
+    if req.adaptive:
+        lines += adaptive_markdown(req.adaptive)
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def adaptive_markdown(record: dict) -> list[str]:
+    """Where each cell of an adaptive campaign stopped and why, and every look."""
+    lines = ["", "## Adaptive stopping", "",
+             f"Cells against `{record['reference']}`, looked at step by step; each interval holds over all looks "
+             f"together at {record['settings']['confidence']:.0%} ({record['settings']['spending']} error spending).",
+             "", "| recipe | batch size | runs | stopped at look | reason | detail |", "|---|---:|---:|---:|---|---|"]
+    for c in record["cells"]:
+        lines.append(f"| {c['recipe']} | {c['batch_size']} | {c['seeds']} | {c['stopped_at_look'] or '-'} | "
+                     f"{c['stop_reason'] or 'goes on'} | {c['stop_detail'] or ''} |")
+    lines += ["", "| look | candidate | batch size | runs (candidate, reference) | factor | interval | look level | answer |",
+              "|---:|---|---:|---|---:|---|---:|---|"]
+    for e in record["looks"]:
+        interval = f"{_f(e['low'])} .. {_f(e['high'])}" if e["low"] is not None or e["high"] is not None else "-"
+        lines.append(f"| {e['look']} | {e['candidate']} | {e['batch_size']} | {e['runs_candidate']}, "
+                     f"{e['runs_reference']} | {_f(e['factor'])} | {interval} | {e['level']:.2%} | "
+                     f"{e['decision'] or ''} |")
+    return lines

@@ -71,6 +71,24 @@ def factor_section(found: list, reference: str) -> Section:
     )
 
 
+def adaptive_section(record: dict) -> Section:
+    """Where each cell of an adaptive campaign stopped and why, and its intervals look by look."""
+    rows = [{"recipe": c["recipe"], "batch_size": c["batch_size"], "runs": c["seeds"],
+             "stopped_at_look": c["stopped_at_look"], "stop_reason": c["stop_reason"] or "goes on",
+             "stop_detail": c["stop_detail"]} for c in record["cells"]]
+    settings = record["settings"]
+    return Section(
+        "adaptive", "Adaptive stopping",
+        text=(f"Seeds were added step by step ({settings['step']} at a time, {settings['min_seeds']} to "
+              f"{record['max_seeds']} per cell) until each comparison with {record['reference']} answered the "
+              f"campaign's question. Every interval holds over all looks together at "
+              f"{settings['confidence']:.0%} ({settings['spending']} error spending), so stopping on it is valid."),
+        columns=list(rows[0]) if rows else ["recipe"], rows=rows,
+        figure=plots.look_intervals(record) if record["looks"] else None,
+        figure_caption="each comparison's interval at every look; dotted: the margin, dashed: parity",
+    )
+
+
 def selection_section(selections: list) -> Section:
     rows = []
     for s in selections:
@@ -149,6 +167,8 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
         sections.append(cost_section(facts.cost_rows, facts.cost_totals or {}))
     if found is not None:
         sections.append(factor_section(found, req.reference))
+    if req.adaptive:
+        sections.append(adaptive_section(req.adaptive))
     if selections is not None:
         sections.append(selection_section(selections))
     if telemetry_names:

@@ -151,10 +151,24 @@ def derived_rcps(reference_records: dict, candidate: str, curve: tuple[list[int]
     return out
 
 
-def factors_json(found: list[Factor], reference: str, confidence: float, resamples: int, seed: int) -> dict:
+def factors_json(found: list[Factor], reference: str, confidence: float, resamples: int, seed: int,
+                 adaptive: dict | None = None) -> dict:
+    """The factors; for an adaptive campaign each also says where its cell stopped and
+    why, and `adaptive` holds every look's interval."""
     curves = {}
     for cand in sorted({f.candidate for f in found}):
         sizes, values = factor_curve(found, cand)
         curves[cand] = [{"batch_size": b, "factor": v} for b, v in zip(sizes, values)]
-    return {"reference": reference, "confidence": confidence, "resamples": resamples, "seed": seed,
-            "factors": [asdict(f) for f in found], "curves": curves}
+    stops = {(c["recipe"], c["batch_size"]): c for c in (adaptive or {}).get("cells", [])}
+    rows = []
+    for f in found:
+        row = asdict(f)
+        if adaptive is not None:
+            cell = stops.get((f.candidate, f.batch_size), {})
+            row |= {"stop_reason": cell.get("stop_reason"), "stop_detail": cell.get("stop_detail")}
+        rows.append(row)
+    out = {"reference": reference, "confidence": confidence, "resamples": resamples, "seed": seed,
+           "factors": rows, "curves": curves}
+    if adaptive is not None:
+        out["adaptive"] = adaptive
+    return out

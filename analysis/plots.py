@@ -153,3 +153,33 @@ def factor_curves(found: list) -> bytes:
     ax.set_ylabel("factor (candidate / reference)")
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+def look_intervals(record: dict) -> bytes:
+    """An adaptive campaign's intervals as they narrowed: per comparison, the factor and
+    its repeated confidence interval at every look (an arrow where a side is unbounded),
+    the margin dotted, parity dashed."""
+    comparisons = sorted({(e["candidate"], e["batch_size"]) for e in record["looks"]})
+    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    for i, (cand, bs) in enumerate(comparisons):
+        looks = [e for e in record["looks"] if (e["candidate"], e["batch_size"]) == (cand, bs)]
+        shift = (i - (len(comparisons) - 1) / 2) * 0.08  # side by side at each look
+        xs, ys, lo, hi = [], [], [], []
+        for e in looks:
+            if e["factor"] is None or e["low"] is None or e["high"] is None:
+                continue  # no interval at this look yet (too few runs, or unbounded)
+            xs.append(e["look"] + shift)
+            ys.append(e["factor"])
+            lo.append(e["factor"] - e["low"])
+            hi.append(e["high"] - e["factor"])
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{cand} bs{bs}")
+    margin = record["settings"].get("margin")
+    if margin is not None:
+        ax.axhline(margin, color="gray", ls=":", lw=1)
+    ax.axhline(1.0, color="black", ls="--", lw=1)
+    ax.set_xlabel("look")
+    ax.set_ylabel("factor (candidate / reference)")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    if comparisons:
+        ax.legend(fontsize=8)
+    return _png(fig)

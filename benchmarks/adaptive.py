@@ -64,11 +64,18 @@ def distributions() -> dict[str, list[np.ndarray]]:
     return out
 
 
-def draw_campaign(rng: np.random.Generator) -> list[tuple[str, float, float]]:
-    """(recipe, true factor, share not converging): the reference, two FP8-like and two
-    FP4-like candidates."""
-    fp8 = rng.choice(FP8_FACTORS, 2)
-    fp4 = rng.choice(FP4_FACTORS, 2)
+# Candidates per campaign, FP8-like and FP4-like: a precision survey (an FP8 and an FP4
+# recipe of each kind), and an FP4 study (two FP8 recipes and an ablation of four FP4
+# variants, e.g. Hadamard and stochastic rounding on and off).
+MIXES = {"survey": (2, 2), "fp4_study": (2, 4)}
+
+
+def draw_campaign(rng: np.random.Generator, mix: str = "survey") -> list[tuple[str, float, float]]:
+    """(recipe, true factor, share not converging): the reference and the mix's FP8-like
+    and FP4-like candidates."""
+    n8, n4 = MIXES[mix]
+    fp8 = rng.choice(FP8_FACTORS, n8)
+    fp4 = rng.choice(FP4_FACTORS, n4)
     return ([("ref", 1.0, 0.0)] + [(f"fp8_{i}", float(f), 0.0) for i, f in enumerate(fp8)]
             + [(f"fp4_{i}", float(f), FP4_NOT_CONVERGED) for i, f in enumerate(fp4)])
 
@@ -127,6 +134,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--extra-seeds", type=int, default=12, help="adaptive max_seeds is 2N plus this")
+    parser.add_argument("--mix", default="fp4_study", choices=sorted(MIXES), help="the candidates of a campaign")
     parser.add_argument("--min-seeds", type=int, default=5)
     parser.add_argument("--step", type=int, default=3)
     parser.add_argument("--spending", default="obrien_fleming", choices=["obrien_fleming", "pocock"])
@@ -139,7 +147,7 @@ def main() -> None:
     print(f"{'benchmark':<12}{'design':<10}{'coverage':>9}{'wrong':>8}{'width':>8}{'runs':>8}{'answered':>10}")
     for bench, sources in distributions().items():
         n = SUBMISSION_RUNS[bench]
-        campaigns = [draw_campaign(rng) for _ in range(args.campaigns)]
+        campaigns = [draw_campaign(rng, args.mix) for _ in range(args.campaigns)]
         seeds = [int(rng.integers(1 << 31)) for _ in campaigns]
         fixed_cells, fixed_runs = [], 0
         for recipes, s in zip(campaigns, seeds, strict=True):

@@ -311,3 +311,30 @@ def stop_facts(plan: AdaptivePlan) -> dict[Cell, dict]:
                                    "half_width": iv.half_width, "reason": iv.reason}
         out[cell] = facts
     return out
+
+
+def adaptive_record(campaign: Campaign, plan: AdaptivePlan) -> dict:
+    """An adaptive campaign's looks and stops as plain values, for the analysis package
+    (factors.json, summary.md, the report), which reads no campaign file."""
+    assert campaign.adaptive is not None
+    cells = [{"recipe": r, "batch_size": b, **{k: v for k, v in facts.items() if k != "sequential"}}
+             for (r, b), facts in stop_facts(plan).items()]
+    looks = [{"look": e.look, "candidate": e.candidate, "batch_size": e.batch_size,
+              "runs_candidate": e.interval.runs_candidate, "runs_reference": e.interval.runs_reference,
+              "factor": e.interval.factor, "low": e.interval.low, "high": e.interval.high,
+              "level": e.interval.level, "half_width": e.interval.half_width, "decision": e.decision,
+              "reason": e.interval.reason} for e in plan.looks]
+    return {"reference": plan.reference, "settings": campaign.adaptive.model_dump(mode="json"),
+            "max_seeds": campaign.adaptive_max_seeds, "finished": plan.finished, "cells": cells, "looks": looks}
+
+
+def read_adaptive_record(campaign: Campaign) -> dict | None:
+    """The record from the campaign's tracking store; None for a fixed campaign."""
+    if campaign.adaptive is None:
+        return None
+    from orchestrator.tracking import Tracking
+
+    tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
+    exp = tracking.client.get_experiment_by_name(campaign.name)
+    ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
+    return adaptive_record(campaign, campaign_plan(campaign, ledger))

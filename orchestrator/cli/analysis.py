@@ -23,7 +23,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def analyze(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
     out: Path = typer.Option(Path("rcpforge-analysis"), "--out", help="folder for the RCP files, tables and reports"),
-    reference: str = typer.Option("bf16", "--reference", help="the reference recipe of the convergence factors"),
+    reference: str = typer.Option(None, "--reference", show_default="bf16, or adaptive.reference",
+                                  help="the reference recipe of the convergence factors"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap and Monte Carlo"),
     resamples: int = typer.Option(10_000, "--resamples", min=100, help="bootstrap resamples"),
     reference_rcps: str = typer.Option(
@@ -58,16 +59,25 @@ def analyze(
                               highlight=False, markup=False)
 
 
-def analysis_request(campaign, reference: str, seed: int, **more):
-    """The analysis of a campaign, in the plain terms the analysis package takes."""
+def analysis_request(campaign, reference: str | None, seed: int, **more):
+    """The analysis of a campaign, in the plain terms the analysis package takes; an
+    adaptive campaign's looks and stops come along, read from its tracking store."""
     from analysis.analyze import AnalysisRequest
     from analysis.selection import SelectionSettings
+    from orchestrator.adaptive import read_adaptive_record
+    from orchestrator.tracking import TrackingUnavailable
 
+    if reference is None:
+        reference = campaign.reference if campaign.adaptive is not None else "bf16"
+    try:
+        adaptive = read_adaptive_record(campaign)
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
     return AnalysisRequest(
         campaign=campaign.name, benchmark=campaign.benchmark, submission_runs=campaign.submission_runs,
         checker_runs=campaign.checker_runs,
         recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference, seed=seed,
-        selection=SelectionSettings(seed=seed), **more,
+        selection=SelectionSettings(seed=seed), adaptive=adaptive, **more,
     )
 
 

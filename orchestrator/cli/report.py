@@ -16,7 +16,8 @@ def report(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
     out: Path = typer.Option(Path("report.html"), "--out", help="the report file"),
     fmt: str = typer.Option("html", "--format", help="html (one self-contained file) or md (PNG files beside it)"),
-    reference: str = typer.Option("bf16", "--reference", help="the reference recipe of the convergence factors"),
+    reference: str = typer.Option(None, "--reference", show_default="bf16, or adaptive.reference",
+                                  help="the reference recipe of the convergence factors"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap and Monte Carlo (same as analyze's)"),
 ) -> None:
     """Write the campaign report: settings, RCP table, curves, distributions, RCP curve."""
@@ -41,7 +42,7 @@ def report(
     curves = load_curves(campaign.tracking_uri, run_ids, [campaign.target.metric, *telemetry])
     found, selections = None, None
     request = analysis_request(campaign, reference, seed)
-    if reference in request.recipes:
+    if request.reference in request.recipes:
         from analysis.analyze import comparisons
 
         found, selections = comparisons(runs, table, request)

@@ -6,6 +6,11 @@ consecutive and run once, and the intervals meet the goal each cell stopped on."
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -14,8 +19,9 @@ from orchestrator.adaptive import ANSWERED, campaign_plan
 from orchestrator.campaign import run_campaign
 from orchestrator.tracking import Tracking
 from sweeps.spec import load_campaign
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import write_campaign
+from tests.helpers.store import run_statuses
 
 PROGRAM = Path(__file__).resolve().parents[1] / "helpers" / "factor_program.py"
 TOKENS_PER_SAMPLE = 4
@@ -90,32 +96,54 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
     again = run_cli("run", str(path))
     assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stdout
     assert _ledger_cells(campaign) == seeds
+    # factors.json and summary.md say where each cell stopped and show every look
+    analyzed = run_cli("analyze", str(path), "--out", str(tmp_path / "analysis"))
+    assert analyzed.returncode == 0, analyzed.stderr
+    factors = json.loads((tmp_path / "analysis" / "factors.json").read_text())
+    assert {(f["candidate"], f["batch_size"]): f["stop_reason"] for f in factors["factors"]} == {
+        cell: stop.reason for cell, stop in plan.stops.items() if cell[0] != "bf16"}
+    assert len(factors["adaptive"]["looks"]) == len(plan.looks)
+    assert "## Adaptive stopping" in (tmp_path / "analysis" / "summary.md").read_text()
 
 
-def test_a_resumed_adaptive_campaign_makes_the_uninterrupted_ones_decisions(tmp_path):
-    """Stopped after its first look (as a killed orchestrator would be), then run again:
-    the same seeds and stop reasons as a campaign that ran straight through."""
-    straight = load_campaign(write_campaign(tmp_path / "straight", adaptive_campaign()))
-    run_campaign(straight)
-    interrupted = load_campaign(write_campaign(tmp_path / "interrupted", adaptive_campaign()))
-    looks = []
+def _final_plan(campaign):
+    tracking = Tracking(campaign.tracking_uri)
+    return campaign_plan(campaign, tracking.ledger(tracking.client.get_experiment_by_name(campaign.name).experiment_id))
 
-    def stop_after_first_look(plan, _next):
-        looks.append(len({e.look for e in plan.looks}))
-        if looks[-1] >= 1:
-            raise KeyboardInterrupt
 
+def _kill_when(path: Path, converged: int) -> None:
+    """Start `rcpforge run`, SIGKILL it once `converged` runs have an outcome."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
     try:
-        run_campaign(interrupted, on_look=stop_after_first_look)
-    except KeyboardInterrupt:
-        pass
-    assert looks[-1] == 1
-    run_campaign(interrupted)
+        while run_statuses(path.parent / "rcpforge-mlflow.db")["converged"] < converged:
+            assert proc.poll() is None, "the campaign ended before the kill"
+            assert time.monotonic() < deadline, "the campaign never got there"
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
 
-    def final(c):
-        tracking = Tracking(c.tracking_uri)
-        return campaign_plan(c, tracking.ledger(tracking.client.get_experiment_by_name(c.name).experiment_id))
 
-    a, b = final(straight), final(interrupted)
-    assert a.seeds == b.seeds and a.stops == b.stops
-    assert _ledger_cells(straight) == _ledger_cells(interrupted)
+def test_an_orchestrator_sigkilled_during_and_between_looks_decides_as_the_uninterrupted_one(tmp_path):
+    """Killed in the middle of the first look, then again at its barrier (between the looks,
+    or just after the second began), then run to the end: the same runs, seeds and stop
+    reasons as a campaign that ran straight through."""
+    data = adaptive_campaign(max_seeds=8)  # two looks: 5 seeds, then 8
+    data["recipes"] = data["recipes"][:2]  # bf16 and fp8_like
+    data["backend"] = {"kind": "local", "workers": 2, "max_attempts": 5}  # a killed attempt is spent
+    straight = load_campaign(write_campaign(tmp_path / "straight", data))
+    run_campaign(straight)
+    path = write_campaign(tmp_path / "killed", data)
+    first_look = 2 * 2 * 5  # recipes x batch sizes x min_seeds
+    _kill_when(path, converged=first_look // 2)
+    _kill_when(path, converged=first_look)
+    resumed = run_cli("run", str(path))
+    assert resumed.returncode == 0, resumed.stderr
+    killed = load_campaign(path)
+    a, b = _final_plan(straight), _final_plan(killed)
+    assert a.finished and b.finished and len({e.look for e in a.looks}) >= 2
+    assert a.seeds == b.seeds and a.stops == b.stops and a.looks == b.looks
+    assert _ledger_cells(straight) == _ledger_cells(killed)  # one MLflow run per seed: none twice, none lost
