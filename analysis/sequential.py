@@ -123,6 +123,11 @@ class Arm:
     variance_term: float  # d = (n - 1) s_w^2 / (h (h - 1)): the trimmed mean's squared standard error
     censored: int
 
+    @property
+    def spread(self) -> float:
+        """s_w^2, the winsorized variance of the logs: the runs' spread, whatever their number."""
+        return self.variance_term * self.kept * (self.kept - 1) / (self.runs - 1)
+
 
 def arm(values: Sequence[float], trim: int, censored_at: float) -> Arm | None:
     """Yuen's summary of one arm; inf values are runs that did not converge, counted at
@@ -204,3 +209,36 @@ def factor_interval(candidate: Sequence[float], reference: Sequence[float], z_bo
     low = None if ref_open else math.exp(diff - half)
     high = None if cand_open else math.exp(diff + half)
     return SequentialInterval(estimate, low, high, level, n_c, n_r, "; ".join(reasons) or None)
+
+
+def runs_for_half_width(goal: float, spread_candidate: float, spread_reference: float, *, min_seeds: int,
+                        step: int, max_seeds: int | None, confidence: float, spending: str = "obrien_fleming",
+                        trim: int = 1, limit: int = 10_000) -> int | None:
+    """The fewest runs per recipe whose interval would be +-goal (relative half-width) if
+    each recipe's runs spread as given (the winsorized variance of their logs). With
+    `max_seeds`, the interval is the repeated one of an adaptive campaign looking at
+    min_seeds, min_seeds + step, ... (None past max_seeds: no error is left to spend);
+    without, the fixed-sample interval at n runs. A prediction for planning: the spreads
+    are estimates."""
+    alpha = 1 - confidence
+    full = information(max_seeds, max_seeds, trim) if max_seeds else None
+    times: list[float] = []
+    n = max(min_seeds, 2 * trim + 2)
+    while n <= (max_seeds or limit):
+        if full is not None:
+            times.append(min(1.0, information(n, n, trim) / full))
+            z = boundaries(times, alpha, spending)[-1]
+        else:
+            z = float(stats.norm.isf(alpha / 2))
+        kept = n - 2 * trim
+        terms = [(n - 1) * s / (kept * (kept - 1)) for s in (spread_candidate, spread_reference)]
+        se2 = sum(terms)
+        if se2 <= 0:
+            return n
+        df = se2 ** 2 / sum(d * d / (kept - 1) for d in terms)
+        tail = 0.5 * math.erfc(z / math.sqrt(2))
+        half = float(-special.stdtrit(df, tail)) * math.sqrt(se2)
+        if half < 50 and math.sinh(half) <= goal:  # (e^h - e^-h) / 2: the relative half-width
+            return n
+        n += step if full is not None else 1
+    return None

@@ -104,3 +104,29 @@ def test_coverage_under_optional_stopping_is_at_least_nominal():
     # the same peeking with a plain 95% interval at every look: far below nominal
     naive = _peeking_coverage([stats.norm.isf(ALPHA / 2)] * len(looks), looks, np.random.default_rng(5))
     assert naive < 0.90, naive
+
+
+def _half_width(n: int, spread: float, z: float) -> float:
+    """The relative half-width of Yuen's interval at n runs per recipe, both of the given
+    spread, by the formula written out: d = (n-1) s^2 / (h (h-1)), Welch's df."""
+    h = n - 2
+    d = (n - 1) * spread / (h * (h - 1))
+    df = (2 * d) ** 2 / (2 * d * d / (h - 1))
+    return math.sinh(stats.t.isf(stats.norm.sf(z), df) * math.sqrt(2 * d))
+
+
+def test_the_planner_finds_the_fewest_runs_for_a_precision():
+    from analysis.sequential import runs_for_half_width
+
+    spread = 0.05 ** 2
+    fixed = runs_for_half_width(0.03, spread, spread, min_seeds=4, step=1, max_seeds=None, confidence=0.95)
+    z = stats.norm.isf(0.025)
+    assert _half_width(fixed, spread, z) <= 0.03 < _half_width(fixed - 1, spread, z)
+    # the adaptive design's looks: min_seeds, +step, ...; at each the repeated interval's level
+    looks = runs_for_half_width(0.03, spread, spread, min_seeds=5, step=3, max_seeds=40, confidence=0.95)
+    assert looks is not None and (looks - 5) % 3 == 0 and looks > fixed  # the price of looking
+    seen = list(range(5, looks + 1, 3))
+    full = information(40, 40, 1)
+    c = boundaries([information(n, n, 1) / full for n in seen], ALPHA)
+    assert _half_width(looks, spread, c[-1]) <= 0.03 < _half_width(looks - 3, spread, c[-2])
+    assert runs_for_half_width(0.03, spread, spread, min_seeds=5, step=3, max_seeds=20, confidence=0.95) is None

@@ -60,8 +60,18 @@ def _ledger_cells(campaign) -> dict:
 
 def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
     path = write_campaign(tmp_path, adaptive_campaign())
+    # a pilot of the first look's seeds, then the planner's prediction from it
+    planned = run_cli("plan", str(path), "--pilot", "5", "--json", "--precision", "0.05")
+    assert planned.returncode == 0, planned.stderr
+    predicted = json.loads(planned.stdout[planned.stdout.index("{"):])
+    assert predicted["design"] == "adaptive" and len(predicted["cells"]) == 4
+    for cell in predicted["cells"]:
+        assert (cell["runs_candidate"], cell["runs_reference"]) == (5, 5)
+        runs, needed = cell["runs"]["0.05"], cell["max_seeds_needed"].get("0.05")
+        assert (runs is not None and 5 <= runs <= 11) or needed > 11, cell
     proc = run_cli("run", str(path))
     assert proc.returncode == 0, proc.stderr
+    assert "runs in the campaign: 30 have an outcome" in proc.stdout  # the pilot counts, it is not rerun
     assert "look 1: fp4_like bs16 (5 vs 5 runs)" in proc.stdout
     assert "adaptive: every cell has stopped" in proc.stdout
     campaign = load_campaign(path)

@@ -1,0 +1,106 @@
+"""`rcpforge plan`: the runs and compute each comparison needs for a precision."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli.app import app, console, fail, load_campaign_or_fail
+
+
+@app.command()
+def plan(
+    campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
+    precision: list[float] = typer.Option(
+        None, "--precision", help="a relative half-width of the factor's interval to plan for, e.g. 0.03 "
+                                  "for +-3% (repeatable; default 0.02, 0.03, 0.05)"),
+    pilot: int = typer.Option(0, "--pilot", min=0, help="first run seeds 0..K-1 of every cell (they count "
+                                                        "toward the campaign later)"),
+    reference: str = typer.Option(None, "--reference", show_default="bf16, or adaptive.reference",
+                                  help="the recipe the others are compared with"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output: one JSON document"),
+) -> None:
+    """Predict, from the runs recorded so far (or a pilot), the runs per recipe and the
+    compute each candidate's factor needs for each precision, under the campaign's design."""
+    campaign = load_campaign_or_fail(campaign_file)
+    precisions = tuple(precision) if precision else None
+    if precisions and any(not 0 < p < 1 for p in precisions):
+        fail(f"--precision: each is a relative half-width between 0 and 1 (0.03 is +-3%), got {list(precisions)}")
+    if reference is None:
+        reference = campaign.reference if campaign.adaptive is not None else "bf16"
+    if reference not in [r.name for r in campaign.recipes]:
+        fail(f"--reference {reference}: not among the campaign's recipes {[r.name for r in campaign.recipes]}; "
+             "give one of them")
+    from orchestrator.planner import PRECISIONS, campaign_totals, plan_runs
+    from orchestrator.tracking import Tracking, TrackingUnavailable
+
+    try:
+        if pilot:
+            _run_pilot(campaign, pilot)
+        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
+        exp = tracking.client.get_experiment_by_name(campaign.name)
+        ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
+    rows = plan_runs(campaign, ledger, reference, precisions or PRECISIONS)
+    totals = campaign_totals(rows, reference)
+    unit = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
+    design = "adaptive" if campaign.adaptive is not None else "fixed"
+    if as_json:
+        print(json.dumps({"campaign": campaign.name, "reference": reference, "design": design,
+                          "hours_unit": unit, "cells": [r.as_dict() for r in rows], "totals": totals}, indent=2))
+        return
+    goals = [f"{p:g}" for p in (precisions or PRECISIONS)]
+    view = Table(title=f"runs per recipe to reach each precision ({design} design, against {reference})")
+    for col in ("candidate", "batch size", "runs so far", "factor", "spread (cand, ref)",
+                *(f"+-{float(g):.0%}" for g in goals)):
+        view.add_column(col)
+    for r in rows:
+        if r.reason:
+            view.add_row(r.candidate, str(r.batch_size), f"{r.runs_candidate}, {r.runs_reference}", "-", "-",
+                         *(["-"] * len(goals)))
+            continue
+        needs = [f"{r.runs[g]} ({r.hours[g]:.3g} {unit.replace('_', '-')})" if r.runs[g] is not None
+                 else _beyond(r, g, campaign) for g in goals]
+        view.add_row(r.candidate, str(r.batch_size), f"{r.runs_candidate}, {r.runs_reference}",
+                     f"{r.factor:.4f}" if r.factor is not None else "n/a",
+                     f"{r.cv_candidate:.1%}, {r.cv_reference:.1%}", *needs)
+    console.print(view)
+    for r in rows:
+        if r.reason:
+            console.print(f"{r.candidate} bs{r.batch_size}: {r.reason}", highlight=False, markup=False)
+    for goal, t in totals.items():
+        if t["runs"] is None:
+            console.print(f"campaign at +-{float(goal):.0%}: out of reach for some comparison", highlight=False)
+        else:
+            console.print(f"campaign at +-{float(goal):.0%}: {t['runs']} runs (each batch size's {reference} runs "
+                          f"once), about {t['hours']:.3g} {unit.replace('_', '-')}", highlight=False)
+    console.print("predictions from the spread of the runs so far; compute: both recipes' runs at their mean cost "
+                  "so far", highlight=False)
+
+
+def _beyond(row, goal: str, campaign) -> str:
+    """What a precision out of reach would take."""
+    if campaign.adaptive is None:
+        return "out of reach"
+    needed = row.max_seeds_needed.get(goal)
+    more = f"; with max_seeds {needed}" if needed else ""
+    return f"> {campaign.adaptive_max_seeds} (max_seeds{more})"
+
+
+def _run_pilot(campaign, seeds: int) -> None:
+    """Seeds 0..seeds-1 of every cell, as a fixed campaign: the same run keys, so the
+    campaign counts them later and never runs them twice."""
+    from orchestrator.campaign import run_campaign
+    from orchestrator.progress import RunProgress
+
+    pilot = campaign.model_copy(update={"seeds": {"default": seeds}, "adaptive": None})
+    progress = RunProgress(console)
+    try:
+        run_campaign(pilot, on_event=progress.on_event, on_plan=progress.on_plan)
+    finally:
+        progress.close()
