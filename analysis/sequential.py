@@ -143,11 +143,22 @@ def arm(values: Sequence[float], trim: int, censored_at: float) -> Arm | None:
     var_w = float(winsorized.var(ddof=1))
     # Samples-to-target come in whole eval intervals, and a few runs often tie: a zero
     # spread is a rounding artefact, not certainty. Sheppard's correction of the
-    # smallest step between distinct values floors it.
-    distinct = np.unique(logs[trim:len(logs) - trim])
+    # smallest step between distinct values (of all the arm's runs) floors it.
+    distinct = np.unique(logs[np.isfinite(logs)])
     if len(distinct) > 1:
         var_w = max(var_w, float(np.diff(distinct).min()) ** 2 / 12)
+    elif var_w < 1e-18:
+        var_w = 0.0  # every run the same: no spread to go on (float noise is not one)
     return Arm(len(data), kept, mean, (len(data) - 1) * var_w / (kept * (kept - 1)), censored)
+
+
+def _borrowed(this: Arm, other: Arm) -> Arm:
+    """An arm whose runs are all alike, with the other arm's spread per run: the tie is
+    the eval grid's doing, and both recipes run on the same grid."""
+    if this.variance_term > 0 or other.variance_term == 0:
+        return this
+    term = (this.runs - 1) * other.spread / (this.kept * (this.kept - 1))
+    return Arm(this.runs, this.kept, this.mean, term, this.censored)
 
 
 def information(candidate_runs: int, reference_runs: int, trim: int) -> float:
@@ -189,6 +200,8 @@ def factor_interval(candidate: Sequence[float], reference: Sequence[float], z_bo
                                   f"olympic scoring needs more than {2 * trim + 1} runs of each recipe")
     tail = 0.5 * math.erfc(z_bound / math.sqrt(2))  # the look's one-sided nominal error
     level = 1 - 2 * tail
+    if c.variance_term == 0 or r.variance_term == 0:  # one arm's runs all alike: borrow the other's step
+        c, r = _borrowed(c, r), _borrowed(r, c)
     se2 = c.variance_term + r.variance_term
     diff = c.mean - r.mean
     cand_open, ref_open = c.censored > trim, r.censored > trim

@@ -175,12 +175,7 @@ def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, set
             max_seeds: int, trim: int, close) -> None:
     """Give `step` seeds to each open comparison's arms that shrink its interval most per
     unit of cost (within half the best arm's gain), within max_seeds and the cost cap."""
-    spread: dict[Cell, float] = {}
-    for cell in {c for pair in open_.items() for c in pair}:
-        vals = [o.value for o in outcomes[cell][:plan.seeds[cell]]]  # type: ignore[union-attr]
-        finite = [v for v in vals if math.isfinite(v)] or [1.0]
-        summary = arm(vals, trim, max(finite))
-        spread[cell] = summary.variance_term * (summary.kept) if summary and summary.variance_term > 0 else 1.0
+    spread = _allocation_spreads(plan, open_, outcomes, trim)
     cost = {cell: _cost_per_run(outcomes[cell][:plan.seeds[cell]], settings) for cell in spread}
 
     def variance(cell: Cell, extra: int = 0) -> float:
@@ -194,6 +189,10 @@ def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, set
     wanted: dict[Cell, list[Cell]] = {}  # arm -> the comparisons that asked for it
     for cand, ref in sorted(open_.items()):
         arms = [c for c in (cand, ref) if plan.seeds[c] < max_seeds]
+        # Neither arm runs ahead of the other by more than half again: an arm that looked
+        # tight on its first few runs must not be starved on that look alone.
+        behind = [a for a in arms if plan.seeds[a] * 3 < plan.seeds[cand if a == ref else ref] * 2]
+        arms = behind or arms
         if not arms:
             close(cand, MAX_SEEDS, f"{max_seeds} runs per cell, the most adaptive.max_seeds allows")
             continue
@@ -207,6 +206,27 @@ def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, set
             close(cand, COST_CAP, _cap_text(settings))
     for a in granted:
         plan.seeds[a] = min(max_seeds, plan.seeds[a] + settings.step)
+
+
+SHRINK_RUNS = 10  # pseudo-runs of the batch size's pooled spread in each arm's allocation spread
+
+
+def _allocation_spreads(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes,
+                        trim: int) -> dict[Cell, float]:
+    """Each open arm's spread for allocation: its own, shrunk toward its batch size's
+    pooled spread by SHRINK_RUNS pseudo-runs, since a spread from five runs is noisy and
+    the arms of a batch size differ in it far less than such estimates do."""
+    own: dict[Cell, tuple[float, int]] = {}
+    for cell in {c for pair in open_.items() for c in pair}:
+        vals = [o.value for o in outcomes[cell][:plan.seeds[cell]]]  # type: ignore[union-attr]
+        finite = [v for v in vals if math.isfinite(v)] or [1.0]
+        summary = arm(vals, trim, max(finite))
+        own[cell] = (summary.spread, summary.kept) if summary and summary.variance_term > 0 else (0.0, 0)
+    pooled: dict[int, float] = {}
+    for bs in {c[1] for c in own}:
+        weights = [(s, k) for c, (s, k) in own.items() if c[1] == bs and k > 0]
+        pooled[bs] = sum(s * k for s, k in weights) / sum(k for _, k in weights) if weights else 1.0
+    return {c: (s * k + pooled[c[1]] * SHRINK_RUNS) / (k + SHRINK_RUNS) or 1.0 for c, (s, k) in own.items()}
 
 
 def _cost_per_run(seen: list, settings: AdaptiveSpec) -> float:

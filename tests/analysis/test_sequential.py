@@ -130,3 +130,15 @@ def test_the_planner_finds_the_fewest_runs_for_a_precision():
     c = boundaries([information(n, n, 1) / full for n in seen], ALPHA)
     assert _half_width(looks, spread, c[-1]) <= 0.03 < _half_width(looks - 3, spread, c[-2])
     assert runs_for_half_width(0.03, spread, spread, min_seeds=5, step=3, max_seeds=20, confidence=0.95) is None
+
+
+def test_runs_tied_on_the_eval_grid_get_the_grid_s_spread_not_none():
+    """Five runs of which the three olympic scoring keeps tie (samples come in whole eval
+    intervals): the spread is floored by the grid's step, never zero; runs all alike in
+    both recipes give no interval at all."""
+    cand = [8100250.0, 8370258, 8370258, 8370258, 8370258]
+    ref = [8126464.0, 8388608, 8388608, 8388608, 8650752]
+    interval = factor_interval(cand, ref, 1.96)
+    assert interval.low < interval.factor < interval.high and interval.half_width > 0.005
+    alike = factor_interval([5.0] * 5, [5.0] * 5, 1.96)
+    assert alike.low is None and alike.high is None and "no spread" in alike.reason

@@ -138,3 +138,24 @@ def test_non_converged_runs_are_censored_not_dropped():
     entry = plan.latest()[("fp4", 16)]
     assert entry.interval.high is None and entry.interval.factor is None  # unbounded above
     assert entry.interval.runs_candidate == 5  # all five counted
+
+
+def test_an_arm_that_looked_tight_at_first_is_not_starved():
+    """The reference's first runs spread far less than the candidate's: Neyman alone would
+    give every next seed to the candidate, on five runs' evidence; neither arm gets more
+    than half again the other's runs."""
+    rng = np.random.default_rng(7)
+    spreads = {"bf16": 0.005, "fp8": 0.08, "fp4": 0.08}
+    outcomes: dict = {(r, b): [] for r in RECIPES for b in SIZES}
+    settings = AdaptiveSpec(half_width=0.02, min_seeds=5, step=3)
+    while True:
+        plan = plan_adaptive(settings, RECIPES, SIZES, outcomes, max_seeds=41)
+        for r in ("fp8", "fp4"):
+            for b in SIZES:
+                c, ref = plan.seeds[(r, b)], plan.seeds[("bf16", b)]
+                assert max(c, ref) <= 1.5 * min(c, ref) + settings.step, plan.seeds
+        if plan.finished:
+            break
+        for (r, b), k in plan.seeds.items():
+            while len(outcomes[(r, b)]) < k:
+                outcomes[(r, b)].append(Outcome(1000 * FACTORS[r] * float(rng.lognormal(0, spreads[r]))))

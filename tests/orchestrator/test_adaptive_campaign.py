@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from mlflow import MlflowClient
 
 from orchestrator.adaptive import ANSWERED, campaign_plan
@@ -24,11 +25,15 @@ from tests.helpers.campaigns import write_campaign
 from tests.helpers.store import run_statuses
 
 PROGRAM = Path(__file__).resolve().parents[1] / "helpers" / "factor_program.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "sweeps" / "examples" / "adaptive.yaml"
 TOKENS_PER_SAMPLE = 4
 SLOWDOWNS = {"bf16": 1.0, "fp8_like": 1.01, "fp4_like": 1.6}
 
 
 def adaptive_campaign(**adaptive) -> dict:
+    """The example's question (sweeps/examples/adaptive.yaml) on the instant program: a
+    bf16 reference, an FP8-like recipe 1% slower and an FP4-like one 60% slower."""
+    question = yaml.safe_load(EXAMPLE.read_text())["adaptive"]
     return {
         "name": "adaptive",
         "trainer": {"kind": "command", "unit": "samples", "tokens_per_sample": TOKENS_PER_SAMPLE,
@@ -39,7 +44,7 @@ def adaptive_campaign(**adaptive) -> dict:
         "budget": {"max_tokens": 64 * 4 * 4 * 200, "eval_every_tokens": 64 * 4 * 4},
         "recipes": [{name: {"slowdown": s}} for name, s in SLOWDOWNS.items()],
         "batch_sizes": [16, 64],
-        "adaptive": {"min_seeds": 5, "step": 3, "max_seeds": 11, "margin": 1.02, "half_width": 0.05, **adaptive},
+        "adaptive": {**question, **adaptive},
         "hparams": {16: {}, 64: {}},
         "backend": {"kind": "local", "workers": 2},
         "rcp": {"benchmark": "rcpforge_adaptive", "submission_runs": 5},
@@ -103,8 +108,7 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
         assert c["stop_reason"] == plan.stops[cell].reason and c["runs"] == plan.seeds[cell] == c["converged"]
         assert c["pending"] == 0
     # a second run has nothing to do
-    again = run_cli("run", str(path))
-    assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stdout
+    assert run_campaign(campaign).launched == 0
     assert _ledger_cells(campaign) == seeds
     # factors.json and summary.md say where each cell stopped and show every look
     analyzed = run_cli("analyze", str(path), "--out", str(tmp_path / "analysis"))
