@@ -7,13 +7,13 @@ test_gangs_across_backends.py."""
 from __future__ import annotations
 
 import os
-import socket
 import time
 from pathlib import Path
 
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, runs_of
 from tests.helpers.campaigns import write_campaign
+from tests.helpers.processes import listening
 from trainers.contract.schema import TAG_ERROR, TAG_STATUS, TAG_WORLD_SIZE
 
 
@@ -69,8 +69,5 @@ def test_a_rank_killed_mid_run_fails_the_attempt_and_the_retry_completes(tmp_pat
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in pids if _alive(p)]
-    host, port = (marks / "port").read_text().split()
-    with socket.socket() as probe:  # nobody listens there (closed connections may linger in TIME_WAIT)
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, int(port)))
-        probe.listen()
+    _, port = (marks / "port").read_text().split()
+    assert not listening(int(port))  # nobody listens there

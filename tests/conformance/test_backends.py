@@ -18,7 +18,7 @@ from sweeps.spec import parse_campaign
 from tests.helpers import backend_jobs
 from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import tiny_campaign
-from tests.helpers.processes import alive
+from tests.helpers.processes import alive, listening
 from trainers.contract.gang import Gang
 
 # kind -> the campaign's `backend:` section for this suite. Ray: no task retries, so a
@@ -141,13 +141,8 @@ def test_a_rank_killed_mid_run_stops_the_whole_gang_and_frees_its_port(backend, 
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in pids if alive(pid)], "a rank of the failed gang is still running"
-    host, port = (tmp_path / "port").read_text().split()
-    import socket
-
-    with socket.socket() as probe:  # nobody listens on the gang's rendezvous port any more
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers are not holders
-        probe.bind((host, int(port)))
-        probe.listen()
+    _, port = (tmp_path / "port").read_text().split()
+    assert not listening(int(port))  # nobody listens on the gang's rendezvous port any more
     # the backend goes on with the next gang
     backend.submit(Job("next", backend_jobs.gang_env, (str(tmp_path),), gang=PAIR))
     assert [(d.task_id, d.error) for d in _collect(backend, 1)] == [("next", None)]

@@ -12,3 +12,22 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state not in ("Z", "X")
+
+
+def listening(port: int) -> bool:
+    """Some socket on this machine listens on TCP `port` (from /proc/net/tcp and tcp6).
+
+    Not "can this port be bound": the free ports a run's rendezvous is given come from the
+    ephemeral range, where any other process's outgoing connection (Ray's, MLflow's, the
+    database's) may take the same number as its local port for a while, which makes a bind
+    fail though nobody holds the port as a rendezvous."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":  # 0A: LISTEN
+                return True
+    return False

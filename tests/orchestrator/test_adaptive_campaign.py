@@ -143,13 +143,13 @@ def test_an_orchestrator_sigkilled_during_and_between_looks_decides_as_the_unint
     """Killed in the middle of the first look, then again at its barrier (between the looks,
     or just after the second began), then run to the end: the same runs, seeds and stop
     reasons as a campaign that ran straight through."""
-    data = adaptive_campaign(max_seeds=8)  # two looks: 5 seeds, then 8
+    data = adaptive_campaign(min_seeds=4, step=2, max_seeds=6)  # looks at 4 seeds, then at 6
     data["recipes"] = data["recipes"][:2]  # bf16 and fp8_like
     data["backend"] = {"kind": "local", "workers": 2, "max_attempts": 5}  # a killed attempt is spent
     straight = load_campaign(write_campaign(tmp_path / "straight", data))
     run_campaign(straight)
     path = write_campaign(tmp_path / "killed", data)
-    first_look = 2 * 2 * 5  # recipes x batch sizes x min_seeds
+    first_look = 2 * 2 * 4  # recipes x batch sizes x min_seeds
     _kill_when(path, converged=first_look // 2)
     _kill_when(path, converged=first_look)
     resumed = run_cli("run", str(path))
