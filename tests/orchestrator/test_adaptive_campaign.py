@@ -188,7 +188,7 @@ def test_the_adaptive_example_is_a_valid_campaign_with_a_question():
 
 
 @pytest.mark.skipif(os.environ.get("RCPFORGE_SLOW_EXAMPLES") != "1",
-                    reason="3-4 minutes of tiny-LM training; the same question runs on the instant program in "
+                    reason="about 2 minutes of tiny-LM training; the same question runs on the instant program in "
                            "test_an_adaptive_campaign_stops_every_cell_with_its_reason; set RCPFORGE_SLOW_EXAMPLES=1")
 def test_the_adaptive_example_runs_as_it_is_to_every_cell_s_stop(tmp_path):
     path = tmp_path / "adaptive.yaml"
