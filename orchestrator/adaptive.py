@@ -109,7 +109,6 @@ def plan_adaptive(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[
 
     while open_:
         # The barrier, and seeds that failed for good: never skipped, they end their cell.
-        waiting = 0
         for cand, ref in list(open_.items()):
             for cell, role in ((ref, "reference"), (cand, "candidate")):
                 gave_up = [s for s, o in enumerate(seen(cell)) if isinstance(o, GaveUp)]
@@ -130,7 +129,7 @@ def plan_adaptive(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[
         for cand, ref in sorted(open_.items()):
             t = information(plan.seeds[cand], plan.seeds[ref], trim) / full
             if not times[cand] or t > times[cand][-1] + 1e-9:
-                times[cand].append(min(t, 1.0) if t < 1.0 else 1.0)
+                times[cand].append(min(t, 1.0))
             z = boundaries(times[cand], 1 - settings.confidence, settings.spending)[-1]
             interval = factor_interval(values[cand], values[ref], z, trim=trim)
             decision = answer(interval, settings)
@@ -200,7 +199,7 @@ def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, set
         for a in arms:
             if gain[a] >= best / 2:
                 wanted.setdefault(a, []).append(cand)
-    granted = _within_cap(plan, wanted, gain, cost, outcomes, settings, max_seeds)
+    granted = _within_cap(plan, wanted, gain, outcomes, settings, max_seeds)
     for cand in sorted(open_):
         if not any(cand in wanted.get(a, []) and a in granted for a in (cand, open_[cand])):
             close(cand, COST_CAP, _cap_text(settings))
@@ -230,13 +229,14 @@ def _allocation_spreads(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: O
 
 
 def _cost_per_run(seen: list, settings: AdaptiveSpec) -> float:
+    """What allocation weighs a run by: tokens x ranks, or GPU-hours where only they are
+    capped; 1 before anything is known."""
     unit = "gpu_hours" if settings.cost_cap.gpu_hours is not None and settings.cost_cap.tokens is None else "tokens"
-    spent = [getattr(o, unit) for o in seen if isinstance(o, Outcome)]
-    return max(sum(spent) / len(spent), 1e-12) if spent and sum(spent) > 0 else 1.0
+    return unit_cost(seen, unit) or 1.0
 
 
 def _within_cap(plan: AdaptivePlan, wanted: dict[Cell, list[Cell]], gain: dict[Cell, float],
-                cost: dict[Cell, float], outcomes: Outcomes, settings: AdaptiveSpec, max_seeds: int) -> list[Cell]:
+                outcomes: Outcomes, settings: AdaptiveSpec, max_seeds: int) -> list[Cell]:
     """The wanted arms, best gain first, while the projected cost stays within every cap."""
     caps = {u: c for u, c in (("tokens", settings.cost_cap.tokens), ("gpu_hours", settings.cost_cap.gpu_hours))
             if c is not None}
@@ -244,7 +244,7 @@ def _within_cap(plan: AdaptivePlan, wanted: dict[Cell, list[Cell]], gain: dict[C
         return sorted(wanted)
     spent = {u: sum(getattr(o, u) for cell, seen in outcomes.items() for o in seen[:plan.seeds.get(cell, 0)]
                     if isinstance(o, Outcome)) for u in caps}
-    per_run = {u: {cell: _unit_cost(outcomes[cell][:plan.seeds[cell]], u) for cell in wanted} for u in caps}
+    per_run = {u: {cell: unit_cost(outcomes[cell][:plan.seeds[cell]], u) for cell in wanted} for u in caps}
     granted = []
     for cell in sorted(wanted, key=lambda c: (-gain[c], c)):
         extra = min(max_seeds, plan.seeds[cell] + settings.step) - plan.seeds[cell]
@@ -255,7 +255,8 @@ def _within_cap(plan: AdaptivePlan, wanted: dict[Cell, list[Cell]], gain: dict[C
     return granted
 
 
-def _unit_cost(seen: list, unit: str) -> float:
+def unit_cost(seen: list, unit: str) -> float:
+    """The mean `unit` (tokens or gpu_hours) of the outcomes among `seen`; 0 for none."""
     spent = [getattr(o, unit) for o in seen if isinstance(o, Outcome)]
     return sum(spent) / len(spent) if spent else 0.0
 

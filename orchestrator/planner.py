@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from analysis.rcp import trimmed_count
 from analysis.sequential import arm, factor_interval, runs_for_half_width
-from orchestrator.adaptive import Outcome, campaign_outcomes
+from orchestrator.adaptive import Outcome, campaign_outcomes, unit_cost
 from orchestrator.tracking import LedgerEntry
 from sweeps.spec import Campaign
 
@@ -90,7 +90,7 @@ def _row(recipe: str, bs: int, cand: list[Outcome], ref: list[Outcome], campaign
         return row
     row.factor = factor_interval(values_c, values_r, 1.96, trim=trim).factor
     row.cv_candidate, row.cv_reference = math.sqrt(a_c.spread), math.sqrt(a_r.spread)
-    row.hours_per_run_candidate, row.hours_per_run_reference = _mean_hours(cand), _mean_hours(ref)
+    row.hours_per_run_candidate, row.hours_per_run_reference = unit_cost(cand, "gpu_hours"), unit_cost(ref, "gpu_hours")
     adaptive = campaign.adaptive
     for goal in precisions:
         key = f"{goal:g}"
@@ -125,7 +125,3 @@ def _max_seeds_needed(goal: float, spread_c: float, spread_r: float, campaign: C
             return cap
         cap += adaptive.step
     return None
-
-
-def _mean_hours(runs: list[Outcome]) -> float:
-    return sum(o.gpu_hours for o in runs) / len(runs) if runs else 0.0

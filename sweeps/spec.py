@@ -230,8 +230,11 @@ class Campaign(_Strict):
 
     @property
     def reference(self) -> str:
-        """The recipe the others are compared with: adaptive.reference, else the first."""
-        return (self.adaptive.reference if self.adaptive and self.adaptive.reference else None) or self.recipes[0].name
+        """The recipe the others are compared with: an adaptive campaign's reference (its
+        first recipe unless adaptive.reference says), else bf16, the analysis' default."""
+        if self.adaptive is None:
+            return "bf16"
+        return self.adaptive.reference or self.recipes[0].name
 
     @property
     def adaptive_max_seeds(self) -> int:

@@ -68,7 +68,7 @@ def analysis_request(campaign, reference: str | None, seed: int, **more):
     from orchestrator.tracking import TrackingUnavailable
 
     if reference is None:
-        reference = campaign.reference if campaign.adaptive is not None else "bf16"
+        reference = campaign.reference
     try:
         adaptive = read_adaptive_record(campaign)
     except TrackingUnavailable as err:

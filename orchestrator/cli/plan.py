@@ -31,7 +31,7 @@ def plan(
     if precisions and any(not 0 < p < 1 for p in precisions):
         fail(f"--precision: each is a relative half-width between 0 and 1 (0.03 is +-3%), got {list(precisions)}")
     if reference is None:
-        reference = campaign.reference if campaign.adaptive is not None else "bf16"
+        reference = campaign.reference
     if reference not in [r.name for r in campaign.recipes]:
         fail(f"--reference {reference}: not among the campaign's recipes {[r.name for r in campaign.recipes]}; "
              "give one of them")
