@@ -71,8 +71,10 @@ MpiDefault=none
 ReturnToService=2
 JobRequeue=1
 MailProg=/bin/true
-# Jobs start as soon as they are submitted, not in waves 3 s apart.
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+# Jobs start as soon as they are submitted, not in waves 3 s apart; a requeued job, which
+# no event wakes the scheduler for once its BeginTime passes, waits at most 2 s for the
+# next scheduling pass (the default passes are 30 and 60 s apart).
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=2,bf_interval=2
 # Finished jobs stay visible to squeue for 10 minutes: the job states without sacct.
 MinJobAge=600
 KillWait=5

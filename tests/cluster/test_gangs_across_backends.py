@@ -72,13 +72,21 @@ def slurm_env(two_node_slurm_conf):
 
 @pytest.fixture(scope="module")
 def tinylm_runs(tmp_path_factory, two_node_ray, slurm_env) -> dict[str, Campaign]:
-    """The small tiny-LM gang campaign run once on each backend, each in its own store."""
+    """The small tiny-LM gang campaign run once on each backend, each in its own store.
+    The three run at once: most of each one's time is its processes starting and
+    meeting, not training, so together they take about the time of the slowest."""
+    from concurrent.futures import ThreadPoolExecutor
+
     root = tmp_path_factory.mktemp("across")
+    layouts = (("local", {"kind": "local", "workers": 1}, LOCAL_LAUNCH),
+               ("ray", _ray_backend(two_node_ray.address), ACROSS_LAUNCH),
+               ("slurm", SLURM_BACKEND, ACROSS_LAUNCH))
+    with ThreadPoolExecutor(len(layouts)) as pool:
+        futures = {kind: pool.submit(_run, root / kind, _tinylm("across", backend, launch))
+                   for kind, backend, launch in layouts}
     campaigns = {}
-    for kind, backend, launch in (("local", {"kind": "local", "workers": 1}, LOCAL_LAUNCH),
-                                  ("ray", _ray_backend(two_node_ray.address), ACROSS_LAUNCH),
-                                  ("slurm", SLURM_BACKEND, ACROSS_LAUNCH)):
-        campaigns[kind], took = _run(root / kind, _tinylm("across", backend, launch))
+    for kind, future in futures.items():
+        campaigns[kind], took = future.result()
         print(f"tinylm gang on {kind}: {took:.1f} s")
     return campaigns
 
