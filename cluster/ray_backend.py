@@ -26,6 +26,7 @@ gave up on it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -57,18 +58,27 @@ def check_reachable(address: str) -> None:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _connect(address: str, local_num_cpus: int | None) -> bool:
-    """Join or start Ray; True when this call started a connection we must shut down."""
+def _connect(address: str, local_num_cpus: int | None) -> tuple[bool, dict[str, Any]]:
+    """Join or start Ray: whether this call started a connection we must shut down, and
+    the runtime environment each task and actor is given (empty: the job's own holds it).
+
+    Through Ray Client (`ray://`) the job-level runtime environment is applied to the
+    client's server process on the head, which Ray 2.60 fails to start with one (the
+    server's shim exits: "Starting Ray client server failed"), so there it goes on each
+    task and actor instead, where it means the same."""
     import ray
 
     if ray.is_initialized():
-        return False
+        return False, {}
     # Workers import the job's module by name: give them the driver's import path.
-    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    kwargs: dict[str, Any] = dict(
-        include_dashboard=False, log_to_driver=False, configure_logging=False,
-        runtime_env={"env_vars": env},
-    )
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    client = address.startswith("ray://")
+    if client and importlib.util.find_spec("grpc") is None:
+        raise BackendError(f"backend.address: {address!r} is a Ray Client address, which needs Ray's client extra; "
+                           "install it (`pip install 'ray[client]'`) or give the head's GCS address host:port")
+    kwargs: dict[str, Any] = dict(log_to_driver=False)
+    if not client:
+        kwargs.update(include_dashboard=False, configure_logging=False, runtime_env=runtime_env)
     if address == "local":
         kwargs["num_cpus"] = local_num_cpus
     else:
@@ -80,7 +90,7 @@ def _connect(address: str, local_num_cpus: int | None) -> bool:
     except Exception as err:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ValueError...
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BackendError(f"backend.address: cannot reach Ray at {address!r}: {first}") from None
-    return True
+    return True, ({"runtime_env": runtime_env} if client else {})
 
 
 
@@ -122,7 +132,7 @@ class RayBackend:
 
     def __init__(self, settings: Any, gang: Gang | None = None, gpu_type: str | None = None):
         self._settings, self._gpu_type = settings, gpu_type
-        self._owned = _connect(settings.address, settings.local_num_cpus)
+        self._owned, self._task_options = _connect(settings.address, settings.local_num_cpus)
         import ray
 
         self._ray = ray
@@ -192,7 +202,7 @@ class RayBackend:
             return
         cpus, gpus = self._per_task(job.gang)
         options: dict[str, Any] = dict(num_cpus=cpus, num_gpus=gpus, max_retries=self._settings.max_retries,
-                                       retry_exceptions=False, name=job.task_id)
+                                       retry_exceptions=False, name=job.task_id, **self._task_options)
         if self._gpu_type:
             options["accelerator_type"] = self._gpu_type
         ref = self._remote.options(**options).remote(job.fn, job.args, job.gang)
@@ -250,7 +260,8 @@ class RayBackend:
             for index in range(gang.tasks):
                 where = PlacementGroupSchedulingStrategy(run.group, placement_group_bundle_index=index)
                 run.actors.append(self._actor.options(num_cpus=cpus, num_gpus=gpus, scheduling_strategy=where,
-                                                      max_restarts=0, max_task_retries=0).remote())
+                                                      max_restarts=0, max_task_retries=0,
+                                                      **self._task_options).remote())
             run.rendezvous = run.actors[0].rendezvous.remote()
         elif ref == run.rendezvous:
             run.rendezvous = None

@@ -37,14 +37,17 @@ DRIVER_TIMEOUT_S = 120
 class TwoNodeRay:
     address: str  # 127.0.0.1:PORT, the head's GCS
     node_ids: tuple[str, ...]
+    client_address: str  # ray://127.0.0.1:PORT, the head's Ray Client server
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
 
 
-def _free_head_port() -> int:
+def _free_head_port(above: int = 0) -> int:
     for port in HEAD_PORTS:
+        if port <= above:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
@@ -93,15 +96,17 @@ def two_node_ray():
     # A short path: Ray's socket paths live under it and a Unix socket path is short.
     temp_dir = tempfile.mkdtemp(prefix="rcpf-ray2-", dir="/tmp")
     port = _free_head_port()
+    client_port = _free_head_port(above=port)
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
     try:
-        for args in (["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
+        for args in (["--head", f"--port={port}", f"--ray-client-server-port={client_port}",
+                      "--include-dashboard=false", f"--temp-dir={temp_dir}"],
                      [f"--address=127.0.0.1:{port}"]):
             started = subprocess.run([ray_cli, "start", *args, *common], env=_env(), capture_output=True,
                                      text=True, timeout=120)
             assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
         ready = drive({"address": f"127.0.0.1:{port}", "nodes": 2})
-        yield TwoNodeRay(f"127.0.0.1:{port}", tuple(ready["node_ids"]))
+        yield TwoNodeRay(f"127.0.0.1:{port}", tuple(ready["node_ids"]), f"ray://127.0.0.1:{client_port}")
     finally:
         _stop(temp_dir)
         subprocess.run(["rm", "-rf", temp_dir], check=False)

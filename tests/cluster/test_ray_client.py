@@ -1,0 +1,35 @@
+"""`backend.address: ray://host:port` through Ray Client, against the real two-node Ray's
+client server (tests/helpers/ray_cluster.py): one-process runs (Ray tasks) and 2-rank
+gangs across the two nodes (placement groups and actors) both finish through
+`rcpforge run`. The job-level runtime environment cannot go through Ray Client, so each
+task and actor carries it (cluster/ray_backend.py `_connect`): without that, the client
+server fails to start, or the workers cannot import the job."""
+
+from __future__ import annotations
+
+from sweeps.spec import load_campaign
+from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, paced_campaign, runs_of
+from tests.conftest import run_cli
+from tests.helpers.campaigns import write_campaign
+from trainers.contract.schema import TAG_WORLD_SIZE
+
+
+def _client_backend(address: str) -> dict:
+    return {"kind": "ray", "address": address, "num_cpus": 1, "placement_strategy": "STRICT_SPREAD",
+            "max_retries": 0}
+
+
+def test_one_process_runs_and_gangs_run_through_ray_client(two_node_ray, tmp_path):
+    backend = _client_backend(two_node_ray.client_address)
+    for name, data in (("tasks", paced_campaign(backend, evals=2, sleep=0.1)),
+                       ("gangs", ddp_command_campaign(backend, {"nodes": 2, "processes_per_node": 1}))):
+        data["name"] = f"client-{name}"
+        path = write_campaign(tmp_path / name, data)
+        proc = run_cli("run", str(path))
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "Traceback" not in output, output[-3000:]
+        campaign = load_campaign(path)
+        tokens = assert_clean_ledger(campaign, 2, metric="eval_accuracy")
+        assert all(t is not None for t in tokens.values()), (name, tokens)
+        _, runs = runs_of(campaign)
+        assert {r.data.tags[TAG_WORLD_SIZE] for r in runs} == ({"1"} if name == "tasks" else {"2"}), name
