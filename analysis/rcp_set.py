@@ -84,15 +84,41 @@ def _stats(record: Record, submission_runs: int) -> None:
         record.max_speedup = record.mean / record.min_epochs
 
 
+# The key of a record's N in the files rcpforge writes: a campaign's own benchmark is
+# unknown to the checker, which reads only Benchmark, BS, Hyperparams and the runs.
+RUNS_KEY = "rcpforge_submission_runs"
+
+
+def _submission_runs(raw: dict, benchmark: str, given: int | None, unknown: int | None) -> int:
+    """N of the benchmark's submissions: `given` (an override), else the checker's own,
+    else (for a benchmark the checker does not know) `unknown` (the user's
+    --submission-runs) or what rcpforge's records carry."""
+    if given is not None:
+        return given
+    if benchmark in SUBMISSION_RUNS:
+        return SUBMISSION_RUNS[benchmark]
+    if unknown is not None:
+        return unknown
+    carried = {body.get(RUNS_KEY) for body in raw.values() if isinstance(body, dict)} - {None}
+    if len(carried) == 1 and isinstance(n := next(iter(carried)), int) and n >= 1:
+        return n
+    if len(carried) > 1:
+        raise RcpError(f"the records of benchmark {benchmark!r} disagree on {RUNS_KEY} ({sorted(carried)}); "
+                       "give --submission-runs N")
+    raise RcpError(f"benchmark {benchmark!r} is not one the checker knows, so its runs per submission (N) are "
+                   f"unknown: give --submission-runs N (RCP files written by rcpforge analyze carry it)")
+
+
 class RcpSet:
     """The records of one benchmark, in the checker's batch-size order, with both passes
     (`full` and `pruned`)."""
 
-    def __init__(self, raw: dict, benchmark: str, submission_runs: int | None = None, prune: str = "mlperf"):
+    def __init__(self, raw: dict, benchmark: str, submission_runs: int | None = None, prune: str = "mlperf",
+                 unknown_runs: int | None = None):
         if prune not in PRUNE_MODES:
             raise RcpError(f"prune {prune!r} is not allowed; allowed: {', '.join(PRUNE_MODES)}")
         self.benchmark = benchmark
-        self.submission_runs = submission_runs if submission_runs is not None else SUBMISSION_RUNS[benchmark]
+        self.submission_runs = _submission_runs(raw, benchmark, submission_runs, unknown_runs)
         self.warnings: list[str] = []
         records = []
         for name, body in raw.items():
@@ -228,7 +254,8 @@ def with_405b_slack(record: Record, ruleset: str, benchmark: str) -> Record:
     return record
 
 
-def load_rcp_sets(source: str, benchmark: str | None = None, prune: str = "mlperf") -> list[RcpSet]:
+def load_rcp_sets(source: str, benchmark: str | None = None, prune: str = "mlperf",
+                  unknown_runs: int | None = None) -> list[RcpSet]:
     """FILE_OR_RULESET: an RCP JSON file, or a ruleset version whose shipped files are read."""
     if source not in RULESETS and not Path(source).exists():
         raise RcpError(f"{source!r} is neither an RCP file nor a ruleset; rulesets: {', '.join(RULESETS)}")
@@ -241,7 +268,7 @@ def load_rcp_sets(source: str, benchmark: str | None = None, prune: str = "mlper
                            + ", ".join(p.stem[5:] for p in sorted(folder.glob('rcps_*.json'))))
         return [RcpSet.from_ruleset(source, n, prune=prune) for n in names]
     try:
-        rcp_set = RcpSet.from_file(Path(source), benchmark, prune=prune)
+        rcp_set = RcpSet.from_file(Path(source), benchmark, prune=prune, unknown_runs=unknown_runs)
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise RcpError(f"{source}: not a readable RCP file ({type(err).__name__}: {err})") from err
     return [rcp_set]

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from analysis.rcp import rcp_stats, trimmed_count
-from analysis.rcp_set import convergence_key
+from analysis.rcp_set import RUNS_KEY, convergence_key
 
 OUTCOMES = ("converged", "not_converged", "diverged")
 
@@ -120,9 +120,11 @@ def rcp_records(runs: pa.Table, recipe: str, benchmark: str, hparams_by_bs: dict
             "Hyperparams": hparams_by_bs.get(bs, {}),
             key: sorted(int(v) if float(v).is_integer() else v for v in cell["samples_to_target"].to_pylist()),
         }
-        note = not_an_rcp(len(status), submission_runs) if submission_runs else None
-        if note:
-            records[f"{benchmark}_ref_{bs}"][NOTE_KEY] = note
+        if submission_runs:
+            # N travels with the record, so `rcp-stats` and `check` read a campaign's own benchmark
+            records[f"{benchmark}_ref_{bs}"][RUNS_KEY] = submission_runs
+            if note := not_an_rcp(len(status), submission_runs):
+                records[f"{benchmark}_ref_{bs}"][NOTE_KEY] = note
     return records
 
 

@@ -183,12 +183,22 @@ def rcp_stats_cmd(
     rcps: str = typer.Argument(..., help="an RCP JSON file, or a ruleset version such as 6.0.0"),
     benchmark: str = typer.Option(None, "--benchmark", help="only this benchmark"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of records"),
+    submission_runs: int = typer.Option(
+        None, "--submission-runs", min=1,
+        help="runs per submission (N) of a benchmark the checker does not know; rcpforge's own RCP files carry it",
+    ),
 ) -> None:
     """Per RCP record: mean, stdev, min acceptable mean, max speedup, kept by pruning."""
     from analysis.rcp_set import RcpError, load_rcp_sets, stats_rows
+    from trainers.contract.submission import SUBMISSION_RUNS
 
     try:
-        rows = [row for s in load_rcp_sets(rcps, benchmark) for row in stats_rows(s)]
+        sets = load_rcp_sets(rcps, benchmark, unknown_runs=submission_runs)
+        for known in [s for s in sets if s.benchmark in SUBMISSION_RUNS and s.submission_runs != submission_runs]:
+            if submission_runs is not None:
+                err_console.print(f"warning: --submission-runs {submission_runs} ignored for {known.benchmark}: "
+                                  f"the checker counts {known.submission_runs} runs per submission of it")
+        rows = [row for s in sets for row in stats_rows(s)]
     except RcpError as err:
         fail(str(err))
     if as_json:

@@ -206,3 +206,33 @@ def test_analyze_marks_a_short_cell_in_the_table_files_and_summary(tmp_path):
     short_m = result.table.to_pylist()[0]["min_acceptable_mean"]
     assert f'data-value="{short_m!r}">n/m</td>' in page and "not an RCP (3 of 2N = 6 runs)" in page
     assert "| not an RCP (3 of 2N = 6 runs); min acceptable mean" in render_markdown("r", [section], tmp_path)
+
+
+def test_rcp_stats_reads_the_rcp_files_analyze_writes(tmp_path):
+    """A campaign's own benchmark is unknown to the checker: its N travels in the records,
+    so `rcp-stats` reads the file as it is; a file without it asks for --submission-runs."""
+    from typer.testing import CliRunner
+
+    from analysis.analyze import AnalysisRequest, analyze_runs
+    from analysis.rcp_set import RUNS_KEY
+    from analysis.selection import SelectionSettings
+    from orchestrator.cli import app
+
+    req = AnalysisRequest("c", "rcpforge_unit", 3, ["bf16"], {}, resamples=200,
+                          selection=SelectionSettings(draws=200, window_draws=50, max_m_factor=1))
+    analyze_runs(_cells(SHORT), req, tmp_path)
+    path = tmp_path / "rcps_c_bf16.json"
+    records = json.loads(path.read_text())
+    assert {r[RUNS_KEY] for r in records.values()} == {3}
+    stats = CliRunner().invoke(app, ["rcp-stats", str(path), "--json"])
+    assert stats.exit_code == 0, stats.output
+    rows = {r["batch_size"]: r for r in json.loads(stats.output)}
+    assert rows[64]["min_acceptable_mean"] == pytest.approx(
+        rcp_stats(records["rcpforge_unit_ref_64"]["Epochs to converge"], 64, "rcpforge_unit", 3).min_acceptable_mean)
+    for record in records.values():
+        del record[RUNS_KEY]
+    path.write_text(json.dumps(records))
+    missing = CliRunner().invoke(app, ["rcp-stats", str(path)])
+    assert missing.exit_code == 2 and "--submission-runs" in missing.output and "Traceback" not in missing.output
+    given = CliRunner().invoke(app, ["rcp-stats", str(path), "--json", "--submission-runs", "3"])
+    assert given.exit_code == 0 and json.loads(given.output) == json.loads(stats.output)
