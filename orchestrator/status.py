@@ -32,11 +32,14 @@ class CellStatus:
     # An adaptive campaign's: the seeds the cell has so far, its stop reason (None while
     # it goes on) and its last interval (orchestrator/adaptive.py `stop_facts`).
     adaptive: dict = field(default_factory=dict)
+    # Runs of the cell in the store that this campaign file does not plan (imported, or
+    # made by an earlier version of the file), by status: `analyze` counts them.
+    outside: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict:
         return {"recipe": self.recipe, "batch_size": self.batch_size, "runs": self.runs,
                 **{c: self.counts[c] for c in COLUMNS}, "slurm": dict(sorted(self.slurm.items())),
-                **self.estimate, **self.adaptive}
+                "outside_plan": dict(sorted(self.outside.items())), **self.estimate, **self.adaptive}
 
 
 @dataclass
@@ -95,12 +98,25 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
         elif not entry.status.is_outcome and not (
                 column == "failed" and entry.attempts >= campaign.backend.max_attempts):
             cell.cost.to_do.append(0.0)
-    listed = list(cells.values())
+    for key in outside_plan(campaign, ledger):
+        entry = ledger[key]
+        cells.setdefault((entry.recipe, entry.batch_size),
+                         CellStatus(entry.recipe, entry.batch_size)).outside[entry.status.value] += 1
+    listed = sorted(cells.values(), key=lambda c: (c.recipe, c.batch_size)) if any(
+        c.outside for c in cells.values()) else list(cells.values())
     slots = running or (campaign.backend.workers if campaign.backend.kind == "local" else 1)
     per_cell, totals = estimates([c.cost for c in listed], campaign.budget.max_tokens, slots)
     for cell, figures in zip(listed, per_cell, strict=True):
         cell.estimate = figures
     return CampaignStatus(listed, totals, campaign.launch.world_size)
+
+
+def outside_plan(campaign: Campaign, run_keys) -> list[str]:
+    """The run keys in the store that this campaign file does not plan: runs imported into
+    its experiment, or made by an earlier version of the file (other settings, other
+    keys). The analysis counts every run of the experiment, so status shows them too."""
+    planned = {spec.run_key for spec in expand(campaign)}
+    return sorted(set(run_keys) - planned)
 
 
 def _tokens_so_far(tracking: Tracking, run_id: str, metric: str) -> float:

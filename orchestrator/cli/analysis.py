@@ -47,6 +47,12 @@ def analyze(
         console.print(f"wrote {path}")
     for note in result.notes:
         err_console.print(f"note: {note}", highlight=False, markup=False)
+    from orchestrator.status import outside_plan
+
+    if outside := outside_plan(campaign, runs["run_key"].to_pylist()):
+        err_console.print(f"note: {len(outside)} runs in the store are not runs of this campaign file (imported, or "
+                          "made by an earlier version of it with other settings) and are counted in their cells; "
+                          "`rcpforge status` lists them", highlight=False, markup=False)
     for r in table.to_pylist():
         if r["converged"] < r["runs"]:
             err_console.print(

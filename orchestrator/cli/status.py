@@ -38,16 +38,23 @@ def status(
     compute = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
     view = Table(title=f"campaign {campaign.name}")
     adaptive = campaign.adaptive is not None
+    outside = sum(sum(c.outside.values()) for c in found.cells)
     for col in ("recipe", "batch size", "runs", *(c.replace("_", " ") for c in COLUMNS), "slurm jobs",
-                compute.replace("_", "-"), "ETA", *(("stopped",) if adaptive else ())):
+                compute.replace("_", "-"), "ETA", *(("stopped",) if adaptive else ()),
+                *(("not in this file",) if outside else ())):
         view.add_column(col)
     for c in found.cells:
         slurm = ", ".join(f"{n} {s.lower()}" for s, n in sorted(c.slurm.items())) or "-"
         stopped = (f"{c.adaptive['stop_reason']} at look {c.adaptive['stopped_at_look']}"
                    if c.adaptive.get("stop_reason") else "goes on",) if adaptive else ()
+        listed = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(c.outside.items())) or "-"
+        others = (listed,) if outside else ()
         view.add_row(c.recipe, str(c.batch_size), str(c.runs), *(str(c.counts[k]) for k in COLUMNS), slurm,
-                     f"{c.estimate[compute]:.3g}", _duration(c.estimate["eta_s"]), *stopped)
+                     f"{c.estimate[compute]:.3g}", _duration(c.estimate["eta_s"]), *stopped, *others)
     console.print(view)
+    if outside:
+        console.print(f"{outside} runs in the store are not runs of this campaign file (imported, or made by an "
+                      "earlier version of it): `rcpforge analyze` counts them in their cells", highlight=False)
     t = found.totals
     console.print(f"campaign: {t[compute]:.3g} {compute.replace('_', '-')} spent, {t['runs_to_do']} runs to do, "
                   f"ETA {_duration(t['eta_s'])} at {t['concurrency']} runs at once")

@@ -104,3 +104,24 @@ def test_the_eta_counts_the_tokens_running_runs_have_trained():
     # nothing finished anywhere: no ETA, rather than a made-up one
     unknown, totals = estimates([CellCost(to_do=[0.0])], 10_000, 1)
     assert unknown[0]["eta_s"] is None and totals["eta_s"] is None
+
+
+def test_runs_the_file_does_not_plan_are_shown_where_analyze_counts_them(finished, cli, tmp_path):
+    """The same experiment read through a file whose bs 16 learning rate changed: those
+    runs are no longer the file's (other keys), yet analyze counts every run of the
+    experiment, so status lists them beside the file's own pending runs, and both say so."""
+    path, _, _, _ = finished
+    edited = yaml.safe_load(path.read_text())
+    edited["hparams"][16]["lr"] = edited["hparams"][16]["lr"] * 2
+    other = write_campaign(path.parent, edited, filename="edited.yaml")
+    cells = _cells(cli, other)
+    for (recipe, bs), cell in cells.items():
+        assert cell["pending"] == (3 if bs == 16 else 0), (recipe, bs, cell)
+        assert cell["outside_plan"] == ({"converged": 3} if bs == 16 else {}), (recipe, bs, cell)
+    table = cli("status", str(other))
+    assert "not in this file" in table.stdout
+    assert "6 runs in the store are not runs of this campaign file" in table.stdout
+    assert "not in this file" not in cli("status", str(path)).stdout
+    analyzed = cli("analyze", str(other), "--out", str(tmp_path / "out"), "--resamples", "200")
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert "note: 6 runs in the store are not runs of this campaign file" in analyzed.stderr
