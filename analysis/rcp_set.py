@@ -103,7 +103,7 @@ def _submission_runs(raw: dict, benchmark: str, given: int | None, unknown: int 
     if len(carried) == 1 and isinstance(n := next(iter(carried)), int) and n >= 1:
         return n
     if len(carried) > 1:
-        raise RcpError(f"the records of benchmark {benchmark!r} disagree on {RUNS_KEY} ({sorted(carried)}); "
+        raise RcpError(f"the records of benchmark {benchmark!r} disagree on {RUNS_KEY} ({sorted(map(str, carried))}); "
                        "give --submission-runs N")
     raise RcpError(f"benchmark {benchmark!r} is not one the checker knows, so its runs per submission (N) are "
                    f"unknown: give --submission-runs N (RCP files written by rcpforge analyze carry it)")
