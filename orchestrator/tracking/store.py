@@ -58,6 +58,11 @@ class LedgerEntry:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def run_identity(spec: RunSpec) -> dict[str, str | int]:
+    """What a run is, logged as MLflow params beside its hyperparameters."""
+    return {"recipe": spec.recipe, "batch_size": spec.batch_size, "seed": spec.seed}
+
+
 class Tracking:
     """The orchestrator's view of one campaign's experiment."""
 
@@ -137,6 +142,9 @@ class Tracking:
 
         params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
         params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
+        # The cell and seed as params too (they are tags already): MLflow's UI shows
+        # params as columns and compares and groups runs by them.
+        params += [Param(k, str(v)) for k, v in run_identity(spec).items() if k not in spec.hparams]
         if params:
             self.client.log_batch(run_id, params=params)
 

@@ -104,4 +104,5 @@ def test_a_run_made_just_before_the_store_went_away_gets_its_hyperparameters_on_
     for spec in expand(campaign):
         expected = {k: str(v) for k, v in spec.hparams.items()}
         expected.update({f"recipe.{k}": str(v) for k, v in spec.recipe_options.items()})
+        expected.update({"recipe": spec.recipe, "batch_size": str(spec.batch_size), "seed": str(spec.seed)})
         assert expected and by_key[spec.run_key].data.params == expected
