@@ -33,6 +33,7 @@ from sweeps.launch import LaunchSpec
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.gang import Gang
 from trainers.contract.submission import SUBMISSION_RUNS
+from trainers.contract.uri import uri_form_problem
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
@@ -72,6 +73,14 @@ class TrackingSpec(_Strict):
     # unavailable (a server restarting, a locked SQLite file) before giving up with an
     # error that names it; a worker that gives up fails its run's attempt.
     retry_s: float = Field(600.0, gt=0, le=86_400)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_form(cls, value: str | None) -> str | None:
+        problem = uri_form_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class RcpSpec(_Strict):

@@ -23,7 +23,10 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def load_campaign_or_fail(path: Path):
+def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False):
+    """The campaign, its tracking URI checked. A command that only reads gives a
+    tracking server READ_RETRY_S to answer; one that runs the campaign
+    (`waits_for_store`) rides out an outage for the campaign's tracking.retry_s."""
     from sweeps.spec import CampaignError, load_campaign
 
     try:
@@ -32,7 +35,23 @@ def load_campaign_or_fail(path: Path):
         fail(str(err))
     for warning in campaign.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(warning)}", highlight=False)
+    tracking_uri_or_fail(campaign.tracking_uri, "tracking.uri", probe=not waits_for_store)
     return campaign
+
+
+def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
+    """One line naming the URI and the fix for a tracking URI that cannot work here, or
+    (with `probe`) a tracking server that does not answer soon."""
+    from orchestrator.tracking import TrackingUnavailable, TrackingUriError, check_tracking_uri, probe_server
+
+    try:
+        check_tracking_uri(uri)
+        if probe:
+            probe_server(uri)
+    except TrackingUriError as err:
+        fail(f"{field} {escape(str(err))}")
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
 
 
 def load_runs_or_fail(campaign):

@@ -25,7 +25,7 @@ def run(
     ),
 ) -> None:
     """Launch every run of the campaign that has no outcome yet."""
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
     if backend is not None:
         campaign = _with_backend(campaign, backend)
     from cluster.backend import BackendError

@@ -22,7 +22,7 @@ def tune(
 ) -> None:
     """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write
     hparams.<recipe>.yaml beside the campaign. Running it again continues the studies."""
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
     from trainers.contract.uri import redact_uri
     from orchestrator.tune import select_cells, tune_campaign
     from sweeps.tune_study import TuneError, storage_url
