@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+
+def cuda_devices() -> int:
+    """The CUDA devices this process would see, asked of the NVIDIA driver's NVML, not of
+    torch: importing torch costs seconds, and a CUDA context made before the workers
+    fork would break theirs (NVML makes none)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return 0  # no NVIDIA driver
+    if nvml.nvmlInit_v2() != 0:
+        return 0
+    try:
+        count = ctypes.c_uint(0)
+        found = count.value if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else 0
+    finally:
+        nvml.nvmlShutdown()
+    if visible:
+        found = min(found, len([d for d in visible.split(",") if d.strip()]))
+    return found
 
 
 class MarkovData(BaseModel):
@@ -77,6 +102,15 @@ class TinyLMSettings(BaseModel):
         whose rate is known."""
         data = (settings.get("data") or {}).get("source", "markov")
         return ["eval_excess_loss", "eval_loss"] if data == "markov" else ["eval_loss"]
+
+    @classmethod
+    def check_local_host(cls, settings: dict) -> None:
+        if settings.get("device") == "cuda" and not cuda_devices():
+            raise ValueError(
+                "trainer.device: cuda, but this machine has no CUDA device (none visible to the NVIDIA driver, or "
+                "CUDA_VISIBLE_DEVICES hides them); set trainer.device: cpu, or run the campaign where a GPU is "
+                "(on this machine, or backend.kind: ray or slurm with GPUs)"
+            )
 
     @classmethod
     def check_world_size(cls, batch_sizes: list[int], world_size: int) -> None:
