@@ -43,6 +43,7 @@ def analyze(
 ) -> None:
     """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary."""
     campaign = load_campaign_or_fail(campaign_file)
+    reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.analyze import analyze_runs
 
     raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None

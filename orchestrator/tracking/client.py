@@ -190,13 +190,14 @@ def _sqlite_folder_problem(db: Path) -> str | None:
 READ_RETRY_S = 10.0
 
 
-def probe_server(uri: str, retry_s: float = READ_RETRY_S) -> None:
-    """One cheap call to a tracking server, retried for `retry_s` at most; a store that
-    does not answer raises TrackingUnavailable naming it, the wait and the fix."""
+def probe_server(uri: str, retry_s: float | None = None) -> None:
+    """One cheap call to a tracking server, retried for `retry_s` (READ_RETRY_S) at most; a
+    store that does not answer raises TrackingUnavailable naming it, the wait and the fix."""
     from trainers.contract.uri import SERVER_SCHEMES, redact_uri
 
     if uri.split(":", 1)[0].lower() not in SERVER_SCHEMES:
         return
+    retry_s = READ_RETRY_S if retry_s is None else retry_s
     client = retrying_client(uri, retry_s, log_retries=False)  # its one line says it all
     try:
         client.search_experiments(max_results=1)

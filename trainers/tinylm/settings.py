@@ -9,27 +9,28 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 
-def cuda_devices() -> int:
-    """The CUDA devices this process would see, asked of the NVIDIA driver's NVML, not of
+def no_cuda_device() -> bool:
+    """Whether this process surely sees no CUDA device: no NVIDIA driver, one that counts
+    none, or CUDA_VISIBLE_DEVICES hiding them all. Asked of the driver's NVML, not of
     torch: importing torch costs seconds, and a CUDA context made before the workers
-    fork would break theirs (NVML makes none)."""
+    fork would break theirs (NVML makes none). A driver that cannot answer is no proof:
+    the run's own check (torch's) decides then."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
-        return 0
+        return True
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
-        return 0  # no NVIDIA driver
-    if nvml.nvmlInit_v2() != 0:
-        return 0
+        return True  # no NVIDIA driver
     try:
+        if nvml.nvmlInit_v2() != 0:
+            return False
         count = ctypes.c_uint(0)
-        found = count.value if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else 0
-    finally:
+        answered = nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
         nvml.nvmlShutdown()
-    if visible:
-        found = min(found, len([d for d in visible.split(",") if d.strip()]))
-    return found
+    except AttributeError:  # an old driver without these entry points
+        return False
+    return answered and count.value == 0
 
 
 class MarkovData(BaseModel):
@@ -105,7 +106,7 @@ class TinyLMSettings(BaseModel):
 
     @classmethod
     def check_local_host(cls, settings: dict) -> None:
-        if settings.get("device") == "cuda" and not cuda_devices():
+        if settings.get("device") == "cuda" and no_cuda_device():
             raise ValueError(
                 "trainer.device: cuda, but this machine has no CUDA device (none visible to the NVIDIA driver, or "
                 "CUDA_VISIBLE_DEVICES hides them); set trainer.device: cpu, or run the campaign where a GPU is "
