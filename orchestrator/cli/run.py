@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli.app import EXIT_NO_OUTCOME, app, console, err_console, fail, load_campaign_or_fail
+from trainers.contract.schema import TAG_ERROR
 from trainers.contract.uri import redact_uri
 
 
@@ -61,9 +62,9 @@ def run(
     # this launch's failures and the earlier ones it did not launch again
     failed = summary.statuses.get("failed", 0) + len(summary.plan.gave_up if summary.plan else [])
     if failed and not summary.detached:
-        err_console.print(f"{failed} runs have no outcome (failed on every attempt); their errors are in "
-                          f"`rcpforge status {campaign_file}` and MLflow, and `rcpforge run --retry-failed` "
-                          "launches them again", highlight=False)
+        err_console.print(f"{failed} runs have no outcome (failed on every attempt; each run's error is its "
+                          f"{TAG_ERROR} tag in MLflow); `rcpforge run --retry-failed {campaign_file}` launches "
+                          "them again", highlight=False, markup=False)
         raise typer.Exit(EXIT_NO_OUTCOME)
 
 
