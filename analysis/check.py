@@ -33,6 +33,10 @@ class CheckResult:
     rcp_name: str | None = None
     checker_error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # Where the checker stops because of how it was asked (an empty folder, an RCP file
+    # that is not JSON, a benchmark it needs a run count for): the flag that fixes it.
+    # A command answers it as a usage error, not as a failing verdict.
+    usage_error: str | None = None
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -59,12 +63,27 @@ def _evaluate(record: Record, epochs: list, ruleset: str, benchmark: str) -> tup
     return passed, factor, mean, record
 
 
-def _stopped(result: CheckResult, why: str) -> CheckResult:
+def _stopped(result: CheckResult, why: str, usage: str | None = None) -> CheckResult:
     result.passed = False
     result.checker_error = why
+    result.usage_error = usage
     if not result.message:
         result.message = f"the reference checker stops here: {why}"
     return result
+
+
+def _rcp_usage(err: Exception, rcps: str | Path | None, ruleset: str, benchmark: Any) -> str | None:
+    """The flag that fixes an RCP file the checker cannot load, where a flag does."""
+    import json
+
+    if rcps is None and isinstance(err, FileNotFoundError):
+        having = [r for r in RULESETS if ruleset_file(r, str(benchmark)).is_file()]
+        return (f"--rcps {ruleset}: ruleset {ruleset} has no RCPs of benchmark {benchmark}; "
+                + (f"rulesets that have them: {', '.join(having)}" if having else "no ruleset has them")
+                + ", or give --rcps RCP_FILE")
+    if rcps is not None and isinstance(err, json.JSONDecodeError):
+        return f"--rcps {rcps}: not an RCP JSON file ({err}); give the RCP file or a ruleset version"
+    return None
 
 
 def check_directory(
@@ -95,11 +114,16 @@ def check_directory(
         return _stopped(result, str(err))
     result.batch_size, result.benchmark, result.warnings = sub.bs, sub.benchmark, sub.warnings
     if not sub.files:
-        return _stopped(result, f"no result_*.txt files in {results_dir} (the reference checker raises KeyError)")
+        return _stopped(result, f"no result_*.txt files in {results_dir} (the reference checker raises KeyError)",
+                        f"RESULTS_DIR {results_dir}: no result_*.txt files in this folder; give the folder that holds them "
+                        "(`rcpforge export --results DIR` writes DIR/<recipe>/bs<N>/)")
     # The checker loads the RCPs before it looks at the batch size or convergence.
     if sub.benchmark not in SUBMISSION_RUNS and not (submission_runs and isinstance(sub.benchmark, str)):
         what = sub.mismatch or f"benchmark {sub.benchmark!r} has no run count in the checker"
-        return _stopped(result, f"{what} (the reference checker raises KeyError)")
+        usage = None if sub.mismatch or not isinstance(sub.benchmark, str) else (
+            f"benchmark {sub.benchmark!r} is not one the MLCommons checker knows: give --submission-runs N, "
+            "its runs per submission (a campaign's rcp.submission_runs)")
+        return _stopped(result, f"{what} (the reference checker raises KeyError)", usage)
     try:
         path = Path(rcps) if rcps is not None else ruleset_file(ruleset, sub.benchmark)
         runs = SUBMISSION_RUNS.get(sub.benchmark, submission_runs)
@@ -109,7 +133,7 @@ def check_directory(
                 f"{sub.benchmark}, and this verdict is the checker's; leave --submission-runs out for it")
         rcp_set = RcpSet.from_file(path, sub.benchmark, prune=prune, submission_runs=runs)
     except Exception as err:  # the checker raises on a missing or malformed RCP file
-        return _stopped(result, f"RCPs: {type(err).__name__}: {err}")
+        return _stopped(result, f"RCPs: {type(err).__name__}: {err}", _rcp_usage(err, rcps, ruleset, sub.benchmark))
     result.warnings += rcp_set.warnings
     if sub.bs == -1:
         result.message = "Could not detect global_batch_size"

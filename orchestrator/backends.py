@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from cluster.backend import Backend
+from cluster.backend import Backend, BackendError
 from orchestrator.tracking import LedgerEntry
 from sweeps.spec import Campaign
 
@@ -16,9 +16,17 @@ SLURM_PREFIX = "slurm:"
 
 def check_backend(campaign: Campaign) -> None:
     """The quick checks of what only the cluster can tell (is Slurm there, the partition,
-    is the Ray head reachable), before the tracking store or the cluster is touched."""
+    is the Ray head reachable; on this machine, what the trainer needs of it, such as a
+    GPU), before the tracking store or the cluster is touched."""
     spec = campaign.backend
-    if spec.kind == "slurm":
+    if spec.kind == "local":
+        from trainers.registry import TrainerError, check_local_host
+
+        try:
+            check_local_host(campaign.trainer)
+        except TrainerError as err:
+            raise BackendError(str(err)) from None
+    elif spec.kind == "slurm":
         from cluster.slurm_states import preflight
 
         preflight(spec.partition)

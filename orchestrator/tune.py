@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from cluster.backend import Backend, Job
-from orchestrator.backends import running_backend
+from orchestrator.backends import check_backend, running_backend
 from orchestrator.campaign import campaign_lock
 from orchestrator.execute import assignment_for
 from orchestrator.tracking import Tracking
@@ -196,6 +196,7 @@ def tune_campaign(
     storage = storage_url(campaign)
     workers = workers or getattr(campaign.backend, "workers", 1)
     summaries = []
+    check_backend(campaign)
     with tune_lock(campaign):
         tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)

@@ -33,6 +33,7 @@ from sweeps.launch import LaunchSpec
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.gang import Gang
 from trainers.contract.submission import SUBMISSION_RUNS
+from trainers.contract.uri import uri_form_problem
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
@@ -72,6 +73,14 @@ class TrackingSpec(_Strict):
     # unavailable (a server restarting, a locked SQLite file) before giving up with an
     # error that names it; a worker that gives up fails its run's attempt.
     retry_s: float = Field(600.0, gt=0, le=86_400)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_form(cls, value: str | None) -> str | None:
+        problem = uri_form_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class RcpSpec(_Strict):
@@ -210,6 +219,7 @@ class Campaign(_Strict):
         except TrainerError as err:
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)
+        _check_warmup_within_budget(hparams, self.budget.max_tokens)
         _check_launch_against_backend(self.launch, self.backend)
         _check_rcp_against_checker(self.rcp, self.benchmark)
         if self.tune is not None:
@@ -308,6 +318,17 @@ def _check_design(campaign: Campaign) -> None:
         raise ValueError(f"adaptive.max_seeds: required for benchmark {campaign.benchmark}, whose runs per "
                          "submission the checker does not know (the default is 2N); set adaptive.max_seeds "
                          "or rcp.submission_runs")
+
+
+def _check_warmup_within_budget(hparams: dict[int, dict[str, Any]], max_tokens: int) -> None:
+    """A warm-up longer than the budget never reaches the LR the campaign asks for."""
+    for bs, hp in sorted(hparams.items()):
+        warmup = hp.get("warmup_tokens")
+        if isinstance(warmup, (int, float)) and warmup > max_tokens:
+            raise ValueError(
+                f"hparams.{bs}.warmup_tokens: {warmup:,} is above budget.max_tokens ({max_tokens:,}), so the run "
+                "would end before its LR finished warming up; lower warmup_tokens or raise budget.max_tokens"
+            )
 
 
 def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:

@@ -124,6 +124,14 @@ def check_target_metric(settings: dict[str, Any], metric: str) -> None:
         )
 
 
+def check_local_host(settings: dict[str, Any]) -> None:
+    """What the trainer needs of the machine its runs start on, checked before a local
+    campaign launches (a Ray or Slurm worker checks it itself: the machine that loads
+    the campaign may have no GPU); a settings model opts in with a
+    `check_local_host(settings)` classmethod that raises ValueError."""
+    _settings_check(settings, "check_local_host", settings)
+
+
 def check_world_size(settings: dict[str, Any], batch_sizes: list[int], world_size: int) -> None:
     """A run of `world_size` ranks that the trainer cannot split fails when the campaign
     loads; a settings model opts in with a `check_world_size(batch_sizes, world_size)`

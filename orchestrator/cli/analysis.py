@@ -12,7 +12,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail, load_runs_or_fail
+from orchestrator.cli.app import (
+    EXIT_FAILED_CHECK,
+    app,
+    console,
+    err_console,
+    fail,
+    load_campaign_or_fail,
+    load_runs_or_fail,
+    reference_or_fail,
+)
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -34,6 +43,7 @@ def analyze(
 ) -> None:
     """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary."""
     campaign = load_campaign_or_fail(campaign_file)
+    reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.analyze import analyze_runs
 
     raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None
@@ -73,8 +83,7 @@ def analysis_request(campaign, reference: str | None, seed: int, **more):
     from orchestrator.adaptive import read_adaptive_record
     from orchestrator.tracking import TrackingUnavailable
 
-    if reference is None:
-        reference = campaign.reference
+    reference = reference_or_fail(campaign, reference)
     try:
         adaptive = read_adaptive_record(campaign)
     except TrackingUnavailable as err:
@@ -162,6 +171,8 @@ def check(
                                  submission_runs=submission_runs)
     except RcpError as err:
         fail(str(err))
+    if result.usage_error:
+        fail(escape(result.usage_error))
     if prune != "mlperf":
         result.warnings.append(f"--prune {prune}: the pruned pass differs from the reference checker's")
     for warning in result.warnings:
@@ -181,7 +192,7 @@ def check(
                 f"min acceptable mean {_num(result.min_acceptable_mean)}; normalization factor {_num(result.norm_factor, 6)}",
                 highlight=False, markup=False,  # the benchmark and RCP names come from the files
             )
-    raise typer.Exit(0 if result.passed else 1)
+    raise typer.Exit(0 if result.passed else EXIT_FAILED_CHECK)
 
 
 @app.command("rcp-stats")

@@ -16,14 +16,23 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Precision-vs
 console = Console() if Console().is_terminal else Console(width=160, soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
+# The exit codes scripts can rely on (README "Exit codes"). A run that failed and then
+# succeeded on a retry is a success.
+EXIT_FAILED_CHECK = 1  # `rcpforge check`: the submission fails against the RCPs
+EXIT_USAGE = 2  # bad input: a flag, a campaign file, a tracking URI; one line says which and the fix
+EXIT_NO_OUTCOME = 3  # the campaign finished, but some runs have no outcome (failed on every attempt)
+
 
 def fail(message: str) -> NoReturn:
     """One line on stderr, exit status 2: how every command reports bad input."""
     err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+    raise typer.Exit(EXIT_USAGE)
 
 
-def load_campaign_or_fail(path: Path):
+def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False):
+    """The campaign, its tracking URI checked. A command that only reads gives a
+    tracking server READ_RETRY_S to answer; one that runs the campaign
+    (`waits_for_store`) rides out an outage for the campaign's tracking.retry_s."""
     from sweeps.spec import CampaignError, load_campaign
 
     try:
@@ -32,7 +41,23 @@ def load_campaign_or_fail(path: Path):
         fail(str(err))
     for warning in campaign.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(warning)}", highlight=False)
+    tracking_uri_or_fail(campaign.tracking_uri, "tracking.uri", probe=not waits_for_store)
     return campaign
+
+
+def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
+    """One line naming the URI and the fix for a tracking URI that cannot work here, or
+    (with `probe`) a tracking server that does not answer soon."""
+    from orchestrator.tracking import TrackingUnavailable, TrackingUriError, check_tracking_uri, probe_server
+
+    try:
+        check_tracking_uri(uri)
+        if probe:
+            probe_server(uri)
+    except TrackingUriError as err:
+        fail(f"{field} {escape(str(err))}")
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
 
 
 def load_runs_or_fail(campaign):
@@ -43,3 +68,13 @@ def load_runs_or_fail(campaign):
         return load_campaign_runs(campaign.tracking_uri, campaign.name)
     except NoSuchCampaign as err:
         fail(str(err))
+
+
+def reference_or_fail(campaign, reference: str | None) -> str:
+    """`--reference`, or the campaign's default reference: one of its recipes."""
+    if reference is None:
+        reference = campaign.reference
+    names = [r.name for r in campaign.recipes]
+    if reference not in names:
+        fail(f"--reference {escape(repr(reference))}: not one of the campaign's recipes; give one of {', '.join(names)}")
+    return reference

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli.app import app, console, fail, load_campaign_or_fail
+from orchestrator.cli.app import app, console, fail, load_campaign_or_fail, reference_or_fail
 
 
 @app.command()
@@ -30,11 +30,7 @@ def plan(
     precisions = tuple(precision) if precision else None
     if precisions and any(not 0 < p < 1 for p in precisions):
         fail(f"--precision: each is a relative half-width between 0 and 1 (0.03 is +-3%), got {list(precisions)}")
-    if reference is None:
-        reference = campaign.reference
-    if reference not in [r.name for r in campaign.recipes]:
-        fail(f"--reference {reference}: not among the campaign's recipes {[r.name for r in campaign.recipes]}; "
-             "give one of them")
+    reference = reference_or_fail(campaign, reference)
     from orchestrator.planner import PRECISIONS, campaign_totals, plan_runs
     from orchestrator.tracking import Tracking, TrackingUnavailable
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli.analysis import analysis_request
-from orchestrator.cli.app import app, console, fail, load_campaign_or_fail
+from orchestrator.cli.app import app, console, fail, load_campaign_or_fail, reference_or_fail
 from trainers.contract.uri import redact_uri
 
 
@@ -24,6 +24,7 @@ def report(
     if fmt not in ("html", "md"):
         fail(f"--format must be html or md, got {fmt!r}")
     campaign = load_campaign_or_fail(campaign_file)
+    reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.campaign_report import CampaignFacts, build_sections
     from analysis.curves import load_curves, telemetry_metrics
     from analysis.load import NoSuchCampaign, load_runs

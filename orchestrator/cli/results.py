@@ -8,7 +8,15 @@ from typing import List, Optional
 
 import typer
 
-from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail, load_runs_or_fail
+from orchestrator.cli.app import (
+    app,
+    console,
+    err_console,
+    fail,
+    load_campaign_or_fail,
+    load_runs_or_fail,
+    tracking_uri_or_fail,
+)
 from trainers.contract.uri import redact_uri
 
 
@@ -28,6 +36,7 @@ def import_cmd(
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", campaign):
         fail(f"--campaign {campaign!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)")
     uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
+    tracking_uri_or_fail(uri, "--tracking-uri")
     try:
         summary = import_results(dirs, campaign, uri, recipe)
     except ResultsError as err:

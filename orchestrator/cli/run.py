@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail
+from orchestrator.cli.app import EXIT_NO_OUTCOME, app, console, err_console, fail, load_campaign_or_fail
+from trainers.contract.schema import TAG_ERROR
 from trainers.contract.uri import redact_uri
 
 
@@ -25,7 +26,7 @@ def run(
     ),
 ) -> None:
     """Launch every run of the campaign that has no outcome yet."""
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
     if backend is not None:
         campaign = _with_backend(campaign, backend)
     from cluster.backend import BackendError
@@ -58,6 +59,13 @@ def run(
         counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.statuses.items()))
         console.print(f"campaign {campaign.name}: launched {summary.launched} runs; {counts}")
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
+    # this launch's failures and the earlier ones it did not launch again
+    failed = summary.statuses.get("failed", 0) + len(summary.plan.gave_up if summary.plan else [])
+    if failed and not summary.detached:
+        err_console.print(f"{failed} runs have no outcome (failed on every attempt; each run's error is its "
+                          f"{TAG_ERROR} tag in MLflow); `rcpforge run --retry-failed {campaign_file}` launches "
+                          "them again", highlight=False, markup=False)
+        raise typer.Exit(EXIT_NO_OUTCOME)
 
 
 def _with_backend(campaign, kind: str):

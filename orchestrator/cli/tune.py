@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli.app import app, console, err_console, fail, load_campaign_or_fail
+from orchestrator.cli.app import EXIT_NO_OUTCOME, app, console, err_console, fail, load_campaign_or_fail
 
 
 @app.command()
@@ -22,7 +22,7 @@ def tune(
 ) -> None:
     """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write
     hparams.<recipe>.yaml beside the campaign. Running it again continues the studies."""
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
     from trainers.contract.uri import redact_uri
     from orchestrator.tune import select_cells, tune_campaign
     from sweeps.tune_study import TuneError, storage_url
@@ -40,12 +40,13 @@ def tune(
         shown = "" if value is None else f" objective {value:,.0f}"
         console.print(f"{cell.recipe} bs {cell.batch_size} trial {number}: {outcome}{shown}", highlight=False)
 
+    from cluster.backend import BackendError
     from orchestrator.tracking import TrackingUnavailable
 
     try:
         summaries = tune_campaign(campaign, cells, trials=trials, workers=workers, on_event=on_event)
-    except TuneError as err:
-        fail(str(err))
+    except (TuneError, BackendError) as err:
+        fail(escape(str(err)))
     except TrackingUnavailable as err:
         fail(escape(str(err)))
     except KeyboardInterrupt:
@@ -73,4 +74,4 @@ def tune(
             err_console.print(f"note: {s.cell.recipe} bs {s.cell.batch_size}: {s.failed} trials failed; "
                               f"the latest: {s.last_error}", highlight=False, soft_wrap=True)
     if broken:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NO_OUTCOME)

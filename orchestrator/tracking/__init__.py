@@ -12,9 +12,19 @@ The tag schema (`trainers/contract/schema.py`) is a public contract: analysis re
 
 from __future__ import annotations
 
-from orchestrator.tracking.client import DEFAULT_RETRY_S, TrackingUnavailable, _RetryingClient, sqlite_uri
+from orchestrator.tracking.client import (
+    DEFAULT_RETRY_S,
+    READ_RETRY_S,
+    TrackingUnavailable,
+    TrackingUriError,
+    _RetryingClient,
+    check_tracking_uri,
+    probe_server,
+    sqlite_uri,
+)
 from orchestrator.tracking.run_log import RunLog
 from orchestrator.tracking.store import LedgerEntry, Tracking, mark_preempted, spec_tags
 
-__all__ = ["DEFAULT_RETRY_S", "LedgerEntry", "RunLog", "Tracking", "TrackingUnavailable", "_RetryingClient",
-           "mark_preempted", "sqlite_uri", "spec_tags"]
+__all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "LedgerEntry", "RunLog", "Tracking", "TrackingUnavailable",
+           "TrackingUriError", "_RetryingClient", "check_tracking_uri", "mark_preempted", "probe_server", "sqlite_uri",
+           "spec_tags"]

@@ -63,8 +63,10 @@ class _RetryingClient:
     lost to a hiccup of the tracking store, and a store that stays down ends the
     campaign with a clear message instead of hanging it."""
 
-    def __init__(self, client: MlflowClient, uri: str, retry_s: float = DEFAULT_RETRY_S, first_delay_s: float = 0.5):
+    def __init__(self, client: MlflowClient, uri: str, retry_s: float = DEFAULT_RETRY_S, first_delay_s: float = 0.5,
+                 log_retries: bool = True):
         self._client = client
+        self._log_retries = log_retries
         self._uri = uri
         self._retry_s = retry_s
         self._first_delay_s = first_delay_s
@@ -99,13 +101,14 @@ class _RetryingClient:
                         "tracking.uri, then run the command again (`rcpforge run` resumes the campaign)"
                     ) from err
                 pause = min(delay, left)
-                _log.warning("tracking store unavailable: %s (%s); retrying %s in %.1f s, for up to %.0f s more",
-                             redact_uri(self._uri), _first_line(err), what, pause, left)
+                if self._log_retries:
+                    _log.warning("tracking store unavailable: %s (%s); retrying %s in %.1f s, for up to %.0f s more",
+                                 redact_uri(self._uri), _first_line(err), what, pause, left)
                 time.sleep(pause)
                 delay = min(delay * 2, _MAX_DELAY_S)
 
 
-def retrying_client(uri: str, retry_s: float = DEFAULT_RETRY_S) -> MlflowClient:
+def retrying_client(uri: str, retry_s: float = DEFAULT_RETRY_S, log_retries: bool = True) -> MlflowClient:
     from mlflow import MlflowClient
 
     if uri.startswith(("http://", "https://")):
@@ -113,4 +116,97 @@ def retrying_client(uri: str, retry_s: float = DEFAULT_RETRY_S) -> MlflowClient:
         # minutes per call, which would stretch our window unpredictably: the retry
         # policy is ours. A value the user set is kept.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    return _RetryingClient(MlflowClient(tracking_uri=uri), uri, retry_s)  # type: ignore[return-value]
+    return _RetryingClient(MlflowClient(tracking_uri=uri), uri, retry_s,  # type: ignore[return-value]
+                           log_retries=log_retries)
+
+
+class TrackingUriError(ValueError):
+    """A tracking URI no store can be opened at, whatever the wait: the message names the
+    URI (its password masked) and the fix, on one line."""
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Refuse, before any call, a URI that cannot work here: malformed, a database driver
+    that is not installed, a SQLite file whose folder cannot be made or written. MLflow
+    answers each with a long traceback, or retries opening the file for minutes."""
+    from trainers.contract.uri import DATABASE_SCHEMES, redact_uri, uri_form_problem
+
+    problem = uri_form_problem(uri)
+    if problem is None and uri.split(":", 1)[0].split("+", 1)[0].lower() in DATABASE_SCHEMES:
+        problem = _database_problem(uri)
+    if problem is not None:
+        raise TrackingUriError(problem if problem.startswith(repr(redact_uri(uri))) else
+                               f"{redact_uri(uri)!r}: {problem}")
+
+
+def _database_problem(uri: str) -> str | None:
+    import importlib.util
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        url = make_url(uri)
+        url.get_dialect().import_dbapi()
+    except (ArgumentError, NoSuchModuleError) as err:
+        return f"not a database URI SQLAlchemy can open ({err})"
+    except ImportError as err:
+        driver = err.name or str(err)
+        package = {"psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}.get(
+            driver, driver)
+        other = (" (or write postgresql+psycopg2://..., whose driver is installed)"
+                 if url.get_backend_name() == "postgresql" and driver != "psycopg2"
+                 and importlib.util.find_spec("psycopg2") else "")
+        return f"its database driver {driver} is not installed: pip install {package}{other}"
+    if url.get_backend_name() == "sqlite" and url.database:
+        return _sqlite_folder_problem(Path(url.database))
+    return None
+
+
+def _sqlite_folder_problem(db: Path) -> str | None:
+    """MLflow makes the file's missing folders, then SQLite the file: each must be possible."""
+    import tempfile
+
+    if db.is_dir():
+        return f"{db} is a folder; name a file in it, e.g. sqlite:///{db / 'rcpforge-mlflow.db'}"
+    if db.exists():
+        return None if os.access(db, os.R_OK) else f"cannot read {db}; fix its permissions or choose another file"
+    folder = db.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, so the database cannot be made under it; choose a path in a folder"
+    try:  # os.access says yes to root on a folder where nothing can be made (/proc)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return f"cannot make files in folder {folder} ({err.strerror}); choose a writable folder"
+    return None
+
+
+# How long the commands that only read (status, analyze, report, export, ...) wait for
+# a tracking server before they say it does not answer: a person is waiting, and a
+# mistyped host or port never answers. `rcpforge run` keeps tracking.retry_s.
+READ_RETRY_S = 10.0
+
+
+def probe_server(uri: str, retry_s: float | None = None) -> None:
+    """One cheap call to a tracking server, retried for `retry_s` (READ_RETRY_S) at most; a
+    store that does not answer raises TrackingUnavailable naming it, the wait and the fix."""
+    from trainers.contract.uri import SERVER_SCHEMES, redact_uri
+
+    if uri.split(":", 1)[0].lower() not in SERVER_SCHEMES:
+        return
+    retry_s = READ_RETRY_S if retry_s is None else retry_s
+    client = retrying_client(uri, retry_s, log_retries=False)  # its one line says it all
+    try:
+        client.search_experiments(max_results=1)
+    except TrackingUnavailable as err:
+        cause = err.__cause__ if isinstance(err.__cause__, Exception) else err
+        raise TrackingUnavailable(
+            f"tracking server {redact_uri(uri)} did not answer within {retry_s:g} s ({_first_line(cause)}); "
+            "check tracking.uri (a mistyped host or port?) or start the server"
+        ) from None
+    except Exception as err:  # noqa: BLE001 - a refusal (a login needed, not an MLflow server): said in one line
+        raise TrackingUnavailable(f"tracking server {redact_uri(uri)} refused a first call: {_first_line(err)}; "
+                                  "check tracking.uri and its credentials") from None

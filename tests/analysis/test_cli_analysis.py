@@ -15,6 +15,7 @@ from sweeps.spec import load_campaign
 from tests.analysis.mllog_dirs import write_results
 from tests.analysis.stores import file_runs
 from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.helpers.cli import invoke, one_line_usage_error
 
 SEEDS = 6
 
@@ -123,3 +124,33 @@ def test_analyze_prints_a_short_cell_marked_and_an_overridden_n(tmp_path, cli):
     assert "note: bf16 bs 16: not an RCP (3 of 2N = 6 runs); min acceptable mean and max speedup not meaningful" in proc.stderr
     assert ("N = 3 (rcp.override_checker_runs), but the MLCommons checker uses N = "
             f"{checker_mod.submission_runs['training']['llama31_8b']} for llama31_8b") in " ".join(proc.stderr.split())
+
+
+# (how the input is made wrong, the check arguments after RESULTS_DIR, what the one line names)
+CHECK_USAGE = [
+    ("empty", ["--rcps", "6.1.0"], "RESULTS_DIR"),
+    ("not_json", ["--rcps", "{tmp}/rcps.json"], "--rcps {tmp}/rcps.json: not an RCP JSON file"),
+    ("custom", ["--rcps", "6.1.0"], "give --submission-runs N"),
+    ("llama", ["--rcps", "4.0.0"], "--rcps 4.0.0: ruleset 4.0.0 has no RCPs of benchmark llama31_8b; rulesets that have"),
+]
+
+
+@pytest.mark.parametrize("case,args,names", CHECK_USAGE, ids=[c[0] for c in CHECK_USAGE])
+def test_check_answers_a_usage_problem_with_exit_2_naming_the_flag_not_a_failing_verdict(tmp_path, case, args, names):
+    folder = tmp_path / "r"
+    if case == "empty":
+        folder.mkdir()
+    else:
+        write_results(folder, "mybench" if case == "custom" else "llama31_8b", 32,
+                      [180_000.0 + 1000 * i for i in range(10)])
+    (tmp_path / "rcps.json").write_text("not json {")
+    line = one_line_usage_error(invoke("check", str(folder), *[a.format(tmp=tmp_path) for a in args]),
+                                names.format(tmp=tmp_path))
+    assert "FAILED" not in line
+
+
+def test_analyze_and_report_refuse_an_unknown_reference_naming_the_recipes(campaign, tmp_path):
+    path, _ = campaign
+    for command in (["analyze", str(path), "--out", str(tmp_path)], ["report", str(path), "--out", str(tmp_path / "r.html")]):
+        one_line_usage_error(invoke(*command, "--reference", "nosuch"), "--reference 'nosuch'", "bf16, fp8_tensorwise")
+    assert not list(tmp_path.iterdir())

@@ -11,6 +11,7 @@ import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.cli.app import EXIT_NO_OUTCOME
 from sweeps.expand import expand
 from sweeps.spec import load_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
@@ -111,7 +112,9 @@ def test_crashing_runs_are_recorded_failed_and_do_not_stop_the_others(tmp_path, 
     data["backend"] = {"kind": "local", "workers": 2, "max_attempts": 2}
     path = write_campaign(tmp_path, data)
     proc = cli("run", str(path))
-    assert proc.returncode == 0, proc.stderr
+    # the campaign finished, but 4 runs have no outcome: exit 3, with the way out
+    assert proc.returncode == EXIT_NO_OUTCOME, proc.stderr
+    assert "4 runs have no outcome" in proc.stderr and "--retry-failed" in proc.stderr
     campaign = load_campaign(path)
     _, runs = _runs(campaign)
     by_seed = {(int(r.data.tags["rcpforge.seed"]), int(r.data.tags["rcpforge.batch_size"])): r for r in runs}
@@ -128,8 +131,8 @@ def test_crashing_runs_are_recorded_failed_and_do_not_stop_the_others(tmp_path, 
             assert tags[TAG_ATTEMPTS] == "2" and run.info.status == "FAILED"
     assert "4 converged" in proc.stdout and "4 failed" in proc.stdout
     again = cli("run", str(path))
-    assert "4 failed with no attempts left, 0 to launch" in again.stdout
+    assert "4 failed with no attempts left, 0 to launch" in again.stdout and again.returncode == EXIT_NO_OUTCOME
     retried = cli("run", str(path), "--retry-failed")
-    assert "4 to launch" in retried.stdout
+    assert "4 to launch" in retried.stdout and retried.returncode == EXIT_NO_OUTCOME
     _, runs = _runs(campaign)
     assert len(runs) == 8  # retries reattach to the same MLflow runs

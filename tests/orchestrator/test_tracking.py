@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import importlib.util
 from collections import Counter
 
 import pytest
 
 from orchestrator.tracking import RunLog, Tracking, TrackingUnavailable, _RetryingClient
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.helpers.cli import invoke, one_line_usage_error
 from trainers.contract import RunResult, RunStatus
 from trainers.contract.schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.uri import redact_uri
 
 URI = "postgresql+psycopg2://rcpforge:s3cret-pw@db.example:5432/mlflow"
 
@@ -83,7 +87,6 @@ def test_a_run_whose_creation_answer_was_lost_is_not_created_twice(tmp_path):
 
     from sweeps.expand import expand
     from sweeps.spec import load_campaign
-    from tests.helpers.campaigns import tiny_campaign, write_campaign
 
     campaign = load_campaign(write_campaign(tmp_path, tiny_campaign(recipes=["bf16"], seeds=1)))
     uri = f"sqlite:///{tmp_path / 'store.db'}"
@@ -135,3 +138,45 @@ def test_a_requeued_job_marks_its_run_preempted_with_the_arguments_the_launcher_
     args = (RunAssignment("{}", uri, run_id, 1, str(tmp_path / "run")),)
     note_requeue(*args)
     assert client.get_run(run_id).data.tags[TAG_STATUS] == "preempted"
+
+
+_NO_PSYCOPG = importlib.util.find_spec("psycopg") is None
+# (URI, what the line says); {tmp} is the test's folder, which holds a plain file `afile`
+BAD_URIS = [
+    ("sqlite:////proc/rcpforge-test/x.db", "cannot make files in folder /proc"),  # unwritable, for root too
+    ("sqlite:///{tmp}/afile/x.db", "is a file, so the database cannot be made under it"),
+    ("sqllite:///x.db", "did you mean sqlite://"),
+    ("http//host", "is not a URI (no scheme://)"),
+    pytest.param("postgresql://u:pw-secret@h/db", "driver psycopg is not installed: pip install",
+                 marks=pytest.mark.skipif(not _NO_PSYCOPG, reason="psycopg is installed here")),
+]
+# every command that opens the tracking store of a campaign file, and import's --tracking-uri
+COMMANDS = [
+    ("run",), ("status",), ("analyze", "--out", "{tmp}/out"), ("report", "--out", "{tmp}/r.html"),
+    ("export", "--parquet", "{tmp}/runs.parquet"), ("plan",), ("import", "{tmp}", "--campaign", "c"),
+]
+
+
+@pytest.mark.parametrize("uri,says", BAD_URIS)
+def test_a_bad_tracking_uri_is_one_line_naming_it_and_the_fix_from_every_command(tmp_path, uri, says):
+    (tmp_path / "afile").write_text("not a folder")
+    uri = uri.format(tmp=tmp_path)
+    path = write_campaign(tmp_path, tiny_campaign(tracking={"uri": uri}))
+    for command in COMMANDS:
+        args = [a.format(tmp=tmp_path) for a in command]
+        args = [*args, "--tracking-uri", uri] if args[0] == "import" else [args[0], str(path), *args[1:]]
+        line = one_line_usage_error(invoke(*args), "tracking", says)
+        assert redact_uri(uri) in line and "pw-secret" not in line, line
+    assert not (tmp_path / "afile").is_dir() and not list(tmp_path.glob("**/*.db"))
+
+
+def test_status_gives_an_unreachable_server_a_short_wait_not_the_campaigns_retry_window(tmp_path, monkeypatch):
+    """A mistyped server URL: `status` says so in one line after READ_RETRY_S (1 s here),
+    not after the campaign's tracking.retry_s (600 s), which `run` keeps."""
+    import orchestrator.tracking.client as client_mod
+
+    monkeypatch.setattr(client_mod, "READ_RETRY_S", 1.0)
+    path = write_campaign(tmp_path, tiny_campaign(tracking={"uri": "http://127.0.0.1:1", "retry_s": 600}))
+    line = one_line_usage_error(invoke("status", str(path)),
+                                 "tracking server http://127.0.0.1:1 did not answer within 1 s", "tracking.uri")
+    assert "600" not in line

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.cli.app import EXIT_NO_OUTCOME
 from sweeps.spec import load_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.reliability.conftest import unavailable
@@ -34,7 +35,7 @@ def test_runs_that_cannot_write_their_files_fail_cleanly(small_disk, cli):
     data["backend"] = {"kind": "local", "workers": 2, "max_attempts": 1}
     path = write_campaign(small_disk.parent, data)
     proc = cli("run", str(path))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == EXIT_NO_OUTCOME, proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
 
     campaign = load_campaign(path)

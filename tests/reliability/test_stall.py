@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mlflow import MlflowClient
 
+from orchestrator.cli.app import EXIT_NO_OUTCOME
 from sweeps.spec import load_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract.schema import TAG_ERROR, TAG_STATUS
@@ -16,7 +17,7 @@ def test_a_hanging_run_is_stopped_and_recorded_failed(tmp_path, cli):
     data["backend"] = {"kind": "local", "workers": 2, "max_attempts": 1, "stall_timeout_s": 15}
     path = write_campaign(tmp_path, data)
     proc = cli("run", str(path))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == EXIT_NO_OUTCOME, proc.stderr
     campaign = load_campaign(path)
     client = MlflowClient(tracking_uri=campaign.tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name(campaign.name).experiment_id])

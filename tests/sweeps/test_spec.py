@@ -219,3 +219,35 @@ def test_the_campaigns_n_gives_the_checkers_minimum_acceptable_mean_on_a_shipped
     for name, record in checker.rcp_data.items():
         assert ours.full[name].min_epochs == record["Min Epochs"]
         assert other.full[name].min_epochs < record["Min Epochs"]
+
+
+def _late(data, field, value):
+    """`data` with the dotted `field` set to `value`."""
+    *path, last = field.split(".")
+    node = data
+    for key in path:
+        node = node[int(key) if key.isdigit() else key]
+    node[last] = value
+    return data
+
+
+# (field, bad value, what the one line says): each once failed every run at run time
+LATE_ERRORS = [
+    ("target.metric", "eval_accuracy", "target.metric: 'eval_accuracy' is not reported by the tinylm trainer"),
+    ("hparams.16.warmup_tokens", 500_000, "hparams.16.warmup_tokens: 500,000 is above budget.max_tokens (400,000)"),
+    ("trainer.device", "cuda", "trainer.device: cuda, but this machine has no CUDA device"),
+]
+
+
+@pytest.mark.parametrize("field,value,says", LATE_ERRORS, ids=[e[0] for e in LATE_ERRORS])
+def test_a_mistake_that_would_fail_every_run_is_refused_before_any_runs(tmp_path, monkeypatch, field, value, says):
+    from tests.helpers.cli import invoke, one_line_usage_error
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no CUDA device, on any machine
+    path = write_campaign(tmp_path, _late(tiny_campaign(), field, value))
+    one_line_usage_error(invoke("run", str(path)), says)
+    assert not (tmp_path / "rcpforge-mlflow.db").exists()  # refused before the store was touched
+    if field == "trainer.device":
+        # the machine that loads a Ray or Slurm campaign may have no GPU: its runs check on theirs
+        ray = _late(tiny_campaign(), field, value) | {"backend": {"kind": "ray"}}
+        assert parse_campaign(ray, tmp_path).trainer["device"] == "cuda"

@@ -16,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
+from orchestrator.cli.app import EXIT_NO_OUTCOME
 from sweeps.spec import load_campaign
 from orchestrator.tune import select_cells, tune_campaign
 from sweeps.tune_study import storage_url
@@ -177,7 +178,7 @@ def test_a_trainer_that_always_fails_stops_the_cell_and_says_why(tmp_path):
     data["trainer"] = dict(data["trainer"], data={"source": "text", "path": "no-such-corpus.txt"})
     path = write_campaign(tmp_path, data)
     result = run_cli("tune", str(path), "--batch-size", "16", "--workers", "1")
-    assert result.returncode == 1
+    assert result.returncode == EXIT_NO_OUTCOME  # no trial has an outcome
     assert "3 trials failed" in result.stderr and "no-such-corpus.txt" in result.stderr
     campaign = load_campaign(path)
     study = _study(campaign)

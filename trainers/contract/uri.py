@@ -11,3 +11,33 @@ _URI_PASSWORD = re.compile(r"(?P<head>://[^/:@\s]*:)[^@\s/]*(?P<at>@)")
 def redact_uri(uri: str) -> str:
     """The URI with any password replaced by ***, for everything a person or a log sees."""
     return _URI_PASSWORD.sub(r"\g<head>***\g<at>", uri)
+
+
+# The stores MLflow's tracking client opens: SQLAlchemy databases and tracking servers.
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+SERVER_SCHEMES = ("http", "https")
+_FORMS = "sqlite:///PATH.db for a file, http(s)://HOST:PORT for an MLflow server, postgresql://USER@HOST/DB"
+
+
+def uri_form_problem(uri: str) -> str | None:
+    """What is wrong with a tracking URI as written (no store is touched), with the fix;
+    None for a well-formed one. MLflow itself answers a typo with a long traceback, or
+    takes a scheme-less string for a file store it then refuses."""
+    import difflib
+
+    shown = repr(redact_uri(uri))
+    scheme, sep, rest = uri.partition("://")
+    base = scheme.split("+", 1)[0].lower()
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return f"{shown} is not a URI (no scheme://); write {_FORMS}"
+    known = (*DATABASE_SCHEMES, *SERVER_SCHEMES, "databricks")
+    if base not in known:
+        close = difflib.get_close_matches(base, known, n=1)
+        hint = f"did you mean {close[0]}://? " if close else ""
+        return f"{shown}: unknown scheme {scheme!r}; {hint}write {_FORMS}"
+    if base in SERVER_SCHEMES and not rest.split("/", 1)[0]:
+        return f"{shown}: no host; write {base}://HOST:PORT"
+    if base == "sqlite" and not rest.startswith("/"):
+        return f"{shown}: a SQLite URI has three slashes before a relative path, four before an absolute one " \
+               "(sqlite:///rel/x.db, sqlite:////abs/x.db)"
+    return None

@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+
+def no_cuda_device() -> bool:
+    """Whether this process surely sees no CUDA device: no NVIDIA driver, one that counts
+    none, or CUDA_VISIBLE_DEVICES hiding them all. Asked of the driver's NVML, not of
+    torch: importing torch costs seconds, and a CUDA context made before the workers
+    fork would break theirs (NVML makes none). A driver that cannot answer is no proof:
+    the run's own check (torch's) decides then."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return True
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return True  # no NVIDIA driver
+    try:
+        if nvml.nvmlInit_v2() != 0:
+            return False
+        count = ctypes.c_uint(0)
+        answered = nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+        nvml.nvmlShutdown()
+    except AttributeError:  # an old driver without these entry points
+        return False
+    return answered and count.value == 0
 
 
 class MarkovData(BaseModel):
@@ -77,6 +103,15 @@ class TinyLMSettings(BaseModel):
         whose rate is known."""
         data = (settings.get("data") or {}).get("source", "markov")
         return ["eval_excess_loss", "eval_loss"] if data == "markov" else ["eval_loss"]
+
+    @classmethod
+    def check_local_host(cls, settings: dict) -> None:
+        if settings.get("device") == "cuda" and no_cuda_device():
+            raise ValueError(
+                "trainer.device: cuda, but this machine has no CUDA device (none visible to the NVIDIA driver, or "
+                "CUDA_VISIBLE_DEVICES hides them); set trainer.device: cpu, or run the campaign where a GPU is "
+                "(on this machine, or backend.kind: ray or slurm with GPUs)"
+            )
 
     @classmethod
     def check_world_size(cls, batch_sizes: list[int], world_size: int) -> None:
