@@ -6,6 +6,7 @@ with `checker_error` saying where and why, instead of a traceback."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ import numpy as np
 
 from trainers.contract.mllog.read import CheckerStops, read_submission
 from trainers.contract.submission import SUBMISSION_RUNS
-from analysis.rcp_set import PRUNE_MODES, RULESETS, RcpError, RcpSet, Record, ruleset_file, with_405b_slack
+from analysis.rcp_set import (
+    PRUNE_MODES, RULESETS, RcpError, RcpSet, Record, carried_runs, ruleset_file, with_405b_slack,
+)
 
 DEFAULT_RULESET = "6.0.0"  # the checker's command-line default
 
@@ -86,6 +89,13 @@ def _rcp_usage(err: Exception, rcps: str | Path | None, ruleset: str, benchmark:
     return None
 
 
+def _carried(path: Path) -> int | None:
+    try:
+        return carried_runs(json.loads(path.read_text()))
+    except (OSError, ValueError):  # unreadable: the RCP loading below says so
+        return None
+
+
 def check_directory(
     results_dir: str | Path,
     rcps: str | Path | None = None,
@@ -118,6 +128,8 @@ def check_directory(
                         f"RESULTS_DIR {results_dir}: no result_*.txt files in this folder; give the folder that holds them "
                         "(`rcpforge export --results DIR` writes DIR/<recipe>/bs<N>/)")
     # The checker loads the RCPs before it looks at the batch size or convergence.
+    if submission_runs is None and rcps is not None and sub.benchmark not in SUBMISSION_RUNS:
+        submission_runs = _carried(Path(rcps))  # the N of a campaign's own benchmark, in rcpforge's RCP files
     if sub.benchmark not in SUBMISSION_RUNS and not (submission_runs and isinstance(sub.benchmark, str)):
         what = sub.mismatch or f"benchmark {sub.benchmark!r} has no run count in the checker"
         usage = None if sub.mismatch or not isinstance(sub.benchmark, str) else (

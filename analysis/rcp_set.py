@@ -89,6 +89,16 @@ def _stats(record: Record, submission_runs: int) -> None:
 RUNS_KEY = "rcpforge_submission_runs"
 
 
+def carried_runs(raw: Any) -> int | None:
+    """The N that rcpforge's records carry (None where they carry none)."""
+    carried = {body.get(RUNS_KEY) for body in raw.values() if isinstance(body, dict)} - {None} \
+        if isinstance(raw, dict) else set()
+    if len(carried) > 1:
+        raise RcpError(f"the records disagree on {RUNS_KEY} ({sorted(map(str, carried))}); give --submission-runs N")
+    n = next(iter(carried), None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
 def _submission_runs(raw: dict, benchmark: str, given: int | None, unknown: int | None) -> int:
     """N of the benchmark's submissions: `given` (an override), else the checker's own,
     else (for a benchmark the checker does not know) `unknown` (the user's
@@ -99,12 +109,8 @@ def _submission_runs(raw: dict, benchmark: str, given: int | None, unknown: int 
         return SUBMISSION_RUNS[benchmark]
     if unknown is not None:
         return unknown
-    carried = {body.get(RUNS_KEY) for body in raw.values() if isinstance(body, dict)} - {None}
-    if len(carried) == 1 and isinstance(n := next(iter(carried)), int) and n >= 1:
+    if (n := carried_runs(raw)) is not None:
         return n
-    if len(carried) > 1:
-        raise RcpError(f"the records of benchmark {benchmark!r} disagree on {RUNS_KEY} ({sorted(map(str, carried))}); "
-                       "give --submission-runs N")
     raise RcpError(f"benchmark {benchmark!r} is not one the checker knows, so its runs per submission (N) are "
                    f"unknown: give --submission-runs N (RCP files written by rcpforge analyze carry it)")
 

@@ -3,7 +3,7 @@ rcpforge on the local and the Ray backend, side by side with Ray Tune running th
 no-op trainable (`tune.Tuner` with `num_samples`), all in this one run.
 
     PYTHONPATH=. python benchmarks/orchestration_overhead.py [--runs 1000] [--workers 2]
-        [--tune-runs N] [--tune-plain] [--parts tune,ray,local,mlflow]
+        [--tune-runs N] [--tune-plain] [--parts tune,ray,local,mlflow,startup-local,startup-ray] [--startup-runs 10000]
 
 rcpforge's figure includes what a campaign does for every run: an MLflow run created
 with its tags and params, the worker's status updates, its eval point and final metrics,
@@ -86,6 +86,42 @@ def time_tracking_only(runs: int) -> float:
     return wall
 
 
+class _Started(Exception):
+    """Raised from the campaign's event callback once its first runs have ended: the
+    start-up is measured, the rest of a 10,000-run campaign is not needed."""
+
+
+def time_startup(runs: int, backend: dict, first: int = 4) -> tuple[float, float]:
+    """A `runs`-run campaign from nothing: seconds until its first run was launched and
+    until its first `first` runs had ended (planning, the ledger read, registration)."""
+    from orchestrator.campaign import run_campaign
+    from sweeps.spec import parse_campaign
+
+    marks: dict[str, float] = {}
+    ended = 0
+
+    def on_event(kind, spec, result) -> None:
+        nonlocal ended
+        now = time.perf_counter() - start
+        marks.setdefault(kind, now)
+        ended += kind == "end"
+        if ended >= first:
+            marks["ended"] = now
+            raise _Started
+
+    with tempfile.TemporaryDirectory() as folder:
+        campaign = parse_campaign(campaign_data(runs, backend), Path(folder))
+        from orchestrator.tracking import Tracking
+
+        Tracking(campaign.tracking_uri).client.search_experiments()  # the schema, outside the timing
+        start = time.perf_counter()
+        try:
+            run_campaign(campaign, on_event=on_event)
+        except _Started:
+            pass
+    return marks["start"], marks["ended"]
+
+
 def _noop_trainable(config):
     return {"eval_loss": 0.0}
 
@@ -138,7 +174,9 @@ def main() -> None:
                         help="Ray Tune with its defaults (a new actor per trial, loggers on) instead of tuned settings")
     parser.add_argument("--parts", default="tune,ray,local",
                         help="comma-separated subset of tune, ray, local, mlflow (the tracking calls alone, "
-                             "serial) to measure (ratios need tune)")
+                             "serial), startup-local, startup-ray (a --startup-runs campaign's time to its first runs) to measure "
+                             "(ratios need tune)")
+    parser.add_argument("--startup-runs", type=int, default=10_000)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     import ray
@@ -165,6 +203,15 @@ def main() -> None:
         report("rcpforge local", time_rcpforge(args.runs, {"kind": "local", "workers": args.workers}), args.runs)
     if "mlflow" in parts:
         report("mlflow alone", time_tracking_only(args.runs), args.runs)
+    for kind in ("local", "ray"):
+        if f"startup-{kind}" in parts:
+            if kind == "ray":
+                ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False, log_to_driver=False)
+            backend = {"kind": "local", "workers": args.workers} if kind == "local" else {"kind": "ray", "num_cpus": 1}
+            launched, ended = time_startup(args.startup_runs, backend)
+            print(f"start-up of a {args.startup_runs}-run campaign ({kind}): first run launched after "
+                  f"{launched:.2f} s, first 4 ended after {ended:.2f} s", flush=True)
+            ray.shutdown()
 
 
 if __name__ == "__main__":
