@@ -174,8 +174,8 @@ def main() -> None:
                         help="Ray Tune with its defaults (a new actor per trial, loggers on) instead of tuned settings")
     parser.add_argument("--parts", default="tune,ray,local",
                         help="comma-separated subset of tune, ray, local, mlflow (the tracking calls alone, "
-                             "serial), startup-local, startup-ray (a --startup-runs campaign's time to its first runs) to measure "
-                             "(ratios need tune)")
+                             "serial), startup-local, startup-ray (a --startup-runs campaign's time to its "
+                             "first runs) to measure (ratios need tune)")
     parser.add_argument("--startup-runs", type=int, default=10_000)
     args = parser.parse_args()
     parts = set(args.parts.split(","))

@@ -56,6 +56,7 @@ def check_reachable(address: str) -> None:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CAPACITY_TTL_S = 30.0
 
 
 def _connect(address: str, local_num_cpus: int | None) -> tuple[bool, dict[str, Any]]:
@@ -88,8 +89,10 @@ def _connect(address: str, local_num_cpus: int | None) -> tuple[bool, dict[str, 
     try:
         ray.init(**kwargs)
     except Exception as err:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ValueError...
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise BackendError(f"backend.address: cannot reach Ray at {address!r}: {first}") from None
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+        # Ray Client's "Initialization failure from server:" says why on its last line
+        why = f"{lines[0]} {lines[-1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+        raise BackendError(f"backend.address: cannot reach Ray at {address!r}: {why}") from None
     return True, ({"runtime_env": runtime_env} if client else {})
 
 
@@ -144,6 +147,7 @@ class RayBackend:
             raise
         self._remote = ray.remote(_run_alone)
         self._actor = ray.remote(_GangTask)
+        self._capacity, self._capacity_until = 1, 0.0  # runs the cluster holds at once (`free_slots`)
         self._refs: dict[Any, str] = {}  # object ref -> task id, for one-task jobs
         self._gangs: dict[str, _GangRun] = {}
         # Since when none of this backend's jobs holds resources (None: some do); the
@@ -222,6 +226,23 @@ class RayBackend:
 
     def in_flight(self) -> int:
         return len(self._refs) + len(self._gangs)
+
+    def free_slots(self, gang: Gang) -> int:
+        """How many more runs to submit now: enough for every slot of the cluster and as
+        many again waiting in Ray's queue, so a slot that frees starts the next run at once.
+        The launcher makes a run's MLflow run only when it submits it, so a campaign of
+        10,000 runs starts at once and collects results from the first, rather than
+        registering every run before it reads any (Ray's tasks end with the driver, so
+        nothing needs to be submitted ahead of it). The cluster's size is read again every
+        `_CAPACITY_TTL_S`: an autoscaled cluster's new nodes are used."""
+        now = time.monotonic()
+        if now >= self._capacity_until:
+            cpus, gpus = self._per_task(gang)
+            total = self._ray.cluster_resources()
+            fits = [int(total.get(name, 0.0) // (each * gang.tasks)) for name, each in (("CPU", cpus), ("GPU", gpus))
+                    if each]
+            self._capacity, self._capacity_until = max(1, min(fits, default=1)), now + _CAPACITY_TTL_S
+        return max(0, 2 * self._capacity - self.in_flight())
 
     def wait(self, timeout: float) -> list[Done]:
         done = self._settle()

@@ -197,9 +197,11 @@ class _Launcher:
         self.waiting: deque[RunSpec] = deque()  # first attempts not launched yet
 
     def start(self, specs: list[RunSpec]) -> None:
-        """First attempts: all at once on a cluster (its queue is the cluster's, and a
-        submitted job must be on the ledger), as workers free up on a backend that says
-        how many runs would start now (local), so a run's MLflow start is its own start."""
+        """First attempts: all at once on Slurm (its queue is the cluster's, and a
+        submitted job must be on the ledger), as slots free up on a backend that says how
+        many runs to submit now (local: runs that would start now, so a run's MLflow start
+        is its own start; Ray: the cluster's slots and as many again), so a large campaign
+        starts at once and collects results from its first run."""
         self.waiting.extend(specs)
         self.fill()
 

@@ -7,11 +7,20 @@ server fails to start, or the workers cannot import the job."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, paced_campaign, runs_of
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
 from trainers.contract.schema import TAG_WORLD_SIZE
+
+
+def _client_server_log(cluster) -> str:
+    """The end of the head's Ray Client server logs: why a connection was refused."""
+    logs = Path(cluster.temp_dir) / "session_latest" / "logs"
+    return "".join(f"\n--- {f.name}\n" + f.read_text(errors="replace")[-3000:]
+                   for f in sorted(logs.glob("ray_client_server*")))
 
 
 def _client_backend(address: str) -> dict:
@@ -27,7 +36,7 @@ def test_one_process_runs_and_gangs_run_through_ray_client(two_node_ray, tmp_pat
         path = write_campaign(tmp_path / name, data)
         proc = run_cli("run", str(path))
         output = proc.stdout + proc.stderr
-        assert proc.returncode == 0 and "Traceback" not in output, output[-3000:]
+        assert proc.returncode == 0 and "Traceback" not in output, output[-3000:] + _client_server_log(two_node_ray)
         campaign = load_campaign(path)
         tokens = assert_clean_ledger(campaign, 2, metric="eval_accuracy")
         assert all(t is not None for t in tokens.values()), (name, tokens)

@@ -38,10 +38,16 @@ class TwoNodeRay:
     address: str  # 127.0.0.1:PORT, the head's GCS
     node_ids: tuple[str, ...]
     client_address: str  # ray://127.0.0.1:PORT, the head's Ray Client server
+    temp_dir: str  # the cluster's logs are under it (session_latest/logs)
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    # The head's Ray Client server gives a client's own server process 30 s to come up;
+    # on a loaded 2-core machine (other tests' Ray, Slurm and workers) that process, a
+    # Python importing Ray, has taken longer, and the client was refused ("Initialization
+    # failure from server").
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT),
+            "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "180"}
 
 
 def _free_head_port(above: int = 0) -> int:
@@ -106,7 +112,7 @@ def two_node_ray():
                                      text=True, timeout=120)
             assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
         ready = drive({"address": f"127.0.0.1:{port}", "nodes": 2})
-        yield TwoNodeRay(f"127.0.0.1:{port}", tuple(ready["node_ids"]), f"ray://127.0.0.1:{client_port}")
+        yield TwoNodeRay(f"127.0.0.1:{port}", tuple(ready["node_ids"]), f"ray://127.0.0.1:{client_port}", temp_dir)
     finally:
         _stop(temp_dir)
         subprocess.run(["rm", "-rf", temp_dir], check=False)
