@@ -19,6 +19,7 @@ from trainers.contract.schema import (
     METRIC_WALL_S,
     TAG_BATCH_SIZE,
     TAG_ERROR,
+    TAG_PREFIX,
     TAG_RECIPE,
     TAG_ROLE,
     TAG_RUN_KEY,
@@ -83,7 +84,7 @@ def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Ta
             for column, name in METRIC_COLUMNS.items():
                 rows[column].append(metrics.get(name))
             rows["error"].append(tags.get(TAG_ERROR))
-            rows["hparams"].append(sorted(run.data.params.items()))
+            rows["hparams"].append(sorted((k, v) for k, v in run.data.params.items() if not k.startswith(TAG_PREFIX)))
         token = page.token
         if not token:
             break

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.load import METRIC_COLUMNS, RUN_SCHEMA, TAG_COLUMNS, NoSuchCampaign, sort_runs
-from trainers.contract.schema import TAG_ROLE
+from trainers.contract.schema import TAG_PREFIX, TAG_ROLE
 from trainers.contract.uri import redact_uri
 
 SQL_SCHEMES = ("sqlite", "postgresql")
@@ -113,8 +113,11 @@ def _engine(uri: str):
 
 def _read_params(uri: str, exp: int) -> tuple[pa.Array, pa.Array, pa.Array]:
     with _engine(uri) as engine, engine.connect() as conn:
+        # rcpforge's own params (the run's recipe, batch size and seed, for MLflow's UI)
+        # are columns of the table already, not hyperparameters
         rows = _fetch(engine, conn, "SELECT p.run_uuid, p.key, p.value FROM params p "
-                      "JOIN runs r ON r.run_uuid = p.run_uuid WHERE r.experiment_id = :exp", {"exp": exp})
+                      "JOIN runs r ON r.run_uuid = p.run_uuid WHERE r.experiment_id = :exp "
+                      "AND p.key NOT LIKE :own", {"exp": exp, "own": f"{TAG_PREFIX}%"})
     if not rows:
         return (pa.array([], pa.string()),) * 3
     return tuple(pa.array(list(c), pa.string()) for c in zip(*rows))

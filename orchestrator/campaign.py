@@ -213,12 +213,14 @@ class _Launcher:
 
     def first_attempt(self, spec: RunSpec) -> None:
         entry = self.ledger.get(spec.run_key)
-        run_id = self.tracking.take_up(self.experiment_id, spec, entry)
-        self.launch(spec, run_id, (entry.attempts if entry else 0) + 1)
+        # A local worker is free for it (`fill`): the run starts as it is made.
+        starts_now = self.campaign.backend.kind == "local"
+        run_id = self.tracking.take_up(self.experiment_id, spec, entry, starts_now=starts_now)
+        self.launch(spec, run_id, (entry.attempts if entry else 0) + 1, fresh=starts_now and entry is None)
 
-    def launch(self, spec: RunSpec, run_id: str, attempt: int) -> None:
+    def launch(self, spec: RunSpec, run_id: str, attempt: int, fresh: bool = False) -> None:
         self.runs[spec.run_key] = (spec, run_id, attempt)
-        job = assignment_for(self.campaign, spec, run_id, attempt)
+        job = assignment_for(self.campaign, spec, run_id, attempt, fresh=fresh)
         self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue, gang=self.campaign.gang))
         self.summary.launched += 1
         self.notify("start", spec, None)

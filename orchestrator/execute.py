@@ -91,15 +91,18 @@ class RunAssignment:
     # The run's gang, for its cost: processes x wall time, in GPU-hours when it has GPUs.
     processes: int = 1
     gpus_per_process: int = 0
+    # The run was made for this attempt and starts at once (a local first attempt): the
+    # worker has nothing to read back or set (RunLog's `fresh`).
+    fresh: bool = False
 
 
 def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
-                   output_dir: Path | None = None) -> RunAssignment:
+                   output_dir: Path | None = None, fresh: bool = False) -> RunAssignment:
     """The assignment of a campaign's run (a tune trial's runs give their own folder)."""
     return RunAssignment(
         spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(output_dir or campaign.run_dir(spec)),
         campaign.benchmark, str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
-        campaign.tracking.retry_s, campaign.launch.world_size, campaign.launch.gpus_per_process,
+        campaign.tracking.retry_s, campaign.launch.world_size, campaign.launch.gpus_per_process, fresh,
     )
 
 
@@ -109,7 +112,8 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     if task != 0:
         return _train_unreported(job, task)
     spec = RunSpec.model_validate_json(job.spec_json)
-    log = RunLog(job.tracking_uri, job.run_id, spec.target.metric, Path(job.output_dir), retry_s=job.tracking_retry_s)
+    log = RunLog(job.tracking_uri, job.run_id, spec.target.metric, Path(job.output_dir), retry_s=job.tracking_retry_s,
+                 fresh=job.fresh)
     log.start(job.attempt)
     stall = StallGuard(job.stall_timeout_s)
     context = RunContext(log, Path(job.output_dir), job.benchmark or spec.campaign,

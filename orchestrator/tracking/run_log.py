@@ -31,15 +31,19 @@ class RunLog:
     retry the points the run already logged are not written again."""
 
     def __init__(self, uri: str, run_id: str, target_metric: str, output_dir: Path, flush_every_s: float = 2.0,
-                 retry_s: float = DEFAULT_RETRY_S):
+                 retry_s: float = DEFAULT_RETRY_S, fresh: bool = False):
+        """`fresh`: the launcher made the run for this very attempt and it started at once
+        (MLflow makes a run RUNNING, with nothing logged): nothing to read back, no status
+        to set, two tracking calls fewer per run."""
         self.client = retrying_client(uri, retry_s)
+        self.fresh = fresh
         self.output_dir = output_dir
         output_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
         self.flush_every_s = flush_every_s
         self._pending: list = []
         self._last_flush = time.monotonic()
-        history = self.client.get_metric_history(run_id, target_metric)
+        history = [] if fresh else self.client.get_metric_history(run_id, target_metric)
         self.logged_until = max((m.step for m in history), default=-1)
         self._final_logged: set[str] = set()
 
@@ -54,7 +58,8 @@ class RunLog:
             self._final_logged = set(run.data.metrics) & _FINAL_METRICS
             if TAG_ERROR in run.data.tags:
                 self._forget_error()
-        self.client.update_run(self.run_id, status="RUNNING")
+        if not (self.fresh and attempt == 1):
+            self.client.update_run(self.run_id, status="RUNNING")
         self.client.log_batch(
             self.run_id,
             tags=[RunTag(TAG_STATUS, RunStatus.running.value), RunTag(TAG_ATTEMPTS, str(attempt)),

@@ -59,8 +59,9 @@ class LedgerEntry:
 
 
 def run_identity(spec: RunSpec) -> dict[str, str | int]:
-    """What a run is, logged as MLflow params beside its hyperparameters."""
-    return {"recipe": spec.recipe, "batch_size": spec.batch_size, "seed": spec.seed}
+    """What a run is, logged as MLflow params beside its hyperparameters (named as its
+    tags, so the loaders tell them from hyperparameters)."""
+    return {TAG_RECIPE: spec.recipe, TAG_BATCH_SIZE: spec.batch_size, TAG_SEED: spec.seed}
 
 
 class Tracking:
@@ -117,21 +118,25 @@ class Tracking:
                 return entries
 
     def create_run(
-        self, experiment_id: str, spec: RunSpec, extra_tags: dict[str, str] | None = None, run_name: str | None = None
+        self, experiment_id: str, spec: RunSpec, extra_tags: dict[str, str] | None = None, run_name: str | None = None,
+        starts_now: bool = False,
     ) -> str:
-        """`extra_tags` and `run_name` are for tune runs (their study and trial)."""
+        """`extra_tags` and `run_name` are for tune runs (their study and trial). A run that
+        will wait in a queue is SCHEDULED in MLflow until its worker starts it; one that
+        `starts_now` keeps the RUNNING that MLflow makes it with."""
         tags = {**spec_tags(spec), **(extra_tags or {})}
         run = self._create_once(experiment_id, spec.run_key, run_name or spec.run_name, tags)
         self.log_params(run.info.run_id, spec)
-        self.client.update_run(run.info.run_id, status="SCHEDULED")
+        if not starts_now:
+            self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
 
-    def take_up(self, experiment_id: str, spec: RunSpec, entry: LedgerEntry | None) -> str:
+    def take_up(self, experiment_id: str, spec: RunSpec, entry: LedgerEntry | None, starts_now: bool = False) -> str:
         """The run of `spec` to launch: its ledger entry's, or a new one. A run made by an
         orchestrator that stopped before it logged the hyperparameters (the store went
         away between the two calls) gets them now, so no run of the ledger lacks them."""
         if entry is None:
-            return self.create_run(experiment_id, spec)
+            return self.create_run(experiment_id, spec, starts_now=starts_now)
         if not entry.has_params:
             self.log_params(entry.run_id, spec)
         return entry.run_id
@@ -144,7 +149,7 @@ class Tracking:
         params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
         # The cell and seed as params too (they are tags already): MLflow's UI shows
         # params as columns and compares and groups runs by them.
-        params += [Param(k, str(v)) for k, v in run_identity(spec).items() if k not in spec.hparams]
+        params += [Param(k, str(v)) for k, v in run_identity(spec).items()]
         if params:
             self.client.log_batch(run_id, params=params)
 

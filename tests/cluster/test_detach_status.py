@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from sweeps.spec import load_campaign
-from tests.cluster.helpers import assert_clean_ledger, runs_of, slow_campaign
+from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
 from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB
@@ -23,7 +23,8 @@ def _status(path) -> list[dict]:
 
 def test_detach_then_status_then_follow(slurm, tmp_path):
     backend = {"kind": "slurm", "time_min": 10}
-    path = write_campaign(tmp_path, slow_campaign(backend, sleep=1.0, checkpoint_every=None))
+    # the instant paced program: about 8 s a run, long enough to be caught on Slurm
+    path = write_campaign(tmp_path, paced_campaign(backend, evals=8, sleep=1.0))
     campaign = load_campaign(path)
 
     before = _status(path)
@@ -45,7 +46,7 @@ def test_detach_then_status_then_follow(slurm, tmp_path):
     followed = run_cli("run", str(path))
     assert followed.returncode == 0, followed.stdout + followed.stderr
     assert "0 to launch" in followed.stdout
-    assert_clean_ledger(campaign, n_keys=2)
+    assert_clean_ledger(campaign, n_keys=2, metric="eval_accuracy")
     _, runs = runs_of(campaign)
     assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)  # never submitted twice
     assert [c["converged"] for c in _status(path)] == [1, 1]

@@ -56,6 +56,12 @@ def _params(spec: RunSpec) -> list[tuple[str, str]]:
                   + [(f"recipe.{k}", str(v)) for k, v in spec.recipe_options.items()])
 
 
+def _logged_params(spec: RunSpec) -> list[tuple[str, str]]:
+    """What MLflow holds: the hyperparameters and the run's identity, for its UI."""
+    return sorted(_params(spec) + [(ts.TAG_RECIPE, spec.recipe), (ts.TAG_BATCH_SIZE, str(spec.batch_size)),
+                                   (ts.TAG_SEED, str(spec.seed))])
+
+
 def _run_log(store: TrackingStore, run_id: str, tmp_path) -> RunLog:
     # flushed by hand and at finish only: a call per point would cost the server kind
     return RunLog(store.uri, run_id, "eval_excess_loss", tmp_path / "run", flush_every_s=3600, retry_s=5)
@@ -98,7 +104,7 @@ def test_created_runs_are_pending_in_the_ledger_with_their_names_and_tags(store,
                     ts.TAG_ATTEMPTS: "0"}
         assert {k: run.data.tags.get(k) for k in expected} == expected
         assert RunSpec.model_validate_json(run.data.tags[ts.TAG_SPEC]) == spec
-        assert sorted(run.data.params.items()) == _params(spec) and run.data.params
+        assert sorted(run.data.params.items()) == _logged_params(spec) and run.data.params
     tune_run = tracking.client.get_run(tune_id)
     assert tune_run.info.run_name == "trial-3"
     assert {k: tune_run.data.tags.get(k) for k in (ts.TAG_ROLE, ts.TAG_TUNE_STUDY, ts.TAG_TUNE_TRIAL)} == {
@@ -135,6 +141,39 @@ def test_a_whole_attempt_reads_back_the_same_through_both_loaders(store, tmp_pat
     assert tracking.status_of(run_id) == "converged"
     entry = tracking.ledger(exp)[done.run_key]
     assert (entry.status, entry.attempts) == (RunStatus.converged, 1)
+
+
+def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_path, monkeypatch):
+    """A local first attempt: the run is made when a worker is free and starts at once,
+    so MLflow's RUNNING stands and there is nothing logged to read back: no update_run and
+    no metric-history read, and the run reads back exactly as one made SCHEDULED."""
+    from mlflow import MlflowClient
+
+    tracking, exp, (fresh, queued) = _opened(store, tmp_path)
+    calls: list[str] = []
+    for name in ("update_run", "get_metric_history"):
+        original = getattr(MlflowClient, name)
+        monkeypatch.setattr(MlflowClient, name, lambda self, *a, _f=original, _n=name, **k: (calls.append(_n), _f(
+            self, *a, **k))[1])
+    runs = {}
+    for spec, starts_now in ((fresh, True), (queued, False)):
+        calls.clear()
+        run_id = tracking.create_run(exp, spec, starts_now=starts_now)
+        assert tracking.client.get_run(run_id).info.status == ("RUNNING" if starts_now else "SCHEDULED")
+        log = RunLog(store.uri, run_id, "eval_excess_loss", tmp_path / spec.run_key, flush_every_s=3600, retry_s=5,
+                     fresh=starts_now)
+        log.start(1)
+        for tokens, value in CURVE:
+            log.eval_point(_point(tokens, value))
+        log.finish(CONVERGED)
+        runs[spec.run_key] = list(calls)
+    assert runs[fresh.run_key] == [] and sorted(runs[queued.run_key]) == ["get_metric_history", "update_run",
+                                                                           "update_run"]
+    rows = _both_loaders(store)
+    for spec in (fresh, queued):
+        row = rows[spec.run_key]
+        assert (row["status"], row["tokens_to_target"], row["hparams"]) == ("converged", 16384.0, _params(spec))
+        assert tracking.client.get_run(row["run_id"]).info.status == "FINISHED"
 
 
 def test_a_retried_attempt_writes_no_metric_point_twice(store, tmp_path):

@@ -17,7 +17,7 @@ from tests.cluster.helpers import runs_of
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.store import run_statuses
-from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
+from trainers.contract.schema import TAG_BATCH_SIZE, TAG_RECIPE, TAG_RUN_KEY, TAG_SEED, TAG_STATUS
 
 
 def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
@@ -104,5 +104,5 @@ def test_a_run_made_just_before_the_store_went_away_gets_its_hyperparameters_on_
     for spec in expand(campaign):
         expected = {k: str(v) for k, v in spec.hparams.items()}
         expected.update({f"recipe.{k}": str(v) for k, v in spec.recipe_options.items()})
-        expected.update({"recipe": spec.recipe, "batch_size": str(spec.batch_size), "seed": str(spec.seed)})
+        expected.update({TAG_RECIPE: spec.recipe, TAG_BATCH_SIZE: str(spec.batch_size), TAG_SEED: str(spec.seed)})
         assert expected and by_key[spec.run_key].data.params == expected
