@@ -28,7 +28,7 @@ def report_format(out: Path, fmt: str | None) -> str:
 @app.command()
 def report(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
-    out: Path = typer.Option(Path("report.html"), "--out", help="the report file"),
+    out: Path = typer.Option(Path("report.html"), "--out", help="the report file, .html or .md (its format)"),
     fmt: str = typer.Option(None, "--format", show_default="from --out: .html or .md",
                             help="html (one self-contained file) or md (PNG files beside it, named after --out)"),
     reference: str = typer.Option(None, "--reference", show_default="bf16, or adaptive.reference",
