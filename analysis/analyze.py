@@ -10,6 +10,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from analysis.display import (
+    NOT_MEANINGFUL,
+    cell_text,
+    fixed,
+    gain_text,
+    markdown_header,
+    outliers_text,
+    rcp_row_shown,
+    runs_required_text,
+)
 from analysis.factors import Factor, cell_values, derived_rcps, factor_curve, factors, factors_json, interval_text
 from analysis.load import write_parquet
 from analysis.rcp import trimmed_count
@@ -120,15 +130,12 @@ def _selections(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> list[S
     return out
 
 
-def _f(value, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+def _cells(row: dict, columns: list[str]) -> str:
+    return " | ".join(cell_text(c, row.get(c)) for c in columns)
 
 
-NOT_MEANINGFUL = "n/m"  # a degenerate statistic: the checker's number, but it says nothing
-
-
-def _limit(row: dict, col: str, digits: int) -> str:
-    return NOT_MEANINGFUL if row["degenerate"] else _f(row[col], digits)
+RCP_COLUMNS = ["recipe", "batch_size", "runs", "converged", "olympic_mean", "stdev", "min_acceptable_mean",
+               "max_speedup", "note"]
 
 
 def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selections: list[Selection], notes: list[str]) -> str:
@@ -137,32 +144,32 @@ def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selecti
              "## RCP table", "",
              f"An RCP needs 2N = {2 * req.submission_runs} runs; a cell with fewer still gets its record, marked. "
              f"{NOT_MEANINGFUL}: the checker computes this number, but for these runs it is not meaningful (see the note).", "",
-             "| recipe | batch size | runs | converged | olympic mean | stdev | min acceptable mean | max speedup | note |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             *markdown_header(RCP_COLUMNS, "lrrrrrrrl")]
     for r in table.to_pylist():
-        lines.append(f"| {r['recipe']} | {r['batch_size']} | {r['runs']} | {r['converged']} | {_f(r['olympic_mean'], 1)} | "
-                     f"{_f(r['stdev'], 1)} | {_limit(r, 'min_acceptable_mean', 1)} | {_limit(r, 'max_speedup', 4)} | "
-                     f"{r['note'] or ''} |")
+        lines.append(f"| {_cells(rcp_row_shown(r), RCP_COLUMNS)} |")
     lines += ["", f"## Convergence factors against `{req.reference}` ({req.confidence:.0%} stratified bootstrap)", ""]
     if found:
-        lines += ["| candidate | batch size | factor | interval | P(candidate faster) | Mann-Whitney p | verdict | reason |",
-                  "|---|---:|---:|---|---:|---:|---|---|"]
+        lines += markdown_header(["candidate", "batch_size", "factor", "interval", "p_candidate_faster", "mann_whitney_p",
+                          "verdict", "reason"], "lrrlrrll")
         for f in found:
-            lines.append(f"| {f.candidate} | {f.batch_size} | {_f(f.factor)} | {interval_text(f)} | {f.prob_candidate_faster:.3f} | "
-                         f"{f.mann_whitney_p:.3g} | {f.verdict} | {f.reason or ''} |")
+            values = {"factor": f.factor, "p_candidate_faster": f.prob_candidate_faster, "mann_whitney_p": f.mann_whitney_p,
+                      "verdict": f.verdict, "reason": f.reason}
+            lines.append(f"| {f.candidate} | {f.batch_size} | {_cells(values, ['factor'])} | {interval_text(f)} | "
+                         f"{_cells(values, ['p_candidate_faster', 'mann_whitney_p', 'verdict', 'reason'])} |")
     else:
         lines.append("No candidate shares a batch size with the reference.")
     k = req.selection.k_required
     lines += ["", "## Selection (M-of-N)", "",
               f"Gains are the relative drop of the expected olympic mean; runs required keeps the gain of the best of {k} "
               f"repeats under {req.selection.tolerance:.1%} with median-window scoring.", "",
-              "| recipe | batch size | runs | honest mean | honest stdev | pass prob. | best-of-K gain (K: gain) | runs required | outlier sets |",
-              "|---|---:|---:|---:|---:|---:|---|---:|---|"]
+              *markdown_header(["recipe", "batch_size", "runs", "honest_mean", "honest_stdev", "pass_prob", "best_of_k",
+                        "runs_required", "outlier_sets"], "lrrrrrlrl")]
     for s in selections:
-        gains = ", ".join(f"{r['k']}: {_f(r['gain'] * 100 if r['gain'] is not None else None, 2)}%" for r in s.best_of_k)
-        outliers = ", ".join(str(o["set"]) for o in s.outlier_sets) or "-"
-        lines.append(f"| {s.recipe} | {s.batch_size} | {s.runs} | {_f(s.honest['mean'], 1)} | {_f(s.honest['stdev'], 1)} | "
-                     f"{_f(s.honest['pass_prob'], 3)} | {gains} | {s.runs_required if s.runs_required else '> ' + str(req.selection.max_m_factor * s.n)} | {outliers} |")
+        honest = {"honest_mean": s.honest["mean"], "honest_stdev": s.honest["stdev"], "pass_prob": s.honest["pass_prob"]}
+        gains = ", ".join(f"{r['k']}: {gain_text(r['gain'])}" for r in s.best_of_k)
+        lines.append(f"| {s.recipe} | {s.batch_size} | {s.runs} | {_cells(honest, list(honest))} | {gains} | "
+                     f"{runs_required_text(s.runs_required, s.n, req.selection.max_m_factor)} | "
+                     f"{outliers_text(s.outlier_sets)} |")
     if req.adaptive:
         lines += adaptive_markdown(req.adaptive)
     if notes:
@@ -182,8 +189,8 @@ def adaptive_markdown(record: dict) -> list[str]:
     lines += ["", "| look | candidate | batch size | runs (candidate, reference) | factor | interval | look level | answer |",
               "|---:|---|---:|---|---:|---|---:|---|"]
     for e in record["looks"]:
-        interval = f"{_f(e['low'])} .. {_f(e['high'])}" if e["low"] is not None or e["high"] is not None else "-"
+        interval = f"{fixed(e['low'])} .. {fixed(e['high'])}" if e["low"] is not None or e["high"] is not None else "-"
         lines.append(f"| {e['look']} | {e['candidate']} | {e['batch_size']} | {e['runs_candidate']}, "
-                     f"{e['runs_reference']} | {_f(e['factor'])} | {interval} | {e['level']:.2%} | "
+                     f"{e['runs_reference']} | {fixed(e['factor'])} | {interval} | {e['level']:.2%} | "
                      f"{e['decision'] or ''} |")
     return lines

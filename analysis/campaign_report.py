@@ -8,9 +8,11 @@ import pyarrow as pa
 import yaml
 
 from analysis import plots
-from analysis.analyze import NOT_MEANINGFUL, AnalysisRequest
+from analysis.analyze import AnalysisRequest
+from analysis.display import NOT_MEANINGFUL, Shown, gain_text, outliers_text, rcp_row_shown, runs_required_text
 from analysis.rcp_table import TABLE_SCHEMA
-from analysis.report import Section, Shown
+from analysis.report import Section
+from analysis.selection import SelectionSettings
 
 TABLE_COLUMNS = TABLE_SCHEMA.names
 
@@ -32,7 +34,9 @@ class CampaignFacts:
 
 
 def settings_section(settings: dict) -> Section:
-    return Section("settings", "Campaign settings", preformatted=yaml.safe_dump(settings, sort_keys=False))
+    # Last and folded: a reader comes for the results, and the dump is some 75 lines.
+    return Section("settings", "Campaign settings", preformatted=yaml.safe_dump(settings, sort_keys=False),
+                   collapsed=True)
 
 
 def _kept_batch_sizes(runs: pa.Table, req: AnalysisRequest) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
@@ -89,14 +93,17 @@ def adaptive_section(record: dict) -> Section:
     )
 
 
-def selection_section(selections: list) -> Section:
+def selection_section(selections: list, settings: SelectionSettings) -> Section:
     rows = []
     for s in selections:
         best = {b["k"]: b["gain"] for b in s.best_of_k}
         rows.append({"recipe": s.recipe, "batch_size": s.batch_size, "runs": s.runs, "n": s.n,
-                     "honest_mean": s.honest.get("mean"), "pass_prob": s.honest.get("pass_prob"),
-                     **{f"gain_best_of_{k}": v for k, v in sorted(best.items())},
-                     "runs_required": s.runs_required, "outlier_sets": len(s.outlier_sets)})
+                     "honest_mean": s.honest.get("mean"), "honest_stdev": s.honest.get("stdev"),
+                     "pass_prob": s.honest.get("pass_prob"),
+                     **{f"gain_best_of_{k}": Shown(v, gain_text(v)) for k, v in sorted(best.items())},
+                     "runs_required": Shown(s.runs_required, runs_required_text(s.runs_required, s.n,
+                                                                                settings.max_m_factor)),
+                     "outlier_sets": outliers_text(s.outlier_sets)})
     columns = list(rows[0]) if rows else ["recipe"]
     return Section(
         "selection", "Selection risk (M-of-N)",
@@ -119,12 +126,6 @@ def cost_section(rows: list[dict], totals: dict) -> Section:
                    columns=COST_COLUMNS, rows=[{k: r.get(k) for k in COST_COLUMNS} for r in rows])
 
 
-def _rcp_row(row: dict) -> dict:
-    if not row["degenerate"]:
-        return row
-    return {**row, **{c: Shown(row[c], NOT_MEANINGFUL) for c in ("min_acceptable_mean", "max_speedup")}}
-
-
 def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
     differs = f" Note: {req.checker_differs}." if req.checker_differs else ""
     return Section(
@@ -134,7 +135,7 @@ def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
               f"An RCP needs 2N = {2 * req.submission_runs} runs: a cell with fewer still gets its record, "
               f"marked in the note; {NOT_MEANINGFUL}: the checker's number, not meaningful for these runs."
               f"{differs}"),
-        columns=TABLE_COLUMNS, rows=[_rcp_row(r) for r in table.to_pylist()],
+        columns=TABLE_COLUMNS, rows=[rcp_row_shown(r) for r in table.to_pylist()],
     )
 
 
@@ -142,14 +143,22 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
                    telemetry_names: list[str], found: list | None = None,
                    selections: list | None = None) -> list[Section]:
     req = facts.request
-    sections = [settings_section(facts.settings)]
+    # The headline first (the factors and their verdicts, the RCP table), then what backs
+    # it up, and the settings last.
+    sections = []
+    if found is not None:
+        sections.append(factor_section(found, req.reference))
+    if req.adaptive:
+        sections.append(adaptive_section(req.adaptive))
     sections.append(rcp_table_section(req, table))
+    if selections is not None:
+        sections.append(selection_section(selections, req.selection))
     metric = facts.target_metric
     sections.append(Section(
         "curves", "Eval curves",
         text=f"Every seed's {metric} against tokens; the dashed line is the target ({facts.target_value}).",
         figure=plots.eval_curves(runs, curves, metric, facts.target_value),
-        figure_caption="one panel per recipe (rows) and batch size (columns)",
+        figure_caption="one panel per recipe (rows) and batch size (columns); one colour per seed",
     ))
     edges = [facts.batch_sizes[0], facts.batch_sizes[-1]]
     sections.append(Section(
@@ -163,18 +172,13 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
              "(mlperf mode); cross: removed by the true lower convex envelope (envelope mode).",
         figure=plots.rcp_curve(table, mlperf, envelope), figure_caption="log2 batch size",
     ))
-    if facts.cost_rows is not None:
-        sections.append(cost_section(facts.cost_rows, facts.cost_totals or {}))
-    if found is not None:
-        sections.append(factor_section(found, req.reference))
-    if req.adaptive:
-        sections.append(adaptive_section(req.adaptive))
-    if selections is not None:
-        sections.append(selection_section(selections))
     if telemetry_names:
         sections.append(Section(
             "telemetry", "Numeric telemetry",
             text="Per recipe, the mean over runs of each telemetry fraction at the last eval.",
             figure=plots.telemetry(runs, curves, telemetry_names),
         ))
+    if facts.cost_rows is not None:
+        sections.append(cost_section(facts.cost_rows, facts.cost_totals or {}))
+    sections.append(settings_section(facts.settings))
     return sections

@@ -6,6 +6,9 @@ import io
 from collections import defaultdict
 
 import matplotlib
+import matplotlib.cm
+import matplotlib.colors
+import matplotlib.lines
 import matplotlib.ticker
 
 matplotlib.use("Agg")
@@ -35,8 +38,29 @@ def _cells(runs: pa.Table) -> list[tuple[str, int]]:
     return sorted({(r, b) for r, b in zip(runs["recipe"].to_pylist(), runs["batch_size"].to_pylist())})
 
 
+# Up to this many seeds get a legend entry each (one colour of tab10 per seed); more get a
+# colour scale with a colour bar, which stays readable at any count.
+LEGEND_SEEDS = 10
+
+
 def eval_curves(runs: pa.Table, curves: pa.Table, metric: str, target: float) -> bytes:
-    """One panel per (recipe, batch size): every seed's eval curve and the target line."""
+    return _png(eval_curves_figure(runs, curves, metric, target))
+
+
+def _seed_colours(seeds: list[int]):
+    """Each seed's colour (the same in every panel) and what names them: a legend's
+    handles, or the mappable of a colour bar when there are many seeds."""
+    if len(seeds) <= LEGEND_SEEDS:
+        colour = {s: plt.get_cmap("tab10")(i) for i, s in enumerate(seeds)}
+        return colour, [matplotlib.lines.Line2D([], [], color=colour[s], label=str(s)) for s in seeds]
+    norm = matplotlib.colors.Normalize(min(seeds), max(seeds))
+    cmap = matplotlib.colormaps["viridis"]
+    return {s: cmap(norm(s)) for s in seeds}, matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
+
+
+def eval_curves_figure(runs: pa.Table, curves: pa.Table, metric: str, target: float):
+    """One panel per (recipe, batch size): every seed's eval curve, one colour per seed
+    named in a legend (or a colour bar), and the target line."""
     cells = _cells(runs)
     recipes = sorted({c[0] for c in cells})
     sizes = sorted({c[1] for c in cells})
@@ -44,6 +68,7 @@ def eval_curves(runs: pa.Table, curves: pa.Table, metric: str, target: float) ->
                              squeeze=False, sharey=True, layout="constrained")
     seed_of = dict(zip(runs["run_id"].to_pylist(), runs["seed"].to_pylist()))
     cell_of = dict(zip(runs["run_id"].to_pylist(), zip(runs["recipe"].to_pylist(), runs["batch_size"].to_pylist())))
+    colour, key = _seed_colours(sorted(set(seed_of.values())))
     series: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for run_id, name, tokens, value in zip(*(curves[c].to_pylist() for c in ("run_id", "metric", "tokens", "value"))):
         if name == metric:
@@ -52,7 +77,7 @@ def eval_curves(runs: pa.Table, curves: pa.Table, metric: str, target: float) ->
     for run_id, (xs, ys) in series.items():
         recipe, bs = cell_of[run_id]
         ax = axes[recipes.index(recipe)][sizes.index(bs)]
-        ax.plot(xs, ys, lw=1, label=f"seed {seed_of[run_id]}")
+        ax.plot(xs, ys, lw=1, color=colour[seed_of[run_id]], label=f"seed {seed_of[run_id]}")
     for i, recipe in enumerate(recipes):
         for j, bs in enumerate(sizes):
             ax = axes[i][j]
@@ -62,7 +87,11 @@ def eval_curves(runs: pa.Table, curves: pa.Table, metric: str, target: float) ->
             _tokens_axis(ax)
             if j == 0:
                 ax.set_ylabel(metric)
-    return _png(fig)
+    if isinstance(key, list):
+        fig.legend(handles=key, title="seed", loc="outside right upper", fontsize=8, title_fontsize=9)
+    else:
+        fig.colorbar(key, ax=axes, label="seed", shrink=0.8)
+    return fig
 
 
 def tokens_distribution(runs: pa.Table, batch_sizes: list[int]) -> bytes:

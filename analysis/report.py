@@ -10,7 +10,9 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from analysis.display import Shown, cell_text, header, markdown_header
 from analysis.rcp_table import write_atomic
 
 
@@ -24,43 +26,34 @@ class Section:
     figure: bytes | None = None
     figure_caption: str = ""
     preformatted: str = ""
+    collapsed: bool = False  # HTML: folded under its title (a long dump a reader opens on demand)
 
 
-@dataclass(frozen=True)
-class Shown:
-    """A cell shown as `text` while the table still carries its exact `value` (HTML's
-    data-value), e.g. a statistic that is not meaningful."""
-
-    value: Any
-    text: str
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, Shown):
-        return value.text
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        if value != value:  # NaN
-            return "-"
-        return f"{value:,.4f}" if abs(value) < 100 else f"{value:,.1f}"
-    return str(value)
-
-
+# Tables wrap rather than scroll: a table takes the page's width; text cells wrap, and a
+# long one (a note) keeps a readable width. Headers break at spaces and numbers not at
+# all while the page is wide enough for the widest table (the RCP table's 14 columns need
+# about 1050 px); on a narrower page and on paper they may break anywhere, so no column
+# hides behind a scroll bar or is cut off.
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2rem auto; padding: 0 1rem; max-width: 1100px; color: #222; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
-div.table { overflow-x: auto; } table { border-collapse: collapse; font-size: 0.85rem; } th, td { padding: 3px 8px; border: 1px solid #ddd; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; } th { background: #f4f4f4; }
-img { max-width: 100%; } pre { background: #f7f7f7; padding: 0.8rem; font-size: 0.8rem; overflow-x: auto; }
-figcaption { font-size: 0.8rem; color: #555; }
+table { border-collapse: collapse; font-size: 0.8rem; width: 100%; }
+th, td { padding: 3px 5px; border: 1px solid #ddd; vertical-align: top; overflow-wrap: break-word; }
+td.long { overflow-wrap: anywhere; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th { background: #f4f4f4; font-weight: 600; } td.long { min-width: 12em; width: 30%; }
+@media (max-width: 1150px), print {
+  table { font-size: 0.72rem; } th, td { overflow-wrap: anywhere; } td.long { min-width: 6em; width: 25%; }
+}
+img { max-width: 100%; } pre { background: #f7f7f7; padding: 0.8rem; font-size: 0.8rem; white-space: pre-wrap; }
+figcaption { font-size: 0.8rem; color: #555; } summary { cursor: pointer; } summary > h2 { display: inline-block; }
+@media print { body { margin: 0; padding: 0; max-width: none; } }
 """
 
 
 def _table_html(section: Section) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in section.columns)
+    # data-key: the column's name in the data (CSV, JSON), for a reader or test that
+    # matches columns; the text is the header a person reads.
+    head = "".join(f'<th data-key="{html.escape(c)}">{html.escape(header(c))}</th>' for c in section.columns)
     body = []
     for row in section.rows:
         cells = []
@@ -68,18 +61,20 @@ def _table_html(section: Section) -> str:
             shown = row.get(c)
             value = shown.value if isinstance(shown, Shown) else shown
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            attrs = f' class="num" data-value="{value!r}"' if numeric else ""
-            cells.append(f"<td{attrs}>{html.escape(_fmt(shown))}</td>")
+            text = cell_text(c, shown)
+            attrs = f' class="num" data-value="{value!r}"' if numeric else ' class="long"' if len(text) > 40 else ""
+            cells.append(f"<td{attrs}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return (f'<div class="table"><table id="table-{section.key}"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>')
+    return (f'<table id="table-{section.key}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
 
 
 def render_html(title: str, sections: list[Section]) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
     for s in sections:
-        parts.append(f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2>')
+        heading = f"<h2>{html.escape(s.title)}</h2>"
+        parts.append(f'<section id="{s.key}">' + (f"<details><summary>{heading}</summary>" if s.collapsed else heading))
         if s.text:
             parts.append(f"<p>{html.escape(s.text)}</p>")
         if s.preformatted:
@@ -91,13 +86,14 @@ def render_html(title: str, sections: list[Section]) -> str:
             parts.append(f'<figure><img id="fig-{s.key}" alt="{html.escape(s.title)}" '
                          f'src="data:image/png;base64,{data}"><figcaption>{html.escape(s.figure_caption)}'
                          "</figcaption></figure>")
-        parts.append("</section>")
+        parts.append("</details></section>" if s.collapsed else "</section>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def render_markdown(title: str, sections: list[Section], folder: Path) -> str:
-    """Markdown text; figures are written as PNG files into `folder`."""
+def render_markdown(title: str, sections: list[Section], folder: Path, prefix: str = "report") -> str:
+    """Markdown text; figures are written as PNG files into `folder`, named
+    `<prefix>-<section>.png` so that reports written into one folder keep their own."""
     lines = [f"# {title}", ""]
     for s in sections:
         lines += [f"## {s.title}", ""]
@@ -106,15 +102,14 @@ def render_markdown(title: str, sections: list[Section], folder: Path) -> str:
         if s.preformatted:
             lines += ["```", s.preformatted.rstrip(), "```", ""]
         if s.columns:
-            lines.append("| " + " | ".join(s.columns) + " |")
-            lines.append("|" + "---|" * len(s.columns))
+            lines += markdown_header(s.columns)
             for row in s.rows:
-                lines.append("| " + " | ".join(_fmt(row.get(c)) for c in s.columns) + " |")
+                lines.append("| " + " | ".join(cell_text(c, row.get(c)) for c in s.columns) + " |")
             lines.append("")
         if s.figure:
-            name = f"{s.key}.png"
+            name = f"{prefix}-{s.key}.png"
             (folder / name).write_bytes(s.figure)
-            lines += [f"![{s.title}]({name})", ""]
+            lines += [f"![{s.title}]({quote(name)})", ""]
     return "\n".join(lines)
 
 
@@ -123,5 +118,5 @@ def write_report(path: Path, title: str, sections: list[Section], fmt: str) -> P
         write_atomic(path, render_html(title, sections))
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, render_markdown(title, sections, path.parent))
+    write_atomic(path, render_markdown(title, sections, path.parent, path.stem))
     return path

@@ -24,10 +24,6 @@ from orchestrator.cli.app import (
 )
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 @app.command()
 def analyze(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
@@ -111,7 +107,7 @@ def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
 
 def _print_table(table, title: str, submission_runs: int) -> None:
     """The table with a short mark per row; the notes in full follow on stderr."""
-    from analysis.analyze import NOT_MEANINGFUL
+    from analysis.display import NOT_MEANINGFUL, cell_text, rcp_row_shown
     from analysis.rcp_table import not_an_rcp
 
     view = Table(title=title)
@@ -119,13 +115,13 @@ def _print_table(table, title: str, submission_runs: int) -> None:
                 "max speedup", "note"):
         view.add_column(col, justify="left" if col in ("recipe", "note") else "right")
     for r in table.to_pylist():
-        limits = ((NOT_MEANINGFUL, NOT_MEANINGFUL) if r["degenerate"]
-                  else (_fmt(r["min_acceptable_mean"]), _fmt(r["max_speedup"], 4)))
+        shown = rcp_row_shown(r)
+        numbers = [cell_text(c, shown[c]) for c in ("olympic_mean", "stdev", "min_acceptable_mean", "max_speedup")]
         complete = r["converged"] == r["runs"] and r["runs"] >= 3
         mark = (not_an_rcp(r["runs"], submission_runs) or "") if complete else (r["note"] or "")
         view.add_row(
             r["recipe"], str(r["batch_size"]), str(r["runs"]), str(r["converged"]), str(r["not_converged"]),
-            str(r["diverged"]), _fmt(r["olympic_mean"]), _fmt(r["stdev"]), *limits, escape(mark),
+            str(r["diverged"]), *numbers, escape(mark),
         )
     console.print(view)
     if any(r["degenerate"] for r in table.to_pylist()):

@@ -10,19 +10,33 @@ from orchestrator.cli.analysis import analysis_request
 from orchestrator.cli.app import app, console, fail, load_campaign_or_fail, reference_or_fail
 from trainers.contract.uri import redact_uri
 
+FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
+
+
+def report_format(out: Path, fmt: str | None) -> str:
+    """The format asked for, else the one --out's name says; a name that says none fails."""
+    if fmt is not None:
+        if fmt not in ("html", "md"):
+            fail(f"--format must be html or md, got {fmt!r}")
+        return fmt
+    inferred = FORMATS.get(out.suffix.lower())
+    if inferred is None:
+        fail(f"--out {out}: cannot tell the format from the name; end it in .html or .md, or pass --format html|md")
+    return inferred
+
 
 @app.command()
 def report(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
-    out: Path = typer.Option(Path("report.html"), "--out", help="the report file"),
-    fmt: str = typer.Option("html", "--format", help="html (one self-contained file) or md (PNG files beside it)"),
+    out: Path = typer.Option(Path("report.html"), "--out", help="the report file, .html or .md (its format)"),
+    fmt: str = typer.Option(None, "--format", show_default="from --out: .html or .md",
+                            help="html (one self-contained file) or md (PNG files beside it, named after --out)"),
     reference: str = typer.Option(None, "--reference", show_default="bf16, or adaptive.reference",
                                   help="the reference recipe of the convergence factors"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap and Monte Carlo (same as analyze's)"),
 ) -> None:
-    """Write the campaign report: settings, RCP table, curves, distributions, RCP curve."""
-    if fmt not in ("html", "md"):
-        fail(f"--format must be html or md, got {fmt!r}")
+    """Write the campaign report: factors, RCP table, selection, curves, distributions, RCP curve, cost, settings."""
+    fmt = report_format(out, fmt)
     campaign = load_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.campaign_report import CampaignFacts, build_sections

@@ -8,6 +8,7 @@ import csv
 import shutil
 import subprocess
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -55,8 +56,9 @@ def test_every_section_and_figure_is_present_and_non_empty(report):
 
 
 class _Tables(HTMLParser):
-    """Every table of the page by id: its header and, per row, the exact value of each
-    numeric cell (its data-value) or the text of the others."""
+    """Every table of the page by id: its columns (data-key) and their headers as shown,
+    and per row, keyed by column, the exact value of each numeric cell (its data-value)
+    or the text of the others, and (in "texts") every cell's text as shown."""
 
     def __init__(self):
         super().__init__()
@@ -67,11 +69,14 @@ class _Tables(HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "table":
-            self._table = self.tables.setdefault(a.get("id", ""), {"header": [], "rows": []})
+            self._table = self.tables.setdefault(a.get("id", ""), {"header": [], "shown": [], "rows": [], "texts": []})
         elif tag == "tr" and self._table is not None:
             self._row = []
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = [tag, a.get("data-value"), ""]
+        elif tag == "th" and self._row is not None:
+            self._table["header"].append(a["data-key"])
+            self._cell = ["th", None, ""]
+        elif tag == "td" and self._row is not None:
+            self._cell = ["td", a.get("data-value"), ""]
 
     def handle_data(self, data):
         if self._cell is not None:
@@ -80,26 +85,33 @@ class _Tables(HTMLParser):
     def handle_endtag(self, tag):
         if tag in ("td", "th") and self._cell is not None:
             kind, value, text = self._cell
-            self._row.append(text if kind == "th" else (float(value) if value not in (None, "None") else text))
+            if kind == "th":
+                self._table["shown"].append(text)
+            else:
+                self._row.append((float(value) if value not in (None, "None") else text, text))
             self._cell = None
         elif tag == "tr" and self._row is not None:
-            if self._row and all(isinstance(c, str) for c in self._row) and not self._table["header"]:
-                self._table["header"] = self._row
-            else:
-                self._table["rows"].append(dict(zip(self._table["header"], self._row)))
+            if self._row:
+                self._table["rows"].append(dict(zip(self._table["header"], (v for v, _ in self._row))))
+                self._table["texts"].append(dict(zip(self._table["header"], (t for _, t in self._row))))
             self._row = None
         elif tag == "table":
             self._table = None
+
+
+def _tables(out) -> dict[str, dict]:
+    tables = _Tables()
+    tables.feed((out / "report.html").read_text())
+    return tables.tables
 
 
 def test_factor_and_selection_tables_equal_analyze_outputs(report):
     import json
 
     out, _ = report
-    tables = _Tables()
-    tables.feed((out / "report.html").read_text())
+    tables = _tables(out)
     factors = json.loads((out / "factors.json").read_text())["factors"]
-    shown = tables.tables["table-factors"]["rows"]
+    shown = tables["table-factors"]["rows"]
     assert len(shown) == len(factors) > 0
     for row, f in zip(shown, factors):
         assert (row["candidate"], row["batch_size"]) == (f["candidate"], f["batch_size"])
@@ -109,7 +121,7 @@ def test_factor_and_selection_tables_equal_analyze_outputs(report):
             shown = "unbounded" if f.get(f"{key}_unbounded") else "-"
             assert row[col] == (f[key] if f[key] is not None else shown), col
     cells = json.loads((out / "selection.json").read_text())["cells"]
-    shown = tables.tables["table-selection"]["rows"]
+    shown = tables["table-selection"]["rows"]
     assert len(shown) == len(cells) > 0
     for row, cell in zip(shown, cells):
         assert row["honest_mean"] == cell["honest"]["mean"]
@@ -120,10 +132,9 @@ def test_the_cost_table_is_each_cells_recorded_compute(report):
     from tests.cluster.helpers import runs_of
 
     out, campaign = report
-    tables = _Tables()
-    tables.feed((out / "report.html").read_text())
+    tables = _tables(out)
     _, runs = runs_of(campaign)
-    shown = tables.tables["table-cost"]["rows"]
+    shown = tables["table-cost"]["rows"]
     assert len(shown) == 4
     for row in shown:
         walls = [r.data.metrics["run_wall_s"] for r in runs if r.data.tags["rcpforge.recipe"] == row["recipe"]
@@ -133,9 +144,8 @@ def test_the_cost_table_is_each_cells_recorded_compute(report):
 
 def test_table_numbers_equal_those_of_analyze(report):
     out, _ = report
-    tables = _Tables()
-    tables.feed((out / "report.html").read_text())
-    shown = tables.tables["table-rcp-table"]["rows"]
+    tables = _tables(out)
+    shown = tables["table-rcp-table"]["rows"]
     expected = list(csv.DictReader(open(out / "rcp_table.csv")))
     assert len(shown) == len(expected) == 4
     for row, want in zip(shown, expected):
@@ -154,26 +164,135 @@ def test_table_numbers_equal_those_of_analyze(report):
 
 
 def test_markdown_report_writes_pngs_beside_it(finished, tmp_path, cli):
+    """The format follows --out's name (no --format), the figures are named after the
+    report, readable headers, and the settings come last."""
     path, _, _, _ = finished
-    made = cli("report", str(path), "--out", str(tmp_path / "r.md"), "--format", "md")
+    made = cli("report", str(path), "--out", str(tmp_path / "r.md"))
     assert made.returncode == 0, made.stderr
     text = (tmp_path / "r.md").read_text()
+    assert not text.lstrip().startswith("<")
     for key in FIGURES:
-        assert f"]({key}.png)" in text
-        assert (tmp_path / f"{key}.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| recipe | batch_size |" in text
+        assert f"](r-{key}.png)" in text
+        assert (tmp_path / f"r-{key}.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| recipe | batch size | runs |" in text and "| max speedup |" in text and "| runs required |" in text
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[0].startswith("## Convergence factors") and headings[1] == "## RCP table"
+    assert headings[-1] == "## Campaign settings"
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+def test_report_format_follows_the_file_name_unless_given(tmp_path, cli):
+    import typer
+
+    from orchestrator.cli.report import report_format
+
+    assert report_format(Path("y.md"), None) == "md"
+    assert report_format(Path("out/r.HTML"), None) == "html"
+    assert report_format(Path("y.md"), "html") == "html"  # --format overrides the name
+    with pytest.raises(typer.Exit) as failed:
+        report_format(Path("y.txt"), None)
+    assert failed.value.exit_code == 2
+    made = cli("report", str(tmp_path / "campaign.yaml"), "--out", str(tmp_path / "y.txt"))
+    assert made.returncode == 2 and "Traceback" not in made.stderr
+    assert made.stderr.strip().count("\n") == 0 and "--format html|md" in made.stderr
 
 
-def test_report_renders_in_headless_chromium(report, tmp_path):
-    browser = _chromium()
+def test_markdown_reports_in_one_folder_keep_their_own_figures(tmp_path):
+    from analysis.report import Section, write_report
+
+    for name in ("a", "b"):
+        figure = b"\x89PNG" + name.encode()
+        write_report(tmp_path / f"{name}.md", name, [Section("curves", "Curves", figure=figure)], "md")
+    for name in ("a", "b"):
+        assert (tmp_path / f"{name}-curves.png").read_bytes() == b"\x89PNG" + name.encode()
+        assert f"]({name}-curves.png)" in (tmp_path / f"{name}.md").read_text()
+
+
+def test_the_headline_comes_first_and_the_settings_last_folded(report):
+    out, _ = report
+    page = _Page()
+    html = (out / "report.html").read_text()
+    page.feed(html)
+    assert page.sections[:3] == ["factors", "rcp-table", "selection"]
+    assert page.sections[-1] == "settings"
+    assert '<section id="settings"><details><summary>' in html
+
+
+def test_table_headers_are_readable(report):
+    from analysis.display import header
+
+    out, _ = report
+    tables = _tables(out)
+    assert len(tables) == 4
+    for key, table in tables.items():
+        assert table["shown"] == [header(c) for c in table["header"]], key
+        assert not [h for h in table["shown"] if "_" in h], key
+    assert {"batch size", "min acceptable mean", "max speedup", "pending or failed", "is RCP"} <= set(
+        tables["table-rcp-table"]["shown"])
+    assert {"runs required", "outlier sets", "gain, best of 5"} <= set(tables["table-selection"]["shown"])
+    assert {"P(candidate faster)", "Mann-Whitney p", "CI low"} <= set(tables["table-factors"]["shown"])
+
+
+def _md_table(text: str, heading: str) -> list[dict[str, str]]:
+    """The rows of the first markdown table under the `## heading...` line, by header."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"## {heading}"))
+    block = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            block.append([c.strip() for c in line.strip("|").split(" | ")])
+    if not block:
+        return []
+    return [dict(zip(block[0], row)) for row in block[2:]]
+
+
+def test_the_report_shows_every_value_as_summary_md_does(report):
+    out, _ = report
+    tables = _tables(out)
+    summary = (out / "summary.md").read_text()
+    for heading, key in (("RCP table", "table-rcp-table"), ("Convergence factors", "table-factors"),
+                         ("Selection", "table-selection")):
+        md = _md_table(summary, heading)
+        shown = [dict(zip(tables[key]["shown"], row.values())) for row in tables[key]["texts"]]
+        assert len(md) == len(shown) > 0
+        common = set(md[0]) & set(shown[0])
+        assert len(common) >= 6, common
+        for m, h in zip(md, shown):
+            assert {c: h[c] for c in common} == {c: m[c] for c in common}, heading
+            if key == "table-factors":
+                assert m["interval"] == f"{h['CI low']} .. {h['CI high']}"
+            if key == "table-selection":
+                gains = [c.removeprefix("gain, best of ") for c in h if c.startswith("gain, best of ")]
+                assert m["best-of-K gain (K: gain)"] == ", ".join(f"{k}: {h[f'gain, best of {k}']}" for k in gains)
+
+
+def test_runs_required_beyond_the_largest_m_tried_reads_the_same_everywhere():
+    """None (no M up to max_m_factor x N keeps the gain under the tolerance) was "-" in
+    the report and "> 15" in summary.md."""
+    from analysis.campaign_report import selection_section
+    from analysis.report import render_html, render_markdown
+    from analysis.selection import Selection, SelectionSettings
+
+    cell = Selection("bf16", 16, 3, 3, None, None, {"mean": 10.0, "stdev": 1.0, "pass_prob": 0.5},
+                     best_of_k=[{"k": 2, "gain": 0.0123}], runs_required=None)
+    section = selection_section([cell], SelectionSettings(max_m_factor=5))
+    assert ">&gt; 15</td>" in render_html("r", [section])
+    row = render_markdown("r", [section], Path("."))
+    assert "| 1.23% | > 15 | - |" in row
+
+
+def _chromium() -> str:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         from tests.conftest import missing_service
 
         missing_service("chromium is not installed (apt-get install chromium)")
+    return browser
+
+
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    browser = _chromium()
     out, _ = report
     shot = tmp_path / "shot.png"
     proc = subprocess.run(
@@ -190,3 +309,87 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
     assert pixels[..., :3].std() > 0.05  # not a blank page
 
+
+# Run in the page once it is laid out: every way a table could hide a column. The
+# result is written into the page, which --dump-dom prints.
+_LAYOUT_PROBE = """<script>
+(() => {
+  const page = document.documentElement, width = page.clientWidth, problems = [];
+  if (page.scrollWidth > page.clientWidth) problems.push(`the page scrolls sideways: ${page.scrollWidth} > ${width}`);
+  const tables = [...document.querySelectorAll('table')];
+  for (const table of tables) {
+    const box = table.parentElement, right = box.getBoundingClientRect().right + 0.5;
+    if (box.scrollWidth > box.clientWidth)
+      problems.push(`${table.id}: its container scrolls (${box.scrollWidth} > ${box.clientWidth})`);
+    for (const el of table.querySelectorAll('*')) {
+      const name = `${table.id}: <${el.tagName}> ${el.textContent.slice(0, 30)}`;
+      if (el.getBoundingClientRect().right > right) problems.push(`${name} ends past its container`);
+      if (el.scrollWidth > el.clientWidth && el.clientWidth > 0) problems.push(`${name} overflows itself`);
+    }
+    for (const th of table.querySelectorAll('th')) {
+      const r = th.getBoundingClientRect();
+      if (r.left < 0 || r.right > width)
+        problems.push(`${table.id}: header ${th.textContent} at ${r.left}..${r.right}, outside 0..${width}`);
+    }
+  }
+  const out = document.createElement('pre');
+  out.id = 'layout-probe';
+  out.textContent = JSON.stringify({width, tables: tables.length, problems});
+  document.body.appendChild(out);
+})();
+</script>"""
+
+
+@pytest.mark.parametrize("width", [1200, 700])  # a screen, and about a printed A4 page's width
+def test_every_table_column_is_visible_within_the_page_width(report, tmp_path, width):
+    import html
+    import json
+    import re
+
+    browser = _chromium()
+    out, _ = report
+    page = tmp_path / "probed.html"
+    page.write_text((out / "report.html").read_text().replace("</body>", _LAYOUT_PROBE + "</body>"))
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},1000",
+                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="layout-probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stderr[-2000:]
+    layout = json.loads(html.unescape(found.group(1)))
+    assert layout["width"] > width - 30 and layout["tables"] == 4
+    assert layout["problems"] == []
+
+
+def _seed_runs(seeds: int):
+    import pyarrow as pa
+
+    cells = [(r, b, s) for r in ("bf16", "fp8") for b in (16, 64) for s in range(seeds)]
+    runs = pa.table({"run_id": [f"{r}-{b}-{s}" for r, b, s in cells], "recipe": [c[0] for c in cells],
+                     "batch_size": [c[1] for c in cells], "seed": [c[2] for c in cells]})
+    points = [(f"{r}-{b}-{s}", t, 1.0 / (t + s)) for r, b, s in cells for t in (1, 2, 3)]
+    curves = pa.table({"run_id": [p[0] for p in points], "metric": ["loss"] * len(points),
+                       "tokens": [p[1] for p in points], "value": [p[2] for p in points]})
+    return runs, curves
+
+
+def test_eval_curves_name_each_seed_in_a_legend():
+    from analysis.plots import eval_curves_figure
+
+    fig = eval_curves_figure(*_seed_runs(3), "loss", 0.3)
+    (legend,) = fig.legends
+    assert legend.get_title().get_text() == "seed"
+    assert [t.get_text() for t in legend.get_texts()] == ["0", "1", "2"]
+    colour = {t.get_text(): h.get_color() for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    drawn = [line for ax in fig.axes for line in ax.get_lines() if line.get_label().startswith("seed ")]
+    assert len(drawn) == 12  # 4 panels x 3 seeds, each seed in its legend colour in every panel
+    assert all(line.get_color() == colour[line.get_label().removeprefix("seed ")] for line in drawn)
+
+
+def test_eval_curves_of_many_seeds_get_a_colour_bar():
+    from analysis.plots import LEGEND_SEEDS, eval_curves_figure
+
+    fig = eval_curves_figure(*_seed_runs(LEGEND_SEEDS + 30), "loss", 0.3)
+    assert fig.legends == []
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel() == "seed"] == ["seed"]
+    colours = {tuple(line.get_color()) for ax in fig.axes for line in ax.get_lines()
+               if line.get_label().startswith("seed ")}
+    assert len(colours) == LEGEND_SEEDS + 30
