@@ -22,3 +22,25 @@ def test_help_lists_every_command(cli):
     assert proc.returncode == 0
     for command in ("run", "analyze", "export", "check", "rcp-stats", "import", "report", "recipes", "tune"):
         assert f" {command} " in proc.stdout
+
+
+def test_the_readme_synopses_list_every_command_and_flag():
+    """The README's Commands block: each command's synopsis (its line and the indented
+    lines after it) names every flag the command takes."""
+    from typer.main import get_command
+
+    from orchestrator.cli import app
+
+    block = (ROOT / "README.md").read_text().split("## Commands", 1)[1].split("```", 2)[1]
+    synopses: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        if line.startswith("rcpforge "):
+            current = line.split()[1]
+        if current:
+            synopses[current] = synopses.get(current, "") + line.split("#")[0] + "\n"
+    for name, command in get_command(app).commands.items():
+        assert name in synopses, f"README Commands lacks `rcpforge {name}`"
+        flags = [opt for param in command.params for opt in param.opts if opt.startswith("--") and opt != "--help"]
+        missing = [flag for flag in flags if flag not in synopses[name]]
+        assert not missing, f"README synopsis of `rcpforge {name}` lacks {missing}"
