@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from orchestrator.tracking.client import DEFAULT_RETRY_S, TrackingUnavailable, _RetryingClient, sqlite_uri
 from orchestrator.tracking.run_log import RunLog
-from orchestrator.tracking.store import LedgerEntry, Tracking, mark_preempted, spec_tags
+from orchestrator.tracking.store import ImportedRun, LedgerEntry, Tracking, mark_preempted, spec_tags
 
-__all__ = ["DEFAULT_RETRY_S", "LedgerEntry", "RunLog", "Tracking", "TrackingUnavailable", "_RetryingClient",
-           "mark_preempted", "sqlite_uri", "spec_tags"]
+__all__ = ["DEFAULT_RETRY_S", "ImportedRun", "LedgerEntry", "RunLog", "Tracking", "TrackingUnavailable",
+           "_RetryingClient", "mark_preempted", "sqlite_uri", "spec_tags"]
