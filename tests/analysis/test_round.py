@@ -37,3 +37,24 @@ def test_round_json_and_bad_input(round_v50_subset, tmp_path):
                  (str(round_v50_subset), "--rcps", "9.9")):
         bad = run_cli("round", *args)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_the_median_window_of_m_over_n_runs_is_taken_by_start_time(tmp_path):
+    """Seven resnet runs (N = 5) whose start order is not their file order: the windows by
+    start time score 30, 40, 50 (olympic means), so the median window's is 40."""
+    from analysis.round import window_olympic_mean
+
+    def line(key, value=None, time_ms=0, **meta):
+        return ":::MLLOG " + json.dumps({"key": key, "value": value, "time_ms": time_ms, "metadata": meta})
+
+    epochs_by_start = [10, 20, 30, 40, 50, 60, 70]
+    file_order = [0, 1, 2, 3, 5, 6, 4]  # result_i holds the file_order[i]-th started run (by name: 43.3)
+    for i, k in enumerate(file_order):
+        body = [line("submission_benchmark", "resnet"), line("global_batch_size", 1024),
+                line("run_start", time_ms=1000 * k), line("eval_accuracy", 0.76, epoch_num=epochs_by_start[k]),
+                line("run_stop", time_ms=1000 * k + 500, status="success")]
+        (tmp_path / f"result_{i}.txt").write_text("\n".join(body) + "\n")
+    assert window_olympic_mean(tmp_path, "resnet", "5.0.0") == 40.0
+    (tmp_path / "result_6.txt").unlink()
+    (tmp_path / "result_5.txt").unlink()
+    assert window_olympic_mean(tmp_path, "resnet", "5.0.0") is None  # M = N: no window
