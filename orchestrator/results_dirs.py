@@ -18,29 +18,41 @@ the same files again adds nothing. `samples_to_target` is the value the checker 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.tracking import Tracking
+from orchestrator.tracking import ImportedRun, Tracking
 from trainers.contract import RunStatus
-from trainers.contract.mllog.read import follow_file, parse_line
+from trainers.contract.mllog.read import events_facts, follow_events
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
+    METRIC_TIME_TO_TRAIN,
+    TAG_ACCELERATOR,
+    TAG_ACCELERATORS_PER_NODE,
     TAG_ATTEMPTS,
     TAG_BATCH_SIZE,
     TAG_BENCHMARK,
     TAG_CAMPAIGN,
+    TAG_DISCLOSED,
+    TAG_DIVISION,
+    TAG_FRAMEWORK,
+    TAG_NODES,
     TAG_RECIPE,
+    TAG_RESULTS_DIR,
     TAG_ROLE,
     TAG_SEED,
     TAG_SOURCE,
     TAG_STATUS,
+    TAG_SUBMITTER,
+    TAG_SYSTEM,
     TAG_TARGET_METRIC,
     TAG_TRAINER,
+    TAG_WARNING,
 )
 
 OUTCOME_VALUES = {s.value for s in (RunStatus.converged, RunStatus.not_converged, RunStatus.diverged)}
@@ -140,6 +152,9 @@ class ImportSummary:
     imported: int = 0
     already: int = 0
     cells: dict[tuple[str, int], int] = field(default_factory=dict)
+    folders: int = 0  # results directories read
+    # One line per file imported as not converged because it has no run_stop (cut off)
+    truncated: list[str] = field(default_factory=list)
 
 
 def result_files(folder: Path) -> list[Path]:
@@ -151,64 +166,133 @@ def result_files(folder: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def results_folders(paths: list[Path]) -> list[Path]:
+    """The results directories in `paths`: each path is one, or a folder holding some at
+    any depth (a round's root `<submitter>/results/<system>/<benchmark>/`, an export's
+    `<recipe>/bs<N>/`), in path order."""
+    found: dict[Path, None] = {}
+    for path in paths:
+        if not path.exists():
+            raise ResultsError(f"{path}: no such file or directory")
+        if not path.is_dir():
+            raise ResultsError(f"{path}: not a directory")
+        leaves = sorted({p.parent for p in path.rglob("result_*.txt") if _RESULT_NAME.match(p.name) and p.is_file()})
+        if not leaves:
+            raise ResultsError(f"{path}: no result_<i>.txt files in it or under it; give a results directory "
+                               "(result_0.txt, result_1.txt, ...), a folder of them, or a round's root")
+        found.update(dict.fromkeys(leaves))
+    return list(found)
+
+
 def default_artifact_dir(tracking_uri: str) -> Path:
     if tracking_uri.startswith("sqlite:///"):
         return Path(tracking_uri[len("sqlite:///"):]).parent / "mlartifacts"
     return Path("mlartifacts")
 
 
+# systems/<system>.json field -> tag
+_SYSTEM_FIELDS = {"submitter": TAG_SUBMITTER, "division": TAG_DIVISION, "framework": TAG_FRAMEWORK,
+                  "accelerator_model_name": TAG_ACCELERATOR, "accelerators_per_node": TAG_ACCELERATORS_PER_NODE,
+                  "number_of_nodes": TAG_NODES}
+# MLLOG submission_<x> -> tag, where no system file says it
+_MLLOG_FIELDS = {"org": TAG_SUBMITTER, "division": TAG_DIVISION, "platform": TAG_SYSTEM}
+
+
+def round_tags(folder: Path) -> dict[str, str]:
+    """What a results directory's place in a round says: `<submitter>/results/<system>/
+    <benchmark>/` with `<submitter>/systems/<system>.json` beside it."""
+    folder = folder.resolve()
+    tags = {TAG_RESULTS_DIR: str(folder)}
+    if folder.parent.parent.name != "results":
+        return tags
+    submitter_dir, system = folder.parents[2], folder.parent.name
+    tags.update({TAG_SUBMITTER: submitter_dir.name, TAG_SYSTEM: system})
+    system_file = submitter_dir / "systems" / f"{system}.json"
+    try:
+        described = json.loads(system_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return tags  # no (readable) system file: the MLLOG lines fill in what they can
+    if isinstance(described, dict):
+        for name, tag in _SYSTEM_FIELDS.items():
+            value = described.get(name)
+            if value not in (None, ""):
+                tags[tag] = str(value).strip()
+    return tags
+
+
 def import_results(folders: list[Path], campaign: str, tracking_uri: str, recipe: str | None = None) -> ImportSummary:
-    """Each folder's files become runs of `campaign`; the recipe is `recipe` or the
-    folder's parent's name (`<recipe>/bs<bs>` of an export, `<system>/<benchmark>` of an
-    MLCommons submission)."""
-    plans = []
-    for folder in folders:
-        for path in result_files(folder):
-            reading = follow_file(path)
-            if not isinstance(reading.batch_size, (int, float)) or reading.batch_size <= 0:
-                raise ResultsError(f"{path}: no global_batch_size line; the checker cannot use this file either")
-            plans.append((path, reading, recipe or folder.resolve().parent.name))
+    """The result files in `folders` (results directories, or folders holding them:
+    `results_folders`) become runs of `campaign`; the recipe is `recipe` or the results
+    directory's parent's name (`<recipe>/bs<bs>` of an export, `<system>/<benchmark>` of
+    an MLCommons submission). The run key is the hash of the file's bytes, so files
+    already imported are skipped before anything is written."""
+    leaves = results_folders(folders)
     tracking = Tracking(tracking_uri)
     experiment_id = tracking.open_experiment(campaign, default_artifact_dir(tracking_uri))
     known = tracking.ledger(experiment_id)
-    summary = ImportSummary()
+    summary = ImportSummary(folders=len(leaves))
     seeds: dict[tuple[str, int], int] = {}
-    for path, reading, name in plans:
-        bs = int(reading.batch_size)
-        seed = seeds.get((name, bs), 0)
-        seeds[(name, bs)] = seed + 1
-        key = hashlib.sha256(path.read_bytes()).hexdigest()[:24]
-        if key in known:
-            summary.already += 1
-            continue
-        _import_one(tracking, experiment_id, campaign, path, reading, name, bs, seed, key)
+    planned = []
+    for folder in leaves:
+        where = round_tags(folder)
+        name = recipe or folder.resolve().parent.name
+        for path in result_files(folder):
+            data = path.read_bytes()
+            key = hashlib.sha256(data).hexdigest()[:24]
+            reading, events = follow_events(path)
+            if not isinstance(reading.batch_size, (int, float)) or reading.batch_size <= 0:
+                raise ResultsError(f"{path}: no global_batch_size line; the checker cannot use this file either")
+            bs = int(reading.batch_size)
+            seed = seeds.get((name, bs), 0)
+            seeds[(name, bs)] = seed + 1
+            if key in known:  # imported before, or the same bytes twice in this import
+                summary.already += 1
+                continue
+            known[key] = None  # type: ignore[assignment]
+            planned.append(_imported_run(campaign, path, reading, events, where, name, bs, seed, key, summary))
+    tracking.import_runs(experiment_id, [run for run, _ in planned])  # every file read (and usable) first
+    for _, cell in planned:
         summary.imported += 1
-        summary.cells[(name, bs)] = summary.cells.get((name, bs), 0) + 1
+        summary.cells[cell] = summary.cells.get(cell, 0) + 1
     return summary
 
 
-def _import_one(tracking: Tracking, experiment_id: str, campaign: str, path: Path, reading, recipe: str,
-                bs: int, seed: int, key: str) -> None:
+def _imported_run(campaign: str, path: Path, reading, events: list[dict], where: dict[str, str], recipe: str,
+                  bs: int, seed: int, key: str, summary: ImportSummary) -> tuple[ImportedRun, tuple[str, int]]:
     status = RunStatus.converged if reading.converged else RunStatus.not_converged
+    facts = events_facts(events)
     tags = {
         TAG_CAMPAIGN: campaign, TAG_ROLE: "campaign", TAG_RECIPE: recipe,
         TAG_BATCH_SIZE: str(bs), TAG_SEED: str(seed), TAG_STATUS: status.value, TAG_ATTEMPTS: "1",
         TAG_TRAINER: "import", TAG_TARGET_METRIC: "eval_accuracy", TAG_SOURCE: str(path.resolve()),
     }
+    for name, tag in _MLLOG_FIELDS.items():
+        value = facts.submission.get(name)
+        if tag not in where and value not in (None, ""):
+            tags[tag] = str(value)
+    tags.update(where)
+    tags.update({TAG_DISCLOSED + k: str(v) for k, v in facts.disclosed.items()})
     if reading.benchmark:
         tags[TAG_BENCHMARK] = str(reading.benchmark)
-    metrics = [("eval_accuracy", value, step) for step, value in _curve(reading)]
+    if not reading.saw_run_stop:
+        note = f"{path}: no run_stop (the file is cut off?); imported as not converged, as the checker counts it"
+        tags[TAG_WARNING] = note
+        summary.truncated.append(note)
+    metrics = [("eval_accuracy", value, step) for step, value in _curve(events)]
     if status is RunStatus.converged:
         metrics.append((METRIC_SAMPLES_TO_TARGET, float(reading.value_to_converge), 0))
-    tracking.import_run(experiment_id, key, f"{recipe}-bs{bs}-s{seed}", tags, metrics, path)
+    if facts.time_to_train_s is not None:
+        metrics.append((METRIC_TIME_TO_TRAIN, facts.time_to_train_s, 0))
+    end = facts.stopped_ms if facts.stopped_ms is not None else facts.last_ms
+    run = ImportedRun(key, f"{recipe}-bs{bs}-s{seed}", tags, metrics, path, facts.started_ms, end)
+    return run, (recipe, bs)
 
 
-def _curve(reading) -> list[tuple[int, float]]:
+def _curve(events: list[dict]) -> list[tuple[int, float]]:
     """The eval_accuracy points, stepped by samples_count (or by their order)."""
     points: dict[int, float] = {}
-    for i, line in enumerate(reading.lines):
-        event = parse_line(line)
-        if not event or event.get("key") != "eval_accuracy" or not isinstance(event.get("value"), (int, float)):
+    for event in events:
+        if event.get("key") != "eval_accuracy" or not isinstance(event.get("value"), (int, float)):
             continue
         meta = event.get("metadata") or {}
         step = meta.get("samples_count") if isinstance(meta.get("samples_count"), (int, float)) else len(points) + 1

@@ -148,3 +148,19 @@ def ray_address():
 
 # The two-node dev Slurm, for the multi-node gang tests (tests/cluster/test_slurm_gangs.py).
 from tests.helpers.slurm_cluster import two_node_slurm, two_node_slurm_conf  # noqa: E402, F401
+
+
+@pytest.fixture(scope="session")
+def round_v50(tmp_path_factory) -> Path:
+    """The whole shared v5.0 round, unpacked once a session (about 0.5 s, 32 MB)."""
+    from tests.helpers.round_data import unpack_round
+
+    return unpack_round(tmp_path_factory.mktemp("round_v50"))
+
+
+@pytest.fixture(scope="session")
+def round_v50_subset(tmp_path_factory) -> Path:
+    """A few submitters' results directories of the v5.0 round with their system files."""
+    from tests.helpers.round_data import SUBSET, unpack_round
+
+    return unpack_round(tmp_path_factory.mktemp("round_v50_subset"), SUBSET)

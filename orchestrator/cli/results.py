@@ -22,12 +22,14 @@ from trainers.contract.uri import redact_uri
 
 @app.command("import")
 def import_cmd(
-    dirs: List[Path] = typer.Argument(..., help="results directories holding result_<i>.txt files"),
+    dirs: List[Path] = typer.Argument(..., help="results directories holding result_<i>.txt files, or folders holding "
+                                      "them at any depth (a round's root, an `export --results` folder)"),
     campaign: str = typer.Option(..., "--campaign", help="the campaign (MLflow experiment) the runs join"),
     recipe: Optional[str] = typer.Option(None, help="recipe name of the runs (default: each folder's parent's name)"),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="default: sqlite rcpforge-mlflow.db here"),
 ) -> None:
-    """Read results directories (a published MLPerf submission, an export) as runs."""
+    """Read results directories (a published MLPerf submission or whole round, an export) as
+    runs, in bulk; files imported before are skipped."""
     import re
 
     from orchestrator.results_dirs import ResultsError, import_results
@@ -41,9 +43,13 @@ def import_cmd(
         summary = import_results(dirs, campaign, uri, recipe)
     except ResultsError as err:
         fail(str(err))
-    for (name, bs), count in sorted(summary.cells.items()):
-        console.print(f"{name} bs {bs}: {count} runs imported")
-    console.print(f"campaign {campaign}: {summary.imported} runs imported, {summary.already} already there")
+    for note in summary.truncated:
+        err_console.print(f"note: {note}", highlight=False)
+    if len(summary.cells) <= 20:  # a whole round's hundreds of cells would bury the summary
+        for (name, bs), count in sorted(summary.cells.items()):
+            console.print(f"{name} bs {bs}: {count} runs imported")
+    console.print(f"campaign {campaign}: {summary.imported} runs imported, {summary.already} already there "
+                  f"(from {summary.folders} results directories)")
     console.print(f"tracking store: {redact_uri(uri)}")
 
 

@@ -64,6 +64,20 @@ def run_identity(spec: RunSpec) -> dict[str, str | int]:
     return {TAG_RECIPE: spec.recipe, TAG_BATCH_SIZE: spec.batch_size, TAG_SEED: spec.seed}
 
 
+@dataclass(frozen=True)
+class ImportedRun:
+    """A finished run to file as it happened: metrics as (name, value, step), its MLflow
+    start and end times the run's own (epoch milliseconds; None: now)."""
+
+    run_key: str
+    run_name: str
+    tags: dict[str, str]
+    metrics: list[tuple[str, float, int]]
+    result_file: Path
+    start_ms: float | None = None
+    end_ms: float | None = None
+
+
 class Tracking:
     """The orchestrator's view of one campaign's experiment."""
 
@@ -153,7 +167,8 @@ class Tracking:
         if params:
             self.client.log_batch(run_id, params=params)
 
-    def _create_once(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str]):
+    def _create_once(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str],
+                     start_time: float | None = None):
         """`create_run` is not idempotent: a try whose answer was lost (a tracking server
         stopped mid-request) may have made the run, so every later try looks for it
         first, and a run key never gets two MLflow runs."""
@@ -167,7 +182,8 @@ class Tracking:
                 if found:
                     return found[0]
             tried = True
-            return self.client.raw.create_run(experiment_id, run_name=run_name, tags=tags)
+            return self.client.raw.create_run(experiment_id, run_name=run_name, tags=tags,
+                                              start_time=None if start_time is None else int(start_time))
 
         return self.client.retry("create_run", attempt)
 
@@ -214,25 +230,46 @@ class Tracking:
         into.mkdir(parents=True, exist_ok=True)
         return Path(self.client.download_artifacts(run_id, RESULT_FILE, str(into)))
 
-    def import_run(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str],
-                   metrics: list[tuple[str, float, int]], result_file: Path) -> str:
-        """A finished run read from elsewhere (an MLCommons result file): its tags, its
-        metrics as (name, value, step), and the file as its `result.txt` artifact."""
+    def import_runs(self, experiment_id: str, runs: list[ImportedRun]) -> list[str]:
+        """Finished runs read from elsewhere (MLCommons result files), in bulk on a
+        database store (`bulk.py`), else run by run."""
+        from orchestrator.tracking.bulk import CHUNK, database_store, import_chunk_sql
+
+        store = database_store(self.client.raw)
+        if store is None:
+            return [self.import_run(experiment_id, run) for run in runs]
+        ids: list[str] = []
+        for start in range(0, len(runs), CHUNK):  # a chunk's transaction rolls back whole, so it is retried whole
+            chunk = runs[start : start + CHUNK]
+            ids += self.client.retry(
+                "import_runs", lambda c=chunk: import_chunk_sql(store, experiment_id, c, self._upload))
+        return ids
+
+    def import_run(self, experiment_id: str, run: ImportedRun) -> str:
+        """One finished run in three calls: the run with its tags and start time, its
+        metrics (a batch per 1000 points), its end; the file as its `result.txt`."""
+        from mlflow.entities import Metric
+
+        from orchestrator.tracking.bulk import points_of, store_result_file
+
+        made = self._create_once(experiment_id, run.run_key, run.run_name, {**run.tags, TAG_RUN_KEY: run.run_key},
+                                 start_time=run.start_ms)
+        run_id = made.info.run_id
+        points = [Metric(key, value, stamp, step) for key, value, stamp, step, _ in points_of(run)]
+        for i in range(0, len(points), 1000):  # MLflow takes at most 1000 metrics a batch
+            self.client.log_batch(run_id, metrics=points[i : i + 1000])
+        store_result_file(made.info.artifact_uri, run.result_file, run_id, self._upload)
+        self.client.set_terminated(run_id, status="FINISHED", end_time=None if run.end_ms is None else int(run.end_ms))
+        return run_id
+
+    def _upload(self, run_id: str, result_file: Path) -> None:
         import shutil
         import tempfile
 
-        from mlflow.entities import Metric
-
-        run_id = self._create_once(experiment_id, run_key, run_name, {**tags, TAG_RUN_KEY: run_key}).info.run_id
-        points = [Metric(name, float(value), 0, step) for name, value, step in metrics]
-        for i in range(0, len(points), 1000):  # MLflow takes at most 1000 metrics a batch
-            self.client.log_batch(run_id, metrics=points[i : i + 1000])
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / RESULT_FILE
             shutil.copyfile(result_file, copy)
             self.client.log_artifact(run_id, str(copy))
-        self.client.set_terminated(run_id, status="FINISHED")
-        return run_id
 
     def set_backend_job(self, run_id: str, job: str) -> None:
         self.client.set_tag(run_id, TAG_BACKEND_JOB, job)

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.curves import load_curves
 from analysis.load import RUN_SCHEMA, NoSuchCampaign, load_campaign_runs, load_runs
-from orchestrator.tracking import RunLog, Tracking, mark_preempted
+from orchestrator.tracking import ImportedRun, RunLog, Tracking, mark_preempted
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign
 from tests.helpers.campaigns import tiny_campaign
@@ -241,9 +241,12 @@ def test_result_files_round_trip_and_only_created_runs_have_a_spec(store, tmp_pa
     source.write_bytes(content)
     tags = {ts.TAG_ROLE: "campaign", ts.TAG_RECIPE: "bf16", ts.TAG_BATCH_SIZE: "16", ts.TAG_SEED: "3",
             ts.TAG_STATUS: "converged", ts.TAG_SOURCE: str(source)}
-    imported = tracking.import_run(exp, "imported-3", "external-bf16-3", tags,
-                                   [(ts.METRIC_SAMPLES_TO_TARGET, 1024, 0), (ts.METRIC_TOKENS_TO_TARGET, 8192, 0)],
-                                   source)
+    metrics = [(ts.METRIC_SAMPLES_TO_TARGET, 1024, 0), (ts.METRIC_TOKENS_TO_TARGET, 8192, 0)]
+    # in bulk on a database store, run by run on a tracking server: the same run either way
+    [imported] = tracking.import_runs(exp, [ImportedRun("imported-3", "external-bf16-3", tags, metrics, source,
+                                                        1_700_000_000_000, 1_700_000_060_000)])
+    info = tracking.client.get_run(imported).info
+    assert (info.start_time, info.end_time, info.status) == (1_700_000_000_000, 1_700_000_060_000, "FINISHED")
     back = tracking.result_file(imported, tmp_path / "back")
     assert back.name == RESULT_FILE and back.read_bytes() == content
     assert tracking.recorded_spec(imported) == ("external-bf16-3", None)

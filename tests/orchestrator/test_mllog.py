@@ -120,12 +120,12 @@ def test_exported_directories_pass_the_checker_as_expected(tiny, exported, tmp_p
 def test_import_reads_exported_directories_back_as_the_same_runs(tiny, exported, tmp_path):
     _, campaign = tiny
     results, _ = exported
-    dirs = sorted(str(p) for p in results.glob("*/bs*"))
     uri = f"sqlite:///{tmp_path / 'imported.db'}"
-    proc = run_cli("import", *dirs, "--campaign", "again", "--tracking-uri", uri)
+    proc = run_cli("import", str(results), "--campaign", "again", "--tracking-uri", uri)  # the folder export wrote
     assert proc.returncode == 0, proc.stderr
     assert "12 runs imported, 0 already there" in proc.stdout
-    assert "0 runs imported, 12 already there" in run_cli("import", *dirs, "--campaign", "again", "--tracking-uri", uri).stdout
+    again_proc = run_cli("import", *sorted(str(p) for p in results.glob("*/bs*")), "--campaign", "again", "--tracking-uri", uri)
+    assert "0 runs imported, 12 already there" in again_proc.stdout
     original, imported = load_runs(campaign.tracking_uri, campaign.name), load_runs(uri, "again")
     cols = ["recipe", "batch_size", "status", "samples_to_target"]
     key = lambda r: (r["recipe"], r["batch_size"], r["samples_to_target"])  # noqa: E731

@@ -50,3 +50,15 @@ TAG_DISCLOSED = "rcpforge.mllog."
 TAG_WARNING = "rcpforge.warning"
 # The ranks of the run's gang (its world size).
 TAG_WORLD_SIZE = "rcpforge.world_size"
+# Where an imported run stands in a published round (`rcpforge import` of a round's root,
+# `<submitter>/results/<system>/<benchmark>/`): its results directory (the submission),
+# and what the directory's place and `systems/<system>.json` say (falling back to the
+# MLLOG `submission_*` lines where there is no system file).
+TAG_RESULTS_DIR = "rcpforge.results_dir"
+TAG_SUBMITTER = "rcpforge.submitter"
+TAG_SYSTEM = "rcpforge.system"
+TAG_DIVISION = "rcpforge.division"
+TAG_FRAMEWORK = "rcpforge.framework"
+TAG_ACCELERATOR = "rcpforge.accelerator"
+TAG_ACCELERATORS_PER_NODE = "rcpforge.accelerators_per_node"
+TAG_NODES = "rcpforge.nodes"

@@ -21,7 +21,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 TOKEN = ":::MLLOG "
 NOT_CONVERGED = 1e9
@@ -253,34 +253,57 @@ DISCLOSURE_KEYS = (
 @dataclass
 class RunFacts:
     """What a run's result file says besides its outcome: the MLPerf time to train
-    (`run_start` to the last `run_stop`, in seconds) and its disclosure keys."""
+    (`run_start` to the last `run_stop`, in seconds), its disclosure keys, when it started
+    and stopped (epoch milliseconds; `last_ms` is the last line's time, for a file cut off
+    before its `run_stop`) and its `submission_*` values (org, division, platform, ...)."""
 
     time_to_train_s: float | None = None
     disclosed: dict[str, Any] = field(default_factory=dict)
+    started_ms: float | None = None
+    stopped_ms: float | None = None
+    last_ms: float | None = None
+    submission: dict[str, Any] = field(default_factory=dict)
+
+
+def events_facts(events: Iterable[dict[str, Any]]) -> RunFacts:
+    """The facts of a file's decoded MLLOG events, in file order."""
+    facts = RunFacts()
+    for event in events:
+        key, at = event.get("key"), event.get("time_ms")
+        if _is_number(at):
+            facts.last_ms = at
+        if key == "run_start" and facts.started_ms is None and _is_number(at):
+            facts.started_ms = at
+        elif key == "run_stop" and _is_number(at):
+            facts.stopped_ms = at
+        elif key in DISCLOSURE_KEYS:
+            facts.disclosed[key] = event.get("value")
+        elif isinstance(key, str) and key.startswith("submission_"):
+            facts.submission.setdefault(key[len("submission_"):], event.get("value"))
+    if facts.started_ms is not None and facts.stopped_ms is not None and facts.stopped_ms >= facts.started_ms:
+        facts.time_to_train_s = (facts.stopped_ms - facts.started_ms) / 1000.0
+    return facts
 
 
 def run_facts(path: str | Path) -> RunFacts:
-    facts = RunFacts()
-    started = stopped = None
     try:
         fh = open(path, encoding="latin-1")
     except OSError:
-        return facts
+        return RunFacts()
     with fh:
+        return events_facts(event for line in fh if (event := parse_line(line)) is not None)
+
+
+def follow_events(path: str | Path) -> tuple[MllogReader, list[dict[str, Any]]]:
+    """`follow_file` that also keeps every readable line's event (one JSON parse a line)."""
+    reader = MllogReader(keep_lines=False)
+    events = []
+    with open(path, encoding="latin-1") as fh:
         for line in fh:
-            event = parse_line(line)
-            if event is None:
-                continue
-            key, at = event.get("key"), event.get("time_ms")
-            if key == "run_start" and started is None and _is_number(at):
-                started = at
-            elif key == "run_stop" and _is_number(at):
-                stopped = at
-            elif key in DISCLOSURE_KEYS:
-                facts.disclosed[key] = event.get("value")
-    if started is not None and stopped is not None and stopped >= started:
-        facts.time_to_train_s = (stopped - started) / 1000.0
-    return facts
+            event = reader.feed(line)
+            if event is not None:
+                events.append(event)
+    return reader, events
 
 
 @dataclass
