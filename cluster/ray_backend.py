@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from cluster.backend import BackendError, Done, Job
 from cluster.gang import GANG_GRACE_S, free_port, gang_error, run_task
@@ -63,10 +63,15 @@ def _connect(address: str, local_num_cpus: int | None) -> tuple[bool, dict[str, 
     """Join or start Ray: whether this call started a connection we must shut down, and
     the runtime environment each task and actor is given (empty: the job's own holds it).
 
-    Through Ray Client (`ray://`) the job-level runtime environment is applied to the
-    client's server process on the head, which Ray 2.60 fails to start with one (the
-    server's shim exits: "Starting Ray client server failed"), so there it goes on each
-    task and actor instead, where it means the same."""
+    Through Ray Client (`ray://`) a job-level runtime environment is applied to the
+    client's own server process on the head (seen failing to start once with one), so
+    there it goes on each task and actor instead, where it means the same.
+
+    The head starts a server process per client, and Ray 2.60 sometimes loses it at once
+    (its log: "SpecificServer startup failed", the process gone within milliseconds, its
+    own log empty; seen on a loaded 2-core machine in about one connection in five):
+    the client is refused with "Initialization failure from server". A new connection
+    gets a new server process, so that refusal is tried again, `_CLIENT_TRIES` times."""
     import ray
 
     if ray.is_initialized():
@@ -86,14 +91,28 @@ def _connect(address: str, local_num_cpus: int | None) -> tuple[bool, dict[str, 
         if address != "auto":
             check_reachable(address)
         kwargs["address"] = address
-    try:
-        ray.init(**kwargs)
-    except Exception as err:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ValueError...
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
-        # Ray Client's "Initialization failure from server:" says why on its last line
-        why = f"{lines[0]} {lines[-1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-        raise BackendError(f"backend.address: cannot reach Ray at {address!r}: {why}") from None
+    for tries_left in range(_CLIENT_TRIES - 1 if client else 0, -1, -1):
+        try:
+            ray.init(**kwargs)
+            break
+        except Exception as err:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ValueError...
+            if tries_left and _CLIENT_REFUSED in str(err):
+                ray.shutdown()
+                time.sleep(_CLIENT_RETRY_S)
+                continue
+            _unreachable(address, err)
     return True, ({"runtime_env": runtime_env} if client else {})
+
+
+_CLIENT_TRIES, _CLIENT_RETRY_S = 4, 2.0
+_CLIENT_REFUSED = "Initialization failure from server"
+
+
+def _unreachable(address: str, err: Exception) -> NoReturn:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+    # Ray Client's "Initialization failure from server:" says why on its last line
+    why = f"{lines[0]} {lines[-1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    raise BackendError(f"backend.address: cannot reach Ray at {address!r}: {why}") from None
 
 
 
