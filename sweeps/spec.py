@@ -219,7 +219,8 @@ class Campaign(_Strict):
         except TrainerError as err:
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)
-        _check_warmup_within_budget(hparams, self.budget.max_tokens)
+        if self.trainer["kind"] != "command":  # a program's hyperparameters are its own to read
+            _check_warmup_within_budget(hparams, self.budget.max_tokens)
         _check_launch_against_backend(self.launch, self.backend)
         _check_rcp_against_checker(self.rcp, self.benchmark)
         if self.tune is not None:

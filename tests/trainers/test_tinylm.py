@@ -124,7 +124,7 @@ def test_a_relative_text_path_resolves_beside_the_campaign_not_in_the_workers_fo
     monkeypatch.chdir(elsewhere)
     trainer = dict(TINY["trainer"], data={"source": "text", "path": "corpus.txt"})
     spec = _spec(trainer=trainer, target={"metric": "eval_loss", "mode": "min", "value": 100.0},
-                 budget={"max_tokens": 4096, "eval_every_tokens": 1024})
+                 budget={"max_tokens": 8192, "eval_every_tokens": 1024})  # at least the warmup (8192)
     rec = Recorder()
     rec.campaign_dir = campaign_dir
     result = TinyLMTrainer().train(spec, rec)
