@@ -3,7 +3,8 @@ rcpforge on the local and the Ray backend, side by side with Ray Tune running th
 no-op trainable (`tune.Tuner` with `num_samples`), all in this one run.
 
     PYTHONPATH=. python benchmarks/orchestration_overhead.py [--runs 1000] [--workers 2]
-        [--tune-runs N] [--tune-plain] [--parts tune,ray,local,mlflow,startup-local,startup-ray] [--startup-runs 10000]
+        [--tune-runs N] [--tune-plain] [--startup-runs 10000]
+        [--parts tune,ray,local,mlflow,startup-local,startup-ray,register]
 
 rcpforge's figure includes what a campaign does for every run: an MLflow run created
 with its tags and params, the worker's status updates, its eval point and final metrics,
@@ -84,6 +85,32 @@ def time_tracking_only(runs: int) -> float:
         wall = time.perf_counter() - start
     assert len(specs) == runs
     return wall
+
+
+def time_registration(runs: int, one_by_one: int) -> tuple[float, float]:
+    """Seconds to make a `runs`-run campaign's runs on the ledger at once, as a Slurm
+    campaign does before it submits (`Tracking.create_runs`, in bulk on this SQLite
+    store), and per run when made one by one (`create_run`, `one_by_one` of them, the
+    way every run was made before)."""
+    from orchestrator.tracking import Tracking
+    from sweeps.expand import expand
+    from sweeps.spec import parse_campaign
+
+    with tempfile.TemporaryDirectory() as folder:
+        campaign = parse_campaign(campaign_data(runs, {"kind": "local", "workers": 1}), Path(folder))
+        tracking = Tracking(campaign.tracking_uri)
+        specs = expand(campaign)
+        bulk_exp = tracking.open_experiment(campaign.name, campaign.artifact_dir)
+        start = time.perf_counter()
+        made = tracking.create_runs(bulk_exp, specs)
+        bulk = time.perf_counter() - start
+        assert len(made) == len(tracking.ledger(bulk_exp)) == runs
+        single_exp = tracking.open_experiment(campaign.name + "-one", campaign.artifact_dir)
+        start = time.perf_counter()
+        for spec in specs[:one_by_one]:
+            tracking.create_run(single_exp, spec)
+        single = (time.perf_counter() - start) / one_by_one
+    return bulk, single
 
 
 class _Started(Exception):
@@ -175,7 +202,8 @@ def main() -> None:
     parser.add_argument("--parts", default="tune,ray,local",
                         help="comma-separated subset of tune, ray, local, mlflow (the tracking calls alone, "
                              "serial), startup-local, startup-ray (a --startup-runs campaign's time to its "
-                             "first runs) to measure (ratios need tune)")
+                             "first runs), register (making its runs on the ledger, as Slurm does) to measure "
+                             "(ratios need tune)")
     parser.add_argument("--startup-runs", type=int, default=10_000)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -203,6 +231,12 @@ def main() -> None:
         report("rcpforge local", time_rcpforge(args.runs, {"kind": "local", "workers": args.workers}), args.runs)
     if "mlflow" in parts:
         report("mlflow alone", time_tracking_only(args.runs), args.runs)
+    if "register" in parts:
+        bulk, single = time_registration(args.startup_runs, min(500, args.startup_runs))
+        print(f"registration of a {args.startup_runs}-run campaign (Slurm's, before it submits): {bulk:.2f} s in "
+              f"bulk ({bulk / args.startup_runs * 1000:.2f} ms/run); one by one {single * 1000:.2f} ms/run, "
+              f"{single * args.startup_runs:.1f} s for all (from 500); one by one / bulk = "
+              f"{single * args.startup_runs / bulk:.1f}x", flush=True)
     for kind in ("local", "ray"):
         if f"startup-{kind}" in parts:
             if kind == "ray":

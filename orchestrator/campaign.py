@@ -203,7 +203,18 @@ class _Launcher:
         is its own start; Ray: the cluster's slots and as many again), so a large campaign
         starts at once and collects results from its first run."""
         self.waiting.extend(specs)
+        if getattr(self.backend, "free_slots", None) is None:
+            self.register([s for s in specs if s.run_key not in self.ledger])
         self.fill()
+
+    def register(self, specs: list[RunSpec]) -> None:
+        """Runs all submitted at once (Slurm) are made on the ledger first, in bulk."""
+        if not specs:
+            return
+        made = self.tracking.create_runs(self.experiment_id, specs)
+        for spec in specs:
+            self.ledger[spec.run_key] = LedgerEntry(made[spec.run_key], spec.run_key, RunStatus.pending, 0,
+                                                    recipe=spec.recipe, batch_size=spec.batch_size)
 
     def fill(self) -> None:
         free_slots = getattr(self.backend, "free_slots", None)
@@ -228,11 +239,14 @@ class _Launcher:
     def record_jobs(self) -> None:
         """File each cluster job id on its run, so that nobody launches the key again
         while the job is live."""
+        new = []
         for task_id, job_id in self.backend.job_ids().items():
             spec, run_id, _ = self.runs[task_id]
             if (run_id, job_id) not in self.recorded:
-                self.tracking.set_backend_job(run_id, f"slurm:{job_id}")
-                self.recorded.add((run_id, job_id))
+                new.append((run_id, job_id))
+        if new:
+            self.tracking.set_backend_jobs([(run_id, f"slurm:{job_id}") for run_id, job_id in new])
+            self.recorded.update(new)
 
     def follow(self, specs: list[RunSpec]) -> None:
         self.followed = {s.run_key: s for s in specs}

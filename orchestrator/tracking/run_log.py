@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
 from trainers.contract import EvalPoint, RunResult, RunStatus
@@ -24,6 +25,13 @@ from trainers.contract.schema import (
 
 _FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET,
                   METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TIME_TO_TRAIN}
+
+
+def attempt_tags(attempt: int) -> dict[str, str]:
+    """What a run reads while an attempt of it runs: its status, the attempt's number and
+    when it started."""
+    return {TAG_STATUS: RunStatus.running.value, TAG_ATTEMPTS: str(attempt),
+            TAG_ATTEMPT_STARTED: datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 class RunLog:
@@ -50,6 +58,8 @@ class RunLog:
     def start(self, attempt: int) -> None:
         from mlflow.entities import RunTag
 
+        if self.fresh and attempt == 1:
+            return  # the launcher made the run with this attempt's tags (`attempt_tags(1)`)
         if attempt > 1 or self.logged_until >= 0:
             # Final metrics an earlier attempt (or a requeued job) wrote without its
             # outcome tag, the store gone between the two: written again they would be
@@ -58,13 +68,31 @@ class RunLog:
             self._final_logged = set(run.data.metrics) & _FINAL_METRICS
             if TAG_ERROR in run.data.tags:
                 self._forget_error()
-        if not (self.fresh and attempt == 1):
-            self.client.update_run(self.run_id, status="RUNNING")
-        self.client.log_batch(
-            self.run_id,
-            tags=[RunTag(TAG_STATUS, RunStatus.running.value), RunTag(TAG_ATTEMPTS, str(attempt)),
-                  RunTag(TAG_ATTEMPT_STARTED, datetime.now(UTC).isoformat(timespec="seconds"))],
-        )
+        self.client.update_run(self.run_id, status="RUNNING")
+        if attempt == 1 and self.logged_until < 0:
+            self._restamp_start()
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in attempt_tags(attempt).items()])
+
+    def _restamp_start(self) -> None:
+        """A queued run (Ray, Slurm) was made when it was submitted, and MLflow's start
+        time is then the submission: on a database store the run's first start becomes its
+        MLflow start time, so MLflow's UI shows the run's own duration. MLflow's API has no
+        call that moves a start time (a tracking server keeps the submission's)."""
+        from mlflow.store.tracking.dbmodels.models import SqlRun
+
+        from orchestrator.tracking.bulk import database_store
+
+        client: Any = self.client  # the retrying client: its MLflow client, its retry policy
+        store = database_store(client.raw)
+        if store is None:
+            return
+        now = int(time.time() * 1000)
+
+        def restamp() -> None:
+            with store.ManagedSessionMaker(read_only=False) as session:
+                session.query(SqlRun).filter(SqlRun.run_uuid == self.run_id).update({SqlRun.start_time: now})
+
+        client.retry("set the start time", restamp)
 
     def _forget_error(self) -> None:
         """An earlier attempt's error belongs to that attempt: left in place, this
@@ -116,7 +144,6 @@ class RunLog:
         disclosed, written with any status."""
         from mlflow.entities import Metric, RunTag
 
-        self.flush()
         now = int(time.time() * 1000)
         metrics = []
         # Final metrics are written once, with the outcome: a failed attempt is retried
@@ -133,5 +160,10 @@ class RunLog:
         tags_out += [RunTag(k, v[:MAX_TAG]) for k, v in sorted((tags or {}).items())]
         if result.error:
             tags_out.append(RunTag(TAG_ERROR, result.error[-MAX_TAG:]))
+        # The points still waiting go out in the outcome's batch where they fit in one
+        # (MLflow takes up to 1000 metrics and 100 tags a batch), one call fewer a run.
+        if len(self._pending) + len(metrics) > 1000 or len(tags_out) > 100:
+            self.flush()
+        metrics, self._pending = self._pending + metrics, []
         self.client.log_batch(self.run_id, metrics=metrics, tags=tags_out)
         self.client.set_terminated(self.run_id, status="FAILED" if result.status is RunStatus.failed else "FINISHED")

@@ -4,10 +4,12 @@ result files."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
+from orchestrator.tracking.run_log import attempt_tags
 from trainers.contract import RunResult, RunSpec, RunStatus
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
@@ -56,6 +58,16 @@ class LedgerEntry:
     # samples_to_target), written with its outcome: what `rcpforge status` counts its
     # cost and ETA from, and what an adaptive campaign's looks decide on.
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+def run_params(spec: RunSpec) -> dict[str, str]:
+    """A run's MLflow params: its hyperparameters, its recipe's options, and the cell and
+    seed too (they are tags already: MLflow's UI shows params as columns and compares and
+    groups runs by them)."""
+    params = {k: str(v) for k, v in sorted(spec.hparams.items())}
+    params.update({f"recipe.{k}": str(v) for k, v in sorted(spec.recipe_options.items())})
+    params.update({k: str(v) for k, v in run_identity(spec).items()})
+    return params
 
 
 def run_identity(spec: RunSpec) -> dict[str, str | int]:
@@ -137,8 +149,11 @@ class Tracking:
     ) -> str:
         """`extra_tags` and `run_name` are for tune runs (their study and trial). A run that
         will wait in a queue is SCHEDULED in MLflow until its worker starts it; one that
-        `starts_now` keeps the RUNNING that MLflow makes it with."""
+        `starts_now` keeps the RUNNING that MLflow makes it with, and is made with its first
+        attempt's tags (what a worker's `RunLog.start` would write: one call fewer a run)."""
         tags = {**spec_tags(spec), **(extra_tags or {})}
+        if starts_now:
+            tags.update(attempt_tags(1))
         run = self._create_once(experiment_id, spec.run_key, run_name or spec.run_name, tags)
         self.log_params(run.info.run_id, spec)
         if not starts_now:
@@ -155,15 +170,38 @@ class Tracking:
             self.log_params(entry.run_id, spec)
         return entry.run_id
 
+    def create_runs(self, experiment_id: str, specs: list[RunSpec]) -> dict[str, str]:
+        """Runs that wait in a queue, made SCHEDULED as `create_run` makes each (run key ->
+        MLflow run id): on a database store a chunk of runs per transaction, so a
+        10,000-run Slurm campaign is registered in seconds, not in a 10,000-call loop."""
+        from orchestrator.tracking.bulk import CHUNK, database_store, register_chunk_sql, registered_sql
+
+        store = database_store(self.client.raw)
+        if store is None:
+            return {spec.run_key: self.create_run(experiment_id, spec) for spec in specs}
+        made: dict[str, str] = {}
+        for start in range(0, len(specs), CHUNK):
+            chunk = [(s.run_key, s.run_name, spec_tags(s), run_params(s)) for s in specs[start : start + CHUNK]]
+            tries = 0
+
+            def register(c=chunk) -> dict[str, str]:
+                # A chunk's transaction rolls back whole, so it is tried again whole; but a
+                # commit whose answer was lost went through: a later try makes only the rest.
+                nonlocal tries
+                tries += 1
+                there = registered_sql(store, experiment_id, [key for key, *_ in c]) if tries > 1 else {}
+                rest = [run for run in c if run[0] not in there]
+                ids = register_chunk_sql(store, experiment_id, rest, int(time.time() * 1000)) if rest else []
+                return {**there, **dict(zip((key for key, *_ in rest), ids, strict=True))}
+
+            made.update(self.client.retry("create_runs", register))
+        return made
+
     def log_params(self, run_id: str, spec: RunSpec) -> None:
         """One call, so a run has all its hyperparameters or none."""
         from mlflow.entities import Param
 
-        params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
-        params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
-        # The cell and seed as params too (they are tags already): MLflow's UI shows
-        # params as columns and compares and groups runs by them.
-        params += [Param(k, str(v)) for k, v in run_identity(spec).items()]
+        params = [Param(k, v) for k, v in run_params(spec).items()]
         if params:
             self.client.log_batch(run_id, params=params)
 
@@ -271,8 +309,18 @@ class Tracking:
             shutil.copyfile(result_file, copy)
             self.client.log_artifact(run_id, str(copy))
 
-    def set_backend_job(self, run_id: str, job: str) -> None:
-        self.client.set_tag(run_id, TAG_BACKEND_JOB, job)
+    def set_backend_jobs(self, jobs: list[tuple[str, str]]) -> None:
+        """Each (run id, cluster job) on its run: in one transaction on a database store."""
+        from orchestrator.tracking.bulk import CHUNK, database_store, set_tag_sql
+
+        store = database_store(self.client.raw)
+        if store is None or len(jobs) == 1:
+            for run_id, job in jobs:
+                self.client.set_tag(run_id, TAG_BACKEND_JOB, job)
+            return
+        for start in range(0, len(jobs), CHUNK):
+            chunk = jobs[start : start + CHUNK]
+            self.client.retry("set_backend_jobs", lambda c=chunk: set_tag_sql(store, c, TAG_BACKEND_JOB))
 
     def mark_failed(self, run_id: str, error: str) -> None:
         """Record a failure that the worker could not record itself (it died)."""

@@ -6,6 +6,8 @@ worker would."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from analysis.curves import load_curves
@@ -84,7 +86,7 @@ def test_created_runs_are_pending_in_the_ledger_with_their_names_and_tags(store,
     tune = specs[0].model_copy(update={"role": "tune"})
     tune_id = tracking.create_run(exp, tune, extra_tags={ts.TAG_TUNE_STUDY: "s1", ts.TAG_TUNE_TRIAL: "3"},
                                   run_name="trial-3")
-    tracking.set_backend_job(ids[specs[1].run_key], "slurm:4242")
+    tracking.set_backend_jobs([(ids[specs[1].run_key], "slurm:4242")])
 
     ledger = tracking.ledger(exp)
     assert sorted(ledger) == sorted(ids)
@@ -143,15 +145,47 @@ def test_a_whole_attempt_reads_back_the_same_through_both_loaders(store, tmp_pat
     assert (entry.status, entry.attempts) == (RunStatus.converged, 1)
 
 
+def test_runs_registered_in_bulk_read_back_as_runs_made_one_by_one(store, tmp_path):
+    """A Slurm campaign's runs are made on the ledger at once (`create_runs`: one
+    transaction a chunk on a database store) and their jobs filed at once
+    (`set_backend_jobs`): the runs, tags, params and ledger entries are those that
+    `create_run` and a tag per run give."""
+    tracking, exp, specs = _opened(store, tmp_path)
+    bulk = tracking.create_runs(exp, specs)
+    tracking.set_backend_jobs([(bulk[s.run_key], f"slurm:{i}") for i, s in enumerate(specs)])
+    tracking.set_backend_jobs([(bulk[specs[0].run_key], "slurm:7")])  # a requeue's new job replaces the old
+    one = tracking.open_experiment(store.campaign + "-one", store.artifact_dir)
+    single = {s.run_key: tracking.create_run(one, s) for s in specs}
+    for i, spec in enumerate(specs):
+        tracking.set_backend_jobs([(single[spec.run_key], "slurm:7" if i == 0 else f"slurm:{i}")])
+
+    def seen(run_id: str) -> tuple:
+        run = tracking.client.get_run(run_id)
+        return (run.info.run_name, run.info.status, run.info.lifecycle_stage, run.data.tags, run.data.params,
+                run.info.artifact_uri.rsplit("/", 3)[-2:])
+
+    def entries(exp_id: str) -> dict:
+        return {k: dataclasses.replace(e, run_id="") for k, e in tracking.ledger(exp_id).items()}
+
+    for spec in specs:
+        bulk_run, single_run = seen(bulk[spec.run_key]), seen(single[spec.run_key])
+        assert bulk_run[:5] == single_run[:5] and bulk_run[5][1] == single_run[5][1] == "artifacts"
+    assert entries(exp) == entries(one) and {e.backend_job for e in entries(exp).values()} == {"slurm:7", "slurm:1"}
+    assert _both_loaders(store).keys() == bulk.keys()
+
+
 def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_path, monkeypatch):
     """A local first attempt: the run is made when a worker is free and starts at once,
     so MLflow's RUNNING stands and there is nothing logged to read back: no update_run and
-    no metric-history read, and the run reads back exactly as one made SCHEDULED."""
+    no metric-history read; it is made with its first attempt's tags, so the worker's start
+    writes nothing, and its last points go out with its outcome: two batches in all (the
+    hyperparameters, the outcome) against three of a queued run; and the run reads back
+    exactly as one made SCHEDULED."""
     from mlflow import MlflowClient
 
     tracking, exp, (fresh, queued) = _opened(store, tmp_path)
     calls: list[str] = []
-    for name in ("update_run", "get_metric_history"):
+    for name in ("update_run", "get_metric_history", "log_batch"):
         original = getattr(MlflowClient, name)
         monkeypatch.setattr(MlflowClient, name, lambda self, *a, _f=original, _n=name, **k: (calls.append(_n), _f(
             self, *a, **k))[1])
@@ -160,6 +194,8 @@ def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_
         calls.clear()
         run_id = tracking.create_run(exp, spec, starts_now=starts_now)
         assert tracking.client.get_run(run_id).info.status == ("RUNNING" if starts_now else "SCHEDULED")
+        entry = tracking.ledger(exp)[spec.run_key]
+        assert (entry.status, entry.attempts) == ((RunStatus.running, 1) if starts_now else (RunStatus.pending, 0))
         log = RunLog(store.uri, run_id, "eval_excess_loss", tmp_path / spec.run_key, flush_every_s=3600, retry_s=5,
                      fresh=starts_now)
         log.start(1)
@@ -167,13 +203,38 @@ def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_
             log.eval_point(_point(tokens, value))
         log.finish(CONVERGED)
         runs[spec.run_key] = list(calls)
-    assert runs[fresh.run_key] == [] and sorted(runs[queued.run_key]) == ["get_metric_history", "update_run",
-                                                                           "update_run"]
+    assert sorted(runs[fresh.run_key]) == ["log_batch", "log_batch"]
+    assert sorted(runs[queued.run_key]) == ["get_metric_history", *["log_batch"] * 3, "update_run", "update_run"]
     rows = _both_loaders(store)
     for spec in (fresh, queued):
         row = rows[spec.run_key]
         assert (row["status"], row["tokens_to_target"], row["hparams"]) == ("converged", 16384.0, _params(spec))
         assert tracking.client.get_run(row["run_id"]).info.status == "FINISHED"
+
+
+def test_a_queued_run_starts_in_mlflow_when_its_worker_starts_it(store, tmp_path):
+    """A run made at submission (Ray, Slurm) and started later: on a database store its
+    MLflow start time becomes its first start, so MLflow's duration is the run's own; a
+    tracking server keeps the submission's (MLflow's API cannot move it). A requeued start
+    of the same attempt, with points logged, keeps the first start."""
+    import time
+
+    tracking, exp, (spec, _) = _opened(store, tmp_path)
+    run_id = tracking.create_run(exp, spec)
+    submitted = tracking.client.get_run(run_id).info.start_time
+    time.sleep(0.05)
+    before_start = int(time.time() * 1000)
+    log = _run_log(store, run_id, tmp_path)
+    log.start(1)
+    started = tracking.client.get_run(run_id).info.start_time
+    if store.kind == "server":
+        assert started == submitted
+    else:
+        assert started >= before_start > submitted
+    log.eval_point(_point(*CURVE[0]))
+    log.flush()
+    _run_log(store, run_id, tmp_path).start(1)  # a preempted job's requeue: the same attempt
+    assert tracking.client.get_run(run_id).info.start_time == started
 
 
 def test_a_retried_attempt_writes_no_metric_point_twice(store, tmp_path):

@@ -102,6 +102,38 @@ def test_a_run_whose_creation_answer_was_lost_is_not_created_twice(tmp_path):
     assert runs[0].data.tags[TAG_RUN_KEY] == spec.run_key and runs[0].data.params  # params logged on it
 
 
+def test_a_bulk_registered_chunk_whose_commit_answer_was_lost_is_not_made_twice(tmp_path, monkeypatch):
+    """`create_runs` on a database store: the first try of a chunk commits, then its
+    answer is lost (the error comes after the commit); the retry makes only what is not
+    there yet, so every run key has one MLflow run."""
+    from mlflow import MlflowClient
+
+    from orchestrator.tracking import bulk
+    from sweeps.expand import expand
+    from sweeps.spec import load_campaign
+
+    campaign = load_campaign(write_campaign(tmp_path, tiny_campaign(recipes=["bf16"], seeds=3)))
+    specs = expand(campaign)
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    tracking = Tracking(uri, retry_s=30)
+    exp = tracking.open_experiment("c", tmp_path / "art")
+    original, calls = bulk.register_chunk_sql, []
+
+    def lost_answer(store, experiment_id, runs, now_ms):
+        calls.append(len(runs))
+        made = original(store, experiment_id, runs, now_ms)
+        if len(calls) == 1:
+            raise RuntimeError("server closed the connection unexpectedly")  # after the commit
+        return made
+
+    monkeypatch.setattr(bulk, "register_chunk_sql", lost_answer)
+    made = tracking.create_runs(exp, specs)
+    runs = MlflowClient(tracking_uri=uri).search_runs([exp])
+    assert calls == [6]  # the retry found all six, and made none
+    assert Counter(r.data.tags[TAG_RUN_KEY] for r in runs) == Counter({s.run_key: 1 for s in specs})
+    assert made == {r.data.tags[TAG_RUN_KEY]: r.info.run_id for r in runs}
+
+
 def test_final_metrics_of_an_attempt_that_lost_its_outcome_tag_are_not_written_twice(tmp_path):
     """The store went down between an attempt's final metrics and its outcome tag: the
     next attempt records the outcome without a second point of each final metric."""

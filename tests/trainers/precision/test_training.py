@@ -4,6 +4,10 @@ recipes on a fixed seed set (NUMERICS.md, "a measured precision effect")."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign
 from tests.helpers.campaigns import tiny_campaign
@@ -78,6 +82,41 @@ def test_recipe_and_stability_options_change_the_run_reproducibly():
 PLAIN_NVFP4 = {"nvfp4": {"stochastic_rounding": False, "hadamard": False, "weight_2d": False}}
 
 
+def _tokens_to_target(recipes, seeds, max_tokens):
+    """(recipe -> tokens-to-target per seed, inf where the run did not converge) of the
+    tiny campaign at d_model 16 with a tight target (0.1 nat): at that width FP4's
+    quantization error decides the last stretch, where at d_model 32 NVFP4 sat within
+    seed noise of BF16 (1.04x)."""
+    trainer = tiny_campaign()["trainer"] | {"d_model": 16}
+    target = {"metric": "eval_excess_loss", "mode": "min", "value": 0.1}
+    out: dict[str, list[float]] = {}
+    for spec in _specs(recipes, seeds=seeds, trainer=trainer, target=target,
+                       budget={"max_tokens": max_tokens, "eval_every_tokens": 2048}):
+        result, _ = _train(spec)
+        converged = result.status is RunStatus.converged
+        out.setdefault(spec.recipe, []).append(result.tokens_to_target if converged else float("inf"))
+    return out
+
+
+def test_fp4_needs_more_tokens_than_bf16_and_fp8_does_not_on_one_seed():
+    """The smaller form of the fixed-seed-set test below (which runs 12 runs and is
+    opt-in), kept in every run: on seed 0, each FP4 recipe needs at least 1.2x BF16's
+    tokens (or does not converge within 1.6x), and FP8 tensorwise stays within 10% of
+    BF16. Runs are bit-reproducible on one CPU, so the seed fixes the outcome (seen when
+    written, on an AMD EPYC without AVX-512: BF16 77,824 tokens, FP8 77,824, MXFP4
+    100,352 = 1.29x, plain NVFP4 112,640 = 1.45x)."""
+    ref = _tokens_to_target(["bf16", "fp8_tensorwise"], 1, 200_000)
+    (bf16,), (fp8,) = ref["bf16"], ref["fp8_tensorwise"]
+    assert bf16 < float("inf") and abs(fp8 / bf16 - 1) <= 0.1, ref
+    fp4 = _tokens_to_target(["mxfp4", PLAIN_NVFP4], 1, int(1.6 * bf16))
+    for name, (tokens,) in fp4.items():
+        assert tokens >= 1.2 * bf16, (name, fp4, ref)
+
+
+@pytest.mark.skipif(os.environ.get("RCPFORGE_SLOW_NUMERICS") != "1",
+                    reason="12 tiny-LM runs to a tight target, about 80 s; its claim on one seed runs in "
+                           "test_fp4_needs_more_tokens_than_bf16_and_fp8_does_not_on_one_seed; "
+                           "set RCPFORGE_SLOW_NUMERICS=1 to run it")
 def test_expected_order_of_recipes_on_a_fixed_seed_set():
     """The issue's order on a fixed seed set, with margins taken from BF16's own seed
     spread: MXFP4 and NVFP4 need more tokens than BF16 with every seed (more than the
@@ -90,17 +129,8 @@ def test_expected_order_of_recipes_on_a_fixed_seed_set():
     are bit-reproducible, so the seed set fixes the outcome (seen when written: FP8
     1.04x, BF16 spread 0.19; of the six capped FP4 runs one MXFP4 run converged, at the
     cap, 1.19x the slowest BF16 run, the others did not)."""
-    trainer = tiny_campaign()["trainer"] | {"d_model": 16}
-    target = {"metric": "eval_excess_loss", "mode": "min", "value": 0.1}
-
     def tokens(recipes, max_tokens):
-        out: dict[str, list[float]] = {}
-        for spec in _specs(recipes, seeds=3, trainer=trainer, target=target,
-                           budget={"max_tokens": max_tokens, "eval_every_tokens": 2048}):
-            result, _ = _train(spec)
-            converged = result.status is RunStatus.converged
-            out.setdefault(spec.recipe, []).append(result.tokens_to_target if converged else float("inf"))
-        return out
+        return _tokens_to_target(recipes, 3, max_tokens)
 
     ref = tokens(["bf16", "fp8_tensorwise"], 200_000)
     bf16 = ref["bf16"]
