@@ -9,6 +9,7 @@ Everything that is not a linear-layer GEMM input runs in the reference precision
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -122,6 +123,9 @@ class RecipeConfig:
     options: type[RecipeOptions] = field(default=RecipeOptions)
     # The option values this config was resolved with (None: the defaults).
     settings: RecipeOptions | None = None
+    # The named recipe this one is a variant of, under a name of the campaign's own
+    # (`{my_name: {base: nvfp4, ...}}`, or a `grid:` variant): its numerics revision.
+    base: str | None = None
 
     def __post_init__(self) -> None:
         quantized = [q is not None for q in (self.x, self.w, self.dy)]
@@ -131,7 +135,7 @@ class RecipeConfig:
     @property
     def revision(self) -> int:
         """The numerics revision (the run contract's table: trainers/contract/revisions.py)."""
-        return recipe_revision(self.name)
+        return recipe_revision(self.base or self.name)
 
     @property
     def is_reference(self) -> bool:
@@ -268,7 +272,8 @@ def get_recipe(name: str) -> RecipeConfig:
         return RECIPES[name]
     except KeyError:
         raise RecipeError(
-            f"unknown recipe {name!r}; valid recipes: {', '.join(sorted(RECIPES))}"
+            f"unknown recipe {name!r}; valid recipes: {', '.join(sorted(RECIPES))}; or write one by its operands "
+            f"({{{name}: {{x: ..., w: ..., dy: ...}}}}, see `rcpforge recipes`)"
         ) from None
 
 
@@ -283,13 +288,61 @@ def _parse_options(recipe: RecipeConfig, options: dict[str, Any]) -> RecipeOptio
         raise RecipeError(f"recipe {recipe.name} options: {problems} (valid options: {valid})") from None
 
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
+
+
+def check_recipe_name(name: str) -> None:
+    """A name the campaign gives a recipe: safe in file names, run names and CLI arguments."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise RecipeError(f"recipes: name {name!r}: use letters, digits, '_', '.', '+', '-' (at most 100, starting "
+                          "with a letter or digit): it names run folders and MLflow runs")
+
+
+def _based(name: str, options: dict[str, Any]) -> tuple[RecipeConfig, dict[str, Any]]:
+    """A named recipe under a campaign's own name (`{name: {base: nvfp4, ...}}`): the
+    named one and the options left for it."""
+    base = options["base"]
+    check_recipe_name(name)
+    if name in RECIPES:
+        raise RecipeError(f"recipes.{name}.base: {name} is itself a named recipe; give the variant its own name "
+                          f"(e.g. my_{name}) or remove base")
+    if not isinstance(base, str) or base not in RECIPES:
+        raise RecipeError(f"recipes.{name}.base: {base!r} is not a named recipe; valid: {', '.join(sorted(RECIPES))}")
+    return RECIPES[base], {k: v for k, v in options.items() if k != "base"}
+
+
 def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Return the options with defaults filled in, or raise naming the bad option."""
+    """Return the options with defaults filled in, or raise naming the bad option: a
+    named recipe's options, a named recipe's under another name (`base:`), or the
+    normalized definition of a recipe written by its operands (trainers/written_recipes.py)."""
+    from trainers.written_recipes import is_written, validate_written
+
+    if is_written(options):
+        return validate_written(name, options)
+    if "base" in options:
+        recipe, rest = _based(name, options)
+        return {"base": recipe.name, **_parse_options(recipe, rest).model_dump(mode="json")}
     return _parse_options(get_recipe(name), options).model_dump(mode="json")
 
 
 def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeConfig:
     """The frozen config of a recipe name with a campaign's options applied."""
+    from trainers.written_recipes import build_written, is_written
+
+    options = options or {}
+    if is_written(options):
+        return build_written(name, options)
+    if "base" in options:
+        recipe, rest = _based(name, options)
+        return replace(recipe.resolve(rest), name=name, base=recipe.name)
     return get_recipe(name).resolve(options)
+
+
+def same_gemms(a: RecipeConfig, b: RecipeConfig) -> bool:
+    """Whether two recipes quantize every GEMM operand alike (whatever their names)."""
+    def gemms(r: RecipeConfig) -> tuple:
+        return (r.x, r.w, r.dy, r.w_dgrad, r.wgrad_hp, r.hadamard_wgrad)
+
+    return gemms(a) == gemms(b)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
 from trainers.contract import RunResult, RunSpec, RunStatus
@@ -160,7 +161,8 @@ class Tracking:
         from mlflow.entities import Param
 
         params = [Param(k, str(v)) for k, v in sorted(spec.hparams.items())]
-        params += [Param(f"recipe.{k}", str(v)) for k, v in sorted(spec.recipe_options.items())]
+        # a recipe written by its operands has nested options: one param per field (recipe.x.format)
+        params += [Param(k, str(v)) for k, v in sorted(flat_options(spec.recipe_options, "recipe").items())]
         # The cell and seed as params too (they are tags already): MLflow's UI shows
         # params as columns and compares and groups runs by them.
         params += [Param(k, str(v)) for k, v in run_identity(spec).items()]
@@ -303,3 +305,14 @@ def spec_tags(spec: RunSpec) -> dict[str, str]:
         TAG_ATTEMPTS: "0",
         TAG_WORLD_SIZE: str(spec.world_size),
     }
+
+
+def flat_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Nested options as dotted keys ({x: {format: e4m3}} -> {prefix.x.format: e4m3})."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if isinstance(value, dict):
+            out.update(flat_options(value, f"{prefix}.{key}"))
+        else:
+            out[f"{prefix}.{key}"] = value
+    return out

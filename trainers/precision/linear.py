@@ -22,6 +22,7 @@ from trainers.precision.quantize import (
 )
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
+from trainers.written_recipes import WrittenOptions
 
 LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
@@ -89,7 +90,7 @@ class QuantizedGemm:
         tel = self.telemetry if self.telemetry is not None and self.telemetry.active else None
         if q.scaling == "mor":
             opts = self.recipe.opts
-            assert isinstance(opts, MorOptions)
+            assert isinstance(opts, (MorOptions, WrittenOptions))
             out, kept, units = mor_quantize(t.contiguous(), opts.threshold, q.block)
             if tel is not None:
                 tel.add_mor(self.name, kept, units)
