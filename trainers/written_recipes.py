@@ -194,3 +194,34 @@ def build_written(name: str, options: dict[str, Any]) -> RecipeConfig:
         wgrad_hp=d["wgrad"]["precision"] == "bf16", hadamard_wgrad=d["wgrad"]["transform"] == "hadamard",
         options=WrittenOptions, settings=settings,
     )
+
+
+def grammar_lines() -> list[str]:
+    """The grammar of a written recipe and of a grid, for `rcpforge recipes`."""
+    scalings = "; ".join(
+        f"{k} (scale {'|'.join(v)}{', block ' + str(_DEFAULT_BLOCK[k]) if k in _DEFAULT_BLOCK else ''}"
+        f"{', format ' + '|'.join(_FORMATS[k]) if k in _FORMATS else ''})"
+        for k, v in _SCALES.items()
+    )
+    return [
+        "A recipe written in the campaign file: a name of your own (not a named recipe's) with its GEMM operands "
+        "x, w (forward) and dy (dgrad, wgrad); where they differ w_dgrad (W's dgrad copy, an orientation-free "
+        "scaling) and wgrad: {precision: quantized|bf16, transform: none|hadamard}.",
+        "An operand: format e4m3|e5m2|e2m1, scaling (default tensorwise), block: N (1xN along the contraction) or "
+        "tile: [R, C], scale (the first listed is the default), rounding rne|sr (default rne).",
+        f"Scalings: {scalings}.",
+        "Beside the operands: quantize_residual, bf16_last_blocks; amax_history_len and margin (delayed operands); "
+        "threshold (mor operands). {my_name: {base: nvfp4, option: value}} is a named recipe under your name.",
+        "Example (the named nvfp4 written out; it trains bit for bit like it):",
+        "  recipes:",
+        "    - bf16",
+        "    - my_nvfp4:",
+        "        x:  {format: e2m1, scaling: nvfp4, block: 16}",
+        "        w:  {format: e2m1, scaling: nvfp4, tile: [16, 16]}",
+        "        dy: {format: e2m1, scaling: nvfp4, block: 16, rounding: sr}",
+        "        wgrad: {transform: hadamard}",
+        "Ablation grid: options under grid: given as lists expand into one recipe per combination, named "
+        "<name>-<option>_<value>... (true/false as on/off; dy.rounding as dy_rounding; stochastic_rounding as sr):",
+        "  recipes: [bf16, {nvfp4: {grid: {hadamard: [true, false], stochastic_rounding: [true, false]}}}]",
+        "  -> nvfp4-hadamard_on-sr_on, nvfp4-hadamard_on-sr_off, nvfp4-hadamard_off-sr_on, nvfp4-hadamard_off-sr_off",
+    ]

@@ -169,3 +169,38 @@ def test_mlflow_params_of_a_written_recipe_are_one_per_field(tmp_path):
     assert run.data.tags[TAG_RECIPE] == "lab"
     assert run.data.params["recipe.x.format"] == "e4m3" and run.data.params["recipe.dy.format"] == "e5m2"
     assert run.data.params["recipe.wgrad.transform"] == "none"
+
+
+def _example(lines: list[str]) -> list:
+    import yaml
+
+    return yaml.safe_load("\n".join(lines))["recipes"]
+
+
+def test_rcpforge_recipes_lists_every_named_recipe_and_a_grammar_whose_examples_hold():
+    import json
+
+    from tests.helpers.cli import invoke
+    from trainers.written_recipes import grammar_lines
+
+    text = invoke("recipes").output
+    assert all(name in text for name in RECIPES) and "A recipe written in the campaign file" in text
+    rows = json.loads(invoke("recipes", "--json").output)
+    assert [r["name"] for r in rows] == list(RECIPES)
+    lines = grammar_lines()
+    start = lines.index("  recipes:")
+    written = _short(_example(lines[start:start + 7]))["my_nvfp4"]
+    assert same_gemms(resolve_recipe(written.recipe, written.recipe_options), resolve_recipe("nvfp4"))
+    grid = next(line for line in lines if line.startswith("  recipes: [bf16, {nvfp4: {grid"))
+    names = next(line for line in lines if line.startswith("  -> ")).removeprefix("  -> ").split(", ")
+    assert sorted(_short(_example([grid]))) == sorted(["bf16", *names])
+
+
+def test_the_readme_example_of_a_written_recipe_holds():
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("**A recipe written in the campaign file.**"):]
+    block = block[block.index("```yaml\n") + 8:]
+    specs = _short(_example(block[:block.index("```")].splitlines()))
+    assert same_gemms(resolve_recipe("my_nvfp4", specs["my_nvfp4"].recipe_options), resolve_recipe("nvfp4"))
+    no_sr = resolve_recipe("nvfp4_no_sr", specs["nvfp4_no_sr"].recipe_options)
+    assert same_gemms(no_sr, resolve_recipe("nvfp4", {"stochastic_rounding": False}))
