@@ -234,6 +234,7 @@ class Campaign(_Strict):
         object.__setattr__(self, "hparams", hparams)
         if self.trainer["kind"] != "command":  # a program's hyperparameters are its own to read
             _check_warmup_within_budget(hparams, self.budget.max_tokens)
+            _check_schedule_within_budget(self.recipes, self.budget.max_tokens)
         _check_launch_against_backend(self.launch, self.backend)
         _check_rcp_against_checker(self.rcp, self.benchmark)
         if self.tune is not None:
@@ -344,6 +345,17 @@ def _check_warmup_within_budget(hparams: dict[int, dict[str, Any]], max_tokens: 
             raise ValueError(
                 f"hparams.{bs}.warmup_tokens: {warmup:,} is above budget.max_tokens ({max_tokens:,}), so the run "
                 "would end before its LR finished warming up; lower warmup_tokens or raise budget.max_tokens"
+            )
+
+
+def _check_schedule_within_budget(recipes: list[RecipeChoice], max_tokens: int) -> None:
+    """A recipe that switches to BF16 after the budget never switches."""
+    for r in recipes:
+        at = r.options.get("bf16_from_tokens")
+        if isinstance(at, int) and at >= max_tokens:
+            raise ValueError(
+                f"recipes.{r.name}.bf16_from_tokens: {at:,} is not below budget.max_tokens ({max_tokens:,}), so the "
+                "run would never switch to BF16; lower it or raise budget.max_tokens"
             )
 
 

@@ -64,11 +64,25 @@ class RecipeOptions(BaseModel):
     # Ablation: also fake-quantize the residual stream after every block with the
     # recipe's activation format (the FP8 formats paper reports accuracy drops).
     quantize_residual: bool = False
+    # Placement: these layers keep their GEMMs in BF16 (the embedding, the attention
+    # matmuls and the LM head always are): the first and the last N transformer blocks
+    # (the NVFP4 paper keeps the final ones), and layers by name or pattern
+    # (`blocks.0.fc2`, `*.qkv`; fnmatch).
+    bf16_first_blocks: int = Field(0, ge=0)
+    bf16_last_blocks: int = Field(0, ge=0)
+    bf16_layers: tuple[str, ...] = ()
+    # Schedule: from this token count on, every GEMM of the run in BF16 (the NVFP4
+    # paper's switch near the end of training recovers most of the loss gap).
+    bf16_from_tokens: int | None = Field(None, ge=0)
+
+
+# Options every recipe got after run keys existed: left out of a named recipe's options
+# at their defaults, so its run keys stay what they were (bf16_last_blocks was an FP4 option).
+ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None}
 
 
 class Fp4Options(RecipeOptions):
-    # The last N transformer blocks keep their GEMMs in BF16 (NVFP4 paper).
-    bf16_last_blocks: int = Field(0, ge=0)
+    """The FP4 recipes: bf16_last_blocks was theirs first (always in their options)."""
 
 
 class DelayedOptions(RecipeOptions):
@@ -143,7 +157,7 @@ class RecipeConfig:
 
     @property
     def opts(self) -> RecipeOptions:
-        return self.settings if self.settings is not None else self.options()
+        return self.settings if self.settings is not None else self.options.model_validate({})
 
     def resolve(self, options: dict[str, Any] | None = None) -> RecipeConfig:
         """This recipe with its options applied (validated; raises RecipeError)."""
@@ -182,7 +196,8 @@ class RecipeConfig:
             "w": fmt(self.w) + (f"; dgrad copy {fmt(self.w_dgrad)}" if self.w_dgrad else ""),
             "dy": fmt(self.dy),
             "wgrad": wgrad,
-            "options": self.opts.model_dump(mode="json"),
+            "options": {k: v for k, v in self.opts.model_dump(mode="json").items()
+                        if not (self.is_reference and k in ADDED_LATER)},  # nothing to place in bf16
         }
 
 
@@ -311,6 +326,21 @@ def _based(name: str, options: dict[str, Any]) -> tuple[RecipeConfig, dict[str, 
     return RECIPES[base], {k: v for k, v in options.items() if k != "base"}
 
 
+def options_dump(recipe: RecipeConfig, opts: RecipeOptions) -> dict[str, Any]:
+    """A named recipe's options with defaults filled in, less the options added later
+    at their defaults (`ADDED_LATER`); refused on the reference, which has nothing to place."""
+    out = opts.model_dump(mode="json")
+    always = {"bf16_last_blocks"} if issubclass(recipe.options, Fp4Options) else set()
+    for key, default in ADDED_LATER.items():
+        if key not in always and out.get(key) == default:
+            del out[key]
+    placed = sorted(set(out) & set(ADDED_LATER) - always)
+    if recipe.is_reference and placed:
+        raise RecipeError(f"recipes.{recipe.name}.{placed[0]}: {recipe.name} runs every GEMM in BF16 already; "
+                          "remove it")
+    return out
+
+
 def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """Return the options with defaults filled in, or raise naming the bad option: a
     named recipe's options, a named recipe's under another name (`base:`), or the
@@ -321,8 +351,9 @@ def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any
         return validate_written(name, options)
     if "base" in options:
         recipe, rest = _based(name, options)
-        return {"base": recipe.name, **_parse_options(recipe, rest).model_dump(mode="json")}
-    return _parse_options(get_recipe(name), options).model_dump(mode="json")
+        return {"base": recipe.name, **options_dump(recipe, _parse_options(recipe, rest))}
+    recipe = get_recipe(name)
+    return options_dump(recipe, _parse_options(recipe, options))
 
 
 def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeConfig:

@@ -8,8 +8,9 @@
           dy: {format: e2m1, scaling: nvfp4, block: 16, rounding: sr}
           wgrad: {transform: hadamard}  # or {precision: bf16}; default: quantized, no transform
           # w_dgrad: {...}              # W's copy for the dgrad GEMM, where unlike w
-          # quantize_residual, bf16_last_blocks; amax_history_len and margin (delayed
-          # operands); threshold (mor operands)
+          # quantize_residual, placement (bf16_first_blocks, bf16_last_blocks,
+          # bf16_layers) and schedule (bf16_from_tokens); amax_history_len and margin
+          # (delayed operands); threshold (mor operands)
 
 An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
 rowwise, block, mx, nvfp4, mor), `block` (1-D blocks along the GEMM's contraction) or
@@ -28,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainers.recipes import (
     DelayedOptions,
     ElementFormat,
-    Fp4Options,
     OperandQuant,
     RecipeConfig,
     RecipeError,
@@ -75,9 +75,10 @@ class WgradSpec(_Strict):
     transform: Literal["none", "hadamard"] = "none"
 
 
-class WrittenOptions(DelayedOptions, Fp4Options):
-    """The options of a written recipe: every recipe's, the last blocks in BF16, the
-    delayed-scaling history (delayed operands) and the MoR threshold (mor operands)."""
+class WrittenOptions(DelayedOptions):
+    """The options of a written recipe: every recipe's (the residual ablation, placement,
+    schedule), the delayed-scaling history (delayed operands) and the MoR threshold (mor
+    operands)."""
 
     threshold: float = Field(0.05, gt=0.0)
 
@@ -210,8 +211,12 @@ def grammar_lines() -> list[str]:
         "An operand: format e4m3|e5m2|e2m1, scaling (default tensorwise), block: N (1xN along the contraction) or "
         "tile: [R, C], scale (the first listed is the default), rounding rne|sr (default rne).",
         f"Scalings: {scalings}.",
-        "Beside the operands: quantize_residual, bf16_last_blocks; amax_history_len and margin (delayed operands); "
-        "threshold (mor operands). {my_name: {base: nvfp4, option: value}} is a named recipe under your name.",
+        "Beside the operands: quantize_residual, placement and schedule (below); amax_history_len and margin "
+        "(delayed operands); threshold (mor operands). {my_name: {base: nvfp4, option: value}} is a named recipe "
+        "under your name.",
+        "Placement and schedule (every quantized recipe): bf16_first_blocks: K, bf16_last_blocks: K, "
+        "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding, attention matmuls and LM head "
+        "always are); bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on.",
         "Example (the named nvfp4 written out; it trains bit for bit like it):",
         "  recipes:",
         "    - bf16",

@@ -113,3 +113,19 @@ def test_a_command_trainers_label_has_grid_variants_with_their_base():
         ("te-block_16", {"precision": "nvfp4", "base": "te", "block": 16}),
         ("te-block_32", {"precision": "nvfp4", "base": "te", "block": 32}),
     ]
+
+
+def test_the_recipe_lab_example_is_bf16_a_written_recipe_and_a_2x2_grid():
+    from sweeps.spec import load_campaign
+    from tests.conftest import ROOT
+
+    campaign = load_campaign(ROOT / "sweeps/examples/recipe_lab.yaml")
+    names = [r.name for r in campaign.recipes]
+    assert names[:2] == ["bf16", "nvfp4_plain"] and len(names) == 6
+    plain = resolve_recipe("nvfp4_plain", campaign.recipes[1].options)
+    assert same_gemms(plain, resolve_recipe("nvfp4", {"weight_2d": False, "stochastic_rounding": False,
+                                                      "hadamard": False}))
+    full = campaign.recipes[2]
+    assert full.name == "nvfp4-hadamard_on-sr_on"
+    assert same_gemms(resolve_recipe(full.name, full.options), resolve_recipe("nvfp4"))
+    assert len(expand(campaign)) == 6 * 2 * 3
