@@ -34,7 +34,7 @@ GRID_ABBREVIATIONS = {
     "amax_history_len": "history",
     "use_f32_scales": "f32scales",
 }
-_OPERANDS = ("x", "w", "dy", "w_dgrad", "wgrad")
+_OPERANDS = ("x", "w", "dy", "w_dgrad", "x_wgrad", "dy_wgrad", "wgrad")
 
 
 def _value_text(value: Any) -> str:
@@ -66,6 +66,8 @@ def _set(options: dict[str, Any], name: str, key: str, value: Any) -> None:
     if operand not in _OPERANDS or "." in field:
         raise ValueError(f"recipes.{name}.grid.{key}: a dotted grid option is <operand>.<field> with the operand "
                          f"one of {', '.join(_OPERANDS)} (e.g. dy.rounding)")
+    if operand == "wgrad" and options.get("wgrad") is None:
+        options["wgrad"] = {}  # every field of wgrad has a default
     if not isinstance(options.get(operand), dict):
         raise ValueError(f"recipes.{name}.grid.{key}: the recipe has no {operand} operand to vary; write "
                          f"{operand}: {{...}} beside grid:, or vary an option of the recipe")

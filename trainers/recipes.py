@@ -132,6 +132,10 @@ class RecipeConfig:
     # the weight's copy for the dgrad GEMM where a recipe quantizes it unlike the forward
     # copy (torchao rowwise_with_gw_hp: tensorwise)
     w_dgrad: OperandQuant | None = None
+    # the wgrad GEMM's copies of x and dY where a recipe quantizes them unlike the
+    # forward and dgrad copies (each quantized again from the high-precision tensor)
+    x_wgrad: OperandQuant | None = None
+    dy_wgrad: OperandQuant | None = None
     wgrad_hp: bool = False  # the wgrad GEMM runs in the reference precision (BF16)
     hadamard_wgrad: bool = False
     options: type[RecipeOptions] = field(default=RecipeOptions)
@@ -186,7 +190,8 @@ class RecipeConfig:
         def fmt(q: OperandQuant | None) -> str:
             return q.describe() if q else "BF16"
 
-        wgrad = "BF16" if self.is_reference or self.wgrad_hp else f"dY {fmt(self.dy)}, x {fmt(self.x)}"
+        wgrad = ("BF16" if self.is_reference or self.wgrad_hp
+                 else f"dY {fmt(self.dy_wgrad or self.dy)}, x {fmt(self.x_wgrad or self.x)}")
         if self.hadamard_wgrad and not self.wgrad_hp:
             wgrad += ", 16-point random Hadamard"
         return {
@@ -274,7 +279,8 @@ class RecipeError(ValueError):
 def mlperf_precision(recipe: RecipeConfig) -> str:
     """The recipe's lowest precision in linear layers, in the words of MLPerf's
     `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling)."""
-    formats = [q for q in (recipe.x, recipe.w, recipe.dy, recipe.w_dgrad) if q is not None]
+    formats = [q for q in (recipe.x, recipe.w, recipe.dy, recipe.w_dgrad, recipe.x_wgrad, recipe.dy_wgrad)
+               if q is not None]
     if not formats:
         return "bfloat16"
     if any(q.fmt == "e2m1" for q in formats):
@@ -372,7 +378,7 @@ def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeCo
 def same_gemms(a: RecipeConfig, b: RecipeConfig) -> bool:
     """Whether two recipes quantize every GEMM operand alike (whatever their names)."""
     def gemms(r: RecipeConfig) -> tuple:
-        return (r.x, r.w, r.dy, r.w_dgrad, r.wgrad_hp, r.hadamard_wgrad)
+        return (r.x, r.w, r.dy, r.w_dgrad, r.x_wgrad, r.dy_wgrad, r.wgrad_hp, r.hadamard_wgrad)
 
     return gemms(a) == gemms(b)
 

@@ -8,6 +8,7 @@
           dy: {format: e2m1, scaling: nvfp4, block: 16, rounding: sr}
           wgrad: {transform: hadamard}  # or {precision: bf16}; default: quantized, no transform
           # w_dgrad: {...}              # W's copy for the dgrad GEMM, where unlike w
+          # x_wgrad, dy_wgrad: {...}    # the wgrad GEMM's copies, where unlike x and dy
           # quantize_residual, placement (bf16_first_blocks, bf16_last_blocks,
           # bf16_layers) and schedule (bf16_from_tokens); amax_history_len and margin
           # (delayed operands); threshold (mor operands)
@@ -36,7 +37,7 @@ from trainers.recipes import (
     Scaling,
 )
 
-OPERANDS = ("x", "w", "dy", "w_dgrad")
+OPERANDS = ("x", "w", "dy", "w_dgrad", "x_wgrad", "dy_wgrad")
 # the scale types each scaling takes; the first is its default
 _SCALES: dict[str, tuple[str, ...]] = {
     "tensorwise": ("fp32", "pow2"),
@@ -161,6 +162,9 @@ def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
         raise _pydantic_problem(name, "wgrad", err) from None
     if wgrad.precision == "bf16" and wgrad.transform != "none":
         raise _fail(name, "wgrad.transform", "a BF16 wgrad GEMM quantizes nothing to transform; remove one of them")
+    for which in ("x_wgrad", "dy_wgrad"):
+        if which in operands and wgrad.precision == "bf16":
+            raise _fail(name, which, "the wgrad GEMM runs in BF16 (wgrad: {precision: bf16}); remove one of them")
     rest = {k: v for k, v in options.items() if k not in (*OPERANDS, "wgrad")}
     try:
         opts = WrittenOptions.model_validate(rest)
@@ -192,6 +196,7 @@ def build_written(name: str, options: dict[str, Any]) -> RecipeConfig:
     return RecipeConfig(
         name, "written in the campaign file",
         x=quant("x"), w=quant("w"), dy=quant("dy"), w_dgrad=quant("w_dgrad"),
+        x_wgrad=quant("x_wgrad"), dy_wgrad=quant("dy_wgrad"),
         wgrad_hp=d["wgrad"]["precision"] == "bf16", hadamard_wgrad=d["wgrad"]["transform"] == "hadamard",
         options=WrittenOptions, settings=settings,
     )
@@ -207,7 +212,8 @@ def grammar_lines() -> list[str]:
     return [
         "A recipe written in the campaign file: a name of your own (not a named recipe's) with its GEMM operands "
         "x, w (forward) and dy (dgrad, wgrad); where they differ w_dgrad (W's dgrad copy, an orientation-free "
-        "scaling) and wgrad: {precision: quantized|bf16, transform: none|hadamard}.",
+        "scaling), x_wgrad and dy_wgrad (the wgrad GEMM's copies, quantized again from the high-precision "
+        "tensors), and wgrad: {precision: quantized|bf16, transform: none|hadamard}.",
         "An operand: format e4m3|e5m2|e2m1, scaling (default tensorwise), block: N (1xN along the contraction) or "
         "tile: [R, C], scale (the first listed is the default), rounding rne|sr (default rne).",
         f"Scalings: {scalings}.",

@@ -61,6 +61,8 @@ def test_lists_outside_grid_keep_their_meaning_and_a_list_in_a_grid_is_one_value
                                         "grid": {"w.tile": [[16, 16], [32, 32]]}}}])
     assert [r.name for r in tiles.recipes[1:]] == ["lab-w_tile_16x16", "lab-w_tile_32x32"]
     assert resolve_recipe("t", tiles.recipes[2].options).w.block == (32, 32)
+    wgrad = _campaign(["bf16", {"lab": {**FP8, "grid": {"wgrad.precision": ["quantized", "bf16"]}}}])
+    assert [resolve_recipe(r.name, r.options).wgrad_hp for r in wgrad.recipes[1:]] == [False, True]
 
 
 @pytest.mark.parametrize("combo, name", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+import torch
 
 from sweeps.expand import expand
 from sweeps.spec import CampaignError, load_campaign, parse_campaign
@@ -204,3 +205,18 @@ def test_the_readme_example_of_a_written_recipe_holds():
     assert same_gemms(resolve_recipe("my_nvfp4", specs["my_nvfp4"].recipe_options), resolve_recipe("nvfp4"))
     no_sr = resolve_recipe("nvfp4_no_sr", specs["nvfp4_no_sr"].recipe_options)
     assert same_gemms(no_sr, resolve_recipe("nvfp4", {"stochastic_rounding": False}))
+
+
+def test_wgrad_copies_of_their_own_change_only_the_weight_gradient():
+    from tests.trainers.precision.test_linear import _problem, _run
+    from trainers.precision.linear import QuantizedGemm
+
+    problem = _problem(5, m=64, k=32, n=48)
+    same = {**FP8, "x_wgrad": FP8["x"], "dy_wgrad": FP8["dy"]}  # tensorwise: the same copies again
+    named = _run(QuantizedGemm(resolve_recipe("fp8_tensorwise")), *problem)
+    again = _run(QuantizedGemm(resolve_recipe("lab", validate_recipe_options("lab", same))), *problem)
+    assert all(torch.equal(a, b) for a, b in zip(named, again, strict=True))
+    coarse = {**FP8, "x_wgrad": {"format": "e5m2"}}
+    out, gx, gw, gb = _run(QuantizedGemm(resolve_recipe("lab", validate_recipe_options("lab", coarse))), *problem)
+    assert torch.equal(out, named[0]) and torch.equal(gx, named[1]) and not torch.equal(gw, named[2])
+    assert "x_wgrad" in _error(["bf16", {"lab": {**coarse, "wgrad": {"precision": "bf16"}}}])
