@@ -4,7 +4,9 @@ A recipe says how the inputs of each linear-layer GEMM are quantized: the forwar
 operands x and W, and the output gradient dY used by the dgrad and wgrad GEMMs.
 Everything that is not a linear-layer GEMM input runs in the reference precision
 (bf16 autocast). A new recipe is one entry in `RECIPES`; its numerics live in
-`trainers/precision/`.
+`trainers/precision/`. A campaign may also write a recipe by its operands
+(trainers/written_recipes.py) or run a named one under its own name (`base:`; the
+`grid:` variants of sweeps/recipe_grid.py are such).
 """
 
 from __future__ import annotations
