@@ -4,7 +4,9 @@
     trainer: {kind: tinylm, d_model: 64}
     target: {metric: eval_excess_loss, mode: min, value: 0.4}
     budget: {max_tokens: 2000000, eval_every_tokens: 16384}
-    recipes: [bf16, fp8_tensorwise]          # or {recipe_name: {option: value}}
+    recipes: [bf16, fp8_tensorwise]          # or {recipe_name: {option: value}}; a recipe
+                                             # written by its operands (trainers/written_recipes.py);
+                                             # {nvfp4: {grid: {hadamard: [true, false]}}} (sweeps/recipe_grid.py)
     batch_sizes: [32, 128]                   # min first, max last
     seeds: 4                                 # or {default: 4, nvfp4: 8}
     adaptive: {margin: 1.02, max_seeds: 20}  # instead of seeds: as many as the question needs
@@ -30,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from sweeps.launch import LaunchSpec
+from sweeps.recipe_grid import expand_grid
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.gang import Gang
 from trainers.contract.submission import SUBMISSION_RUNS
@@ -65,6 +68,8 @@ class _Strict(BaseModel):
 class RecipeChoice(_Strict):
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
+    # the campaign entry whose `grid:` made this recipe (sweeps/recipe_grid.py), if any
+    grid_of: str | None = Field(None, exclude=True)
 
 
 class TrackingSpec(_Strict):
@@ -147,7 +152,10 @@ class Campaign(_Strict):
                 out.append({"name": item})
             elif isinstance(item, dict) and len(item) == 1:
                 (name, options), = item.items()
-                out.append({"name": name, "options": options or {}})
+                if not isinstance(options or {}, dict) or "grid" not in (options or {}):
+                    out.append({"name": name, "options": options or {}})
+                    continue
+                out += [{"name": n, "options": o, "grid_of": str(name)} for n, o in expand_grid(str(name), options)]
             else:
                 raise ValueError(f"each recipe is a name or {{name: {{options}}}}, got {item!r}")
         return out
@@ -158,7 +166,12 @@ class Campaign(_Strict):
         names = [r.name for r in value]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"recipe listed twice: {', '.join(dupes)}")
+            generated = any(r.grid_of for r in value if r.name in dupes)
+            raise ValueError(
+                f"recipe listed twice: {', '.join(dupes)}"
+                + ("; a grid: variant's name is generated from its values (sweeps/recipe_grid.py), so drop the "
+                   "duplicate value or rename the recipe it clashes with" if generated else "")
+            )
         return value  # what a name and its options mean depends on the trainer: `_cross_checks`
 
     @field_validator("batch_sizes")
@@ -192,7 +205,7 @@ class Campaign(_Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Campaign:
-        recipes = {r.name for r in self.recipes}
+        recipes = {r.name for r in self.recipes} | {r.grid_of for r in self.recipes if r.grid_of}
         _check_design(self)
         unknown = sorted(set(self.seeds or {}) - recipes - {"default"})
         if unknown:
@@ -200,7 +213,7 @@ class Campaign(_Strict):
         try:
             object.__setattr__(self, "trainer", validate_trainer_settings(self.trainer))
             kind = self.trainer["kind"]
-            choices = [RecipeChoice(name=r.name, options=validate_recipe(kind, r.name, r.options))
+            choices = [RecipeChoice(name=r.name, options=validate_recipe(kind, r.name, r.options), grid_of=r.grid_of)
                        for r in self.recipes]
             object.__setattr__(self, "recipes", choices)
             missing = [b for b in self.batch_sizes if b not in self.hparams]
@@ -221,6 +234,7 @@ class Campaign(_Strict):
         object.__setattr__(self, "hparams", hparams)
         if self.trainer["kind"] != "command":  # a program's hyperparameters are its own to read
             _check_warmup_within_budget(hparams, self.budget.max_tokens)
+            _check_schedule_within_budget(self.recipes, self.budget.max_tokens)
         _check_launch_against_backend(self.launch, self.backend)
         _check_rcp_against_checker(self.rcp, self.benchmark)
         if self.tune is not None:
@@ -237,7 +251,9 @@ class Campaign(_Strict):
         if self.adaptive is not None:
             return self.adaptive_max_seeds
         assert self.seeds is not None  # one of the two, by `_check_design`
-        return self.seeds.get(recipe, self.seeds["default"])
+        # a grid variant has the seeds its entry has ({default: 4, nvfp4: 8}), unless named itself
+        grid_of = next((r.grid_of for r in self.recipes if r.name == recipe and r.grid_of), None)
+        return self.seeds.get(recipe, self.seeds.get(grid_of or recipe, self.seeds["default"]))
 
     @property
     def reference(self) -> str:
@@ -332,6 +348,17 @@ def _check_warmup_within_budget(hparams: dict[int, dict[str, Any]], max_tokens: 
             )
 
 
+def _check_schedule_within_budget(recipes: list[RecipeChoice], max_tokens: int) -> None:
+    """A recipe that switches to BF16 after the budget never switches."""
+    for r in recipes:
+        at = r.options.get("bf16_from_tokens")
+        if isinstance(at, int) and at >= max_tokens:
+            raise ValueError(
+                f"recipes.{r.name}.bf16_from_tokens: {at:,} is not below budget.max_tokens ({max_tokens:,}), so the "
+                "run would never switch to BF16; lower it or raise budget.max_tokens"
+            )
+
+
 def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:
     """The run's shape is `launch:`; a backend setting that also says it must agree."""
     if backend.kind == "slurm" and backend.nodes != 1:
@@ -374,7 +401,7 @@ def _check_rcp_against_checker(rcp: RcpSpec, benchmark: str) -> None:
         )
 
 
-_NAMES_ITS_FIELD = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_]+|\[\d+\])*: ")
+_NAMES_ITS_FIELD = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_+-]+|\[\d+\])*: ")
 
 
 def _format_errors(err: ValidationError) -> str:
@@ -387,7 +414,7 @@ def _format_errors(err: ValidationError) -> str:
             msg = "is required but missing; add it to the campaign file"
         elif e["type"] == "extra_forbidden":
             msg = "is not a known field; check its spelling"
-        if loc == "(top level)" and _NAMES_ITS_FIELD.match(msg):
+        if (loc == "(top level)" or msg.startswith(loc + ".")) and _NAMES_ITS_FIELD.match(msg):
             lines.append(msg)  # a cross-field check that already says which field
         else:
             lines.append(f"{loc}: {msg}")

@@ -4,11 +4,14 @@ A recipe says how the inputs of each linear-layer GEMM are quantized: the forwar
 operands x and W, and the output gradient dY used by the dgrad and wgrad GEMMs.
 Everything that is not a linear-layer GEMM input runs in the reference precision
 (bf16 autocast). A new recipe is one entry in `RECIPES`; its numerics live in
-`trainers/precision/`.
+`trainers/precision/`. A campaign may also write a recipe by its operands
+(trainers/written_recipes.py) or run a named one under its own name (`base:`; the
+`grid:` variants of sweeps/recipe_grid.py are such).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -63,11 +66,25 @@ class RecipeOptions(BaseModel):
     # Ablation: also fake-quantize the residual stream after every block with the
     # recipe's activation format (the FP8 formats paper reports accuracy drops).
     quantize_residual: bool = False
+    # Placement: these layers keep their GEMMs in BF16 (the embedding, the attention
+    # matmuls and the LM head always are): the first and the last N transformer blocks
+    # (the NVFP4 paper keeps the final ones), and layers by name or pattern
+    # (`blocks.0.fc2`, `*.qkv`; fnmatch).
+    bf16_first_blocks: int = Field(0, ge=0)
+    bf16_last_blocks: int = Field(0, ge=0)
+    bf16_layers: tuple[str, ...] = ()
+    # Schedule: from this token count on, every GEMM of the run in BF16 (the NVFP4
+    # paper's switch near the end of training recovers most of the loss gap).
+    bf16_from_tokens: int | None = Field(None, ge=0)
+
+
+# Options every recipe got after run keys existed: left out of a named recipe's options
+# at their defaults, so its run keys stay what they were (bf16_last_blocks was an FP4 option).
+ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None}
 
 
 class Fp4Options(RecipeOptions):
-    # The last N transformer blocks keep their GEMMs in BF16 (NVFP4 paper).
-    bf16_last_blocks: int = Field(0, ge=0)
+    """The FP4 recipes: bf16_last_blocks was theirs first (always in their options)."""
 
 
 class DelayedOptions(RecipeOptions):
@@ -117,11 +134,18 @@ class RecipeConfig:
     # the weight's copy for the dgrad GEMM where a recipe quantizes it unlike the forward
     # copy (torchao rowwise_with_gw_hp: tensorwise)
     w_dgrad: OperandQuant | None = None
+    # the wgrad GEMM's copies of x and dY where a recipe quantizes them unlike the
+    # forward and dgrad copies (each quantized again from the high-precision tensor)
+    x_wgrad: OperandQuant | None = None
+    dy_wgrad: OperandQuant | None = None
     wgrad_hp: bool = False  # the wgrad GEMM runs in the reference precision (BF16)
     hadamard_wgrad: bool = False
     options: type[RecipeOptions] = field(default=RecipeOptions)
     # The option values this config was resolved with (None: the defaults).
     settings: RecipeOptions | None = None
+    # The named recipe this one is a variant of, under a name of the campaign's own
+    # (`{my_name: {base: nvfp4, ...}}`, or a `grid:` variant): its numerics revision.
+    base: str | None = None
 
     def __post_init__(self) -> None:
         quantized = [q is not None for q in (self.x, self.w, self.dy)]
@@ -131,7 +155,7 @@ class RecipeConfig:
     @property
     def revision(self) -> int:
         """The numerics revision (the run contract's table: trainers/contract/revisions.py)."""
-        return recipe_revision(self.name)
+        return recipe_revision(self.base or self.name)
 
     @property
     def is_reference(self) -> bool:
@@ -139,7 +163,7 @@ class RecipeConfig:
 
     @property
     def opts(self) -> RecipeOptions:
-        return self.settings if self.settings is not None else self.options()
+        return self.settings if self.settings is not None else self.options.model_validate({})
 
     def resolve(self, options: dict[str, Any] | None = None) -> RecipeConfig:
         """This recipe with its options applied (validated; raises RecipeError)."""
@@ -168,7 +192,8 @@ class RecipeConfig:
         def fmt(q: OperandQuant | None) -> str:
             return q.describe() if q else "BF16"
 
-        wgrad = "BF16" if self.is_reference or self.wgrad_hp else f"dY {fmt(self.dy)}, x {fmt(self.x)}"
+        wgrad = ("BF16" if self.is_reference or self.wgrad_hp
+                 else f"dY {fmt(self.dy_wgrad or self.dy)}, x {fmt(self.x_wgrad or self.x)}")
         if self.hadamard_wgrad and not self.wgrad_hp:
             wgrad += ", 16-point random Hadamard"
         return {
@@ -178,7 +203,8 @@ class RecipeConfig:
             "w": fmt(self.w) + (f"; dgrad copy {fmt(self.w_dgrad)}" if self.w_dgrad else ""),
             "dy": fmt(self.dy),
             "wgrad": wgrad,
-            "options": self.opts.model_dump(mode="json"),
+            "options": {k: v for k, v in self.opts.model_dump(mode="json").items()
+                        if not (self.is_reference and k in ADDED_LATER)},  # nothing to place in bf16
         }
 
 
@@ -255,7 +281,8 @@ class RecipeError(ValueError):
 def mlperf_precision(recipe: RecipeConfig) -> str:
     """The recipe's lowest precision in linear layers, in the words of MLPerf's
     `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling)."""
-    formats = [q for q in (recipe.x, recipe.w, recipe.dy, recipe.w_dgrad) if q is not None]
+    formats = [q for q in (recipe.x, recipe.w, recipe.dy, recipe.w_dgrad, recipe.x_wgrad, recipe.dy_wgrad)
+               if q is not None]
     if not formats:
         return "bfloat16"
     if any(q.fmt == "e2m1" for q in formats):
@@ -268,7 +295,8 @@ def get_recipe(name: str) -> RecipeConfig:
         return RECIPES[name]
     except KeyError:
         raise RecipeError(
-            f"unknown recipe {name!r}; valid recipes: {', '.join(sorted(RECIPES))}"
+            f"unknown recipe {name!r}; valid recipes: {', '.join(sorted(RECIPES))}; or write one by its operands "
+            f"({{{name}: {{x: ..., w: ..., dy: ...}}}}, see `rcpforge recipes`)"
         ) from None
 
 
@@ -283,13 +311,77 @@ def _parse_options(recipe: RecipeConfig, options: dict[str, Any]) -> RecipeOptio
         raise RecipeError(f"recipe {recipe.name} options: {problems} (valid options: {valid})") from None
 
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
+
+
+def check_recipe_name(name: str) -> None:
+    """A name the campaign gives a recipe: safe in file names, run names and CLI arguments."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise RecipeError(f"recipes: name {name!r}: use letters, digits, '_', '.', '+', '-' (at most 100, starting "
+                          "with a letter or digit): it names run folders and MLflow runs")
+
+
+def _based(name: str, options: dict[str, Any]) -> tuple[RecipeConfig, dict[str, Any]]:
+    """A named recipe under a campaign's own name (`{name: {base: nvfp4, ...}}`): the
+    named one and the options left for it."""
+    base = options["base"]
+    check_recipe_name(name)
+    if name in RECIPES:
+        raise RecipeError(f"recipes.{name}.base: {name} is itself a named recipe; give the variant its own name "
+                          f"(e.g. my_{name}) or remove base")
+    if not isinstance(base, str) or base not in RECIPES:
+        raise RecipeError(f"recipes.{name}.base: {base!r} is not a named recipe; valid: {', '.join(sorted(RECIPES))}")
+    return RECIPES[base], {k: v for k, v in options.items() if k != "base"}
+
+
+def options_dump(recipe: RecipeConfig, opts: RecipeOptions) -> dict[str, Any]:
+    """A named recipe's options with defaults filled in, less the options added later
+    at their defaults (`ADDED_LATER`); refused on the reference, which has nothing to place."""
+    out = opts.model_dump(mode="json")
+    always = {"bf16_last_blocks"} if issubclass(recipe.options, Fp4Options) else set()
+    for key, default in ADDED_LATER.items():
+        if key not in always and out.get(key) == default:
+            del out[key]
+    placed = sorted(set(out) & set(ADDED_LATER) - always)
+    if recipe.is_reference and placed:
+        raise RecipeError(f"recipes.{recipe.name}.{placed[0]}: {recipe.name} runs every GEMM in BF16 already; "
+                          "remove it")
+    return out
+
+
 def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Return the options with defaults filled in, or raise naming the bad option."""
-    return _parse_options(get_recipe(name), options).model_dump(mode="json")
+    """Return the options with defaults filled in, or raise naming the bad option: a
+    named recipe's options, a named recipe's under another name (`base:`), or the
+    normalized definition of a recipe written by its operands (trainers/written_recipes.py)."""
+    from trainers.written_recipes import is_written, validate_written
+
+    if is_written(options):
+        return validate_written(name, options)
+    if "base" in options:
+        recipe, rest = _based(name, options)
+        return {"base": recipe.name, **options_dump(recipe, _parse_options(recipe, rest))}
+    recipe = get_recipe(name)
+    return options_dump(recipe, _parse_options(recipe, options))
 
 
 def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeConfig:
     """The frozen config of a recipe name with a campaign's options applied."""
+    from trainers.written_recipes import build_written, is_written
+
+    options = options or {}
+    if is_written(options):
+        return build_written(name, options)
+    if "base" in options:
+        recipe, rest = _based(name, options)
+        return replace(recipe.resolve(rest), name=name, base=recipe.name)
     return get_recipe(name).resolve(options)
+
+
+def same_gemms(a: RecipeConfig, b: RecipeConfig) -> bool:
+    """Whether two recipes quantize every GEMM operand alike (whatever their names)."""
+    def gemms(r: RecipeConfig) -> tuple:
+        return (r.x, r.w, r.dy, r.w_dgrad, r.x_wgrad, r.dy_wgrad, r.wgrad_hp, r.hadamard_wgrad)
+
+    return gemms(a) == gemms(b)
 
 

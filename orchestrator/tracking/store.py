@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
 from orchestrator.tracking.run_log import attempt_tags
@@ -65,7 +66,8 @@ def run_params(spec: RunSpec) -> dict[str, str]:
     seed too (they are tags already: MLflow's UI shows params as columns and compares and
     groups runs by them)."""
     params = {k: str(v) for k, v in sorted(spec.hparams.items())}
-    params.update({f"recipe.{k}": str(v) for k, v in sorted(spec.recipe_options.items())})
+    # a recipe written by its operands has nested options: one param per field (recipe.x.format)
+    params.update({k: str(v) for k, v in sorted(flat_options(spec.recipe_options, "recipe").items())})
     params.update({k: str(v) for k, v in run_identity(spec).items()})
     return params
 
@@ -351,3 +353,14 @@ def spec_tags(spec: RunSpec) -> dict[str, str]:
         TAG_ATTEMPTS: "0",
         TAG_WORLD_SIZE: str(spec.world_size),
     }
+
+
+def flat_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Nested options as dotted keys ({x: {format: e4m3}} -> {prefix.x.format: e4m3})."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if isinstance(value, dict):
+            out.update(flat_options(value, f"{prefix}.{key}"))
+        else:
+            out[f"{prefix}.{key}"] = value
+    return out

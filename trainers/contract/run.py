@@ -109,7 +109,10 @@ class RunSpec(_Frozen):
         left_out = {"campaign", "role"} | ({"world_size"} if self.world_size == 1 else set())
         decisive = self.model_dump(mode="json", exclude=left_out)
         decisive["_version"] = RUN_KEY_VERSION
-        revision = recipe_revision(self.recipe)
+        # a variant of a named recipe under the campaign's own name (`base:`, a `grid:`
+        # variant) has that recipe's numerics revision
+        base = self.recipe_options.get("base")
+        revision = recipe_revision(base if isinstance(base, str) else self.recipe)
         if revision > 1:  # only then: the keys of recipes never revised stay as they were
             decisive["_recipe_revision"] = revision
         blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))

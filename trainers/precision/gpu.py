@@ -14,19 +14,28 @@ import torch
 
 from trainers.precision.formats import FORMATS
 from trainers.precision.scaling import block_fp32_scale
+from trainers.recipes import RECIPES, RecipeConfig, same_gemms
 
 if TYPE_CHECKING:
     from trainers.precision.linear import QuantizedGemm
 
 REAL_FP8_RECIPES = ("fp8_tensorwise", "fp8_rowwise")
+_REAL_FP8 = {n: RECIPES[n].resolve() for n in REAL_FP8_RECIPES}
 
 
 def hopper_or_newer(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
+def real_fp8_kind(recipe: RecipeConfig) -> str | None:
+    """Which of the real FP8 recipes this one's GEMMs are, by definition, not by name
+    (a variant or a recipe written in the campaign file with the same operands runs
+    the same real GEMMs); None for any other."""
+    return next((n for n, ref in _REAL_FP8.items() if same_gemms(recipe, ref)), None)
+
+
 def use_real_fp8(gemm: QuantizedGemm, x: torch.Tensor) -> bool:
-    if gemm.recipe.name not in REAL_FP8_RECIPES:
+    if real_fp8_kind(gemm.recipe) is None:
         return False
     if gemm.real_fp8 is not None:  # forced (tests run the CPU `_scaled_mm`)
         return gemm.real_fp8
@@ -70,7 +79,7 @@ def forward(gemm: QuantizedGemm, x: torch.Tensor, w: torch.Tensor):
     themselves (their scale does not depend on the orientation; a quarter of the FP32
     memory), for rowwise the high-precision operands (each GEMM scales other rows)."""
     rec = gemm.recipe
-    rowwise = rec.name == "fp8_rowwise"
+    rowwise = real_fp8_kind(rec) == "fp8_rowwise"
     xq, wq = _cast(x, rec.x.fmt, rowwise), _cast(w, rec.w.fmt, rowwise)
     out = _mm(xq, wq, rowwise)
     return out, ((x, w) if rowwise else (*xq, *wq))
@@ -78,7 +87,7 @@ def forward(gemm: QuantizedGemm, x: torch.Tensor, w: torch.Tensor):
 
 def backward(gemm: QuantizedGemm, dy: torch.Tensor, saved):
     rec = gemm.recipe
-    if rec.name == "fp8_rowwise":
+    if real_fp8_kind(rec) == "fp8_rowwise":
         x, w = saved
         # dgrad dX = dY . W: contraction over the output features (W^T's rows)
         dx = _mm(_cast(dy, rec.dy.fmt, True), _cast(w.t(), rec.w.fmt, True), True)

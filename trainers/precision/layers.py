@@ -3,6 +3,7 @@ last blocks in BF16 where a recipe says so) and the residual-stream ablation."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import replace
 from typing import Callable
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 
 from trainers.precision.linear import LinearFn, QuantizedGemm
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import RecipeConfig
+from trainers.recipes import RecipeConfig, RecipeOptions
 
 _BLOCK = re.compile(r"blocks\.(\d+)\.")
 
@@ -23,17 +24,38 @@ def gemm_factory(
     """name ("blocks.3.fc1") -> that layer's GEMM. Each layer gets its own state and its
     own stochastic-rounding stream, derived from the run seed, the layer's order and, in
     a data-parallel run, the rank (rank 0's streams are those of a one-process run)."""
-    bf16_last = int(getattr(recipe.opts, "bf16_last_blocks", 0))
+    opts = recipe.opts
     counter = iter(range(1 << 30))
 
     def make(name: str) -> LinearFn:
         index = next(counter)
-        m = _BLOCK.match(name + ".")
-        if recipe.is_reference or (m and int(m.group(1)) >= n_blocks - bf16_last):
+        if recipe.is_reference or in_bf16(name, opts, n_blocks):
             return F.linear
         return QuantizedGemm(recipe, name, telemetry, seed=seed * 1_000_003 + index + (rank << 40))
 
     return make
+
+
+def in_bf16(name: str, opts: RecipeOptions, n_blocks: int) -> bool:
+    """Whether the recipe's placement keeps this layer's GEMM in BF16: the first or last
+    blocks, or a layer named (or matched by a pattern) in bf16_layers."""
+    m = _BLOCK.match(name + ".")
+    if m and not opts.bf16_first_blocks <= int(m.group(1)) < n_blocks - opts.bf16_last_blocks:
+        return True
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in opts.bf16_layers)
+
+
+def switch_to_bf16(model: torch.nn.Module) -> int:
+    """The recipe's schedule: every quantized GEMM of the model (and the residual
+    ablation) runs in BF16 from now on; the number of GEMMs switched."""
+    switched = 0
+    for m in model.modules():
+        if isinstance(getattr(m, "gemm", None), QuantizedGemm):
+            m.gemm = F.linear  # type: ignore[assignment]
+            switched += 1
+    if getattr(model, "residual", None) is not None:
+        model.residual = None  # type: ignore[assignment]
+    return switched
 
 
 class _StraightThrough(torch.autograd.Function):

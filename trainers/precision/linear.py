@@ -22,6 +22,7 @@ from trainers.precision.quantize import (
 )
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
+from trainers.written_recipes import WrittenOptions
 
 LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
@@ -89,7 +90,7 @@ class QuantizedGemm:
         tel = self.telemetry if self.telemetry is not None and self.telemetry.active else None
         if q.scaling == "mor":
             opts = self.recipe.opts
-            assert isinstance(opts, MorOptions)
+            assert isinstance(opts, (MorOptions, WrittenOptions))
             out, kept, units = mor_quantize(t.contiguous(), opts.threshold, q.block)
             if tel is not None:
                 tel.add_mor(self.name, kept, units)
@@ -301,9 +302,14 @@ def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quant
     # wgrad dW = dY^T . X contracts over the tokens
     if recipe.wgrad_hp:  # in the reference precision, as the bf16 recipe's wgrad
         return dx, (dy2.t().bfloat16() @ x2.bfloat16()).float()
+    dy_w, x_w = ("dy_wgrad" if recipe.dy_wgrad else "dy"), ("x_wgrad" if recipe.x_wgrad else "x")
     if recipe.hadamard_wgrad:
-        a = gemm.quantize_factored(hadamard_last_dim(dy2.t().contiguous()), "dy")
-        b = gemm.quantize_factored(hadamard_last_dim(x2.t().contiguous()), "x")
+        a = gemm.quantize_factored(hadamard_last_dim(dy2.t().contiguous()), dy_w)
+        b = gemm.quantize_factored(hadamard_last_dim(x2.t().contiguous()), x_w)
+        return dx, _mm(a, b)
+    if recipe.dy_wgrad or recipe.x_wgrad:  # a wgrad copy of its own, from the high-precision tensor
+        a = gemm.quantize_factored(dy2.t(), dy_w) if recipe.dy_wgrad else gemm.operand_t(dy2, dyq, "dy")
+        b = gemm.quantize_factored(x2.t(), x_w) if recipe.x_wgrad else gemm.operand_t(x2, xq, "x")
         return dx, _mm(a, b)
     if recipe.dy.per_gemm and recipe.x.per_gemm:
         return dx, _mm(*gemm.quantize_pair(dy2.t(), "dy", x2.t(), "x"))

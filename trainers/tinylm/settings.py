@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+# The linear layers of each block (trainers/tinylm/model.py), named blocks.<i>.<layer>:
+# the GEMMs a recipe quantizes and its placement (bf16_layers) names.
+LINEAR_LAYERS = ("qkv", "proj", "fc1", "fc2")
 
 
 def no_cuda_device() -> bool:
@@ -122,6 +127,27 @@ class TinyLMSettings(BaseModel):
                 f"batch_sizes: {', '.join(map(str, bad))} cannot be split over the run's {world_size} ranks "
                 f"(launch: nodes x processes_per_node); use batch sizes that are multiples of {world_size}"
             )
+
+    @classmethod
+    def check_campaign(cls, settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],
+                       recipes: dict[str, dict[str, Any]] | None = None) -> None:
+        """A recipe's placement fits the model: its first and last BF16 blocks leave a
+        block quantized, and every name or pattern of bf16_layers names a layer."""
+        n = int(settings.get("n_layers", cls.model_fields["n_layers"].default))
+        layers = [f"blocks.{i}.{g}" for i in range(n) for g in LINEAR_LAYERS]
+        for name, opts in (recipes or {}).items():
+            first, last = int(opts.get("bf16_first_blocks", 0)), int(opts.get("bf16_last_blocks", 0))
+            if first + last > n:
+                raise ValueError(
+                    f"recipes.{name}.bf16_first_blocks: {first} first and {last} last blocks in BF16 are more than "
+                    f"the model's {n} (trainer.n_layers); lower them so that some block is quantized"
+                )
+            for pattern in opts.get("bf16_layers") or []:
+                if not any(fnmatch.fnmatchcase(layer, pattern) for layer in layers):
+                    raise ValueError(
+                        f"recipes.{name}.bf16_layers: {pattern!r} names no layer of this model; its layers are "
+                        f"blocks.<0-{n - 1}>.<{'|'.join(LINEAR_LAYERS)}> (patterns such as *.fc2 match several)"
+                    )
 
     @model_serializer(mode="wrap")
     def _drop_defaults_added_later(self, handler):

@@ -12,7 +12,7 @@ import torch
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
 from trainers.precision.heap import keep_freed_memory
-from trainers.precision.layers import gemm_factory, residual_quantizer
+from trainers.precision.layers import gemm_factory, residual_quantizer, switch_to_bf16
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import resolve_recipe
 from trainers.tinylm import checkpoint
@@ -150,7 +150,11 @@ class TinyLMTrainer:
             if dp.rank == 0:
                 checkpoint.note_start(folder, tokens)
         params = list(model.parameters())
+        bf16_from = recipe.opts.bf16_from_tokens  # the recipe's schedule (also on a resumed run)
         while tokens < spec.budget.max_tokens:
+            if bf16_from is not None and tokens >= bf16_from:
+                switch_to_bf16(model)
+                bf16_from = None
             # Every rank draws the same global batch and trains on its slice of it.
             batch = torch.from_numpy(dp.shard(data.next(spec.batch_size))).to(device)
             for group in opt.param_groups:

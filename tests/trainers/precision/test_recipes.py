@@ -65,7 +65,8 @@ def test_options_change_the_config():
 @pytest.mark.parametrize("name,options,expect", [
     ("mxfp8", {"scale_mode": "ceil"}, ["scale_mode", "'floor'", "'rceil'", "grad_format"]),
     ("nvfp4", {"bf16_last_blocks": -1}, ["bf16_last_blocks", "greater than or equal to 0", "hadamard"]),
-    ("fp8_tensorwise", {"bf16_last_blocks": 2}, ["bf16_last_blocks", "valid options: quantize_residual"]),
+    # every recipe takes the placement options (bf16_first/last_blocks, bf16_layers) and the schedule
+    ("fp8_tensorwise", {"hadamard": True}, ["hadamard", "valid options: bf16_first_blocks", "quantize_residual"]),
     ("mor", {"threshold": "high"}, ["threshold", "granularity"]),
 ])
 def test_bad_options_name_the_valid_ones(name, options, expect):
