@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from analysis.load import load_runs
 from analysis.rcp_table import rcp_table
 from sweeps.spec import load_campaign
-from tests.cluster.helpers import assert_clean_ledger, runs_of, start_cli, wait_for
+from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
@@ -109,7 +109,7 @@ def _kill_mid_run(server: _Server, campaign, proc: subprocess.Popen) -> None:
     server.kill()
 
 
-def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server, finished):
+def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server):
     """Two outages of one campaign, one server process of this test's own on the
     session's PostgreSQL store. First, longer than `tracking.retry_s`: the campaign
     stops with one line naming the server, and a rerun resumes it. Then shorter: the
@@ -120,8 +120,7 @@ def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server, fin
 
     def campaign_file(retry_s: float) -> Path:
         # tracking settings are not part of a run's key: the same runs either way
-        return write_campaign(folder, tiny_campaign(name=name, recipes=["bf16"], seeds=3,
-                                                    tracking={"uri": server.url, "retry_s": retry_s}))
+        return write_campaign(folder, _paced(name, {"uri": server.url, "retry_s": retry_s}))
 
     campaign = load_campaign(campaign_file(2))
     proc = None
@@ -146,21 +145,30 @@ def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server, fin
         assert proc.returncode == 0, out[-3000:]
         # the outage was felt by the runs in flight, and waited out
         assert f"tracking store unavailable: {server.url}" in out and "retrying" in out, out[-3000:]
-        tokens = assert_clean_ledger(campaign, n_keys=6)
+        tokens = assert_clean_ledger(campaign, n_keys=6, metric="eval_accuracy")
     finally:
         if proc is not None and proc.poll() is None:  # a failed test leaves no orchestrator behind
             proc.kill()
             proc.communicate(timeout=60)
         server.kill()
 
-    # the same seeds undisturbed (the session's tiny campaign, on SQLite): same results
-    # and the same analysis table
-    _, quiet, _, _ = finished
+    # the same runs undisturbed (on SQLite): the same results and the same analysis table
+    quiet_path = write_campaign(tmp_path / "quiet", _paced(name, {}))
+    proc = run_cli("run", str(quiet_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    quiet = load_campaign(quiet_path)
     undisturbed = _analysis(quiet.tracking_uri, quiet.name, quiet.benchmark, quiet.submission_runs)
     restored = _analysis(mlflow_server.backend_uri, campaign.name, campaign.benchmark, campaign.submission_runs)
     assert restored == undisturbed
     assert sorted(tokens.values()) == sorted(row["tokens_to_target"] for row in undisturbed[0])
     assert all(row["olympic_mean"] is not None for row in restored[1])  # the tables hold RCP numbers
+
+
+def _paced(name: str, tracking: dict) -> dict:
+    """Three seeds at each batch size of the instant paced program (a second a run, the
+    outage's window to strike one in flight), in a store of `tracking`'s."""
+    data = paced_campaign({"kind": "local", "workers": 2}, evals=5, sleep=0.2, seeds=3)
+    return data | {"name": name, "tracking": tracking} if tracking else data | {"name": name}
 
 
 def test_a_server_down_past_the_retry_window_ends_the_run_with_one_clear_line(tmp_path):
