@@ -3,6 +3,8 @@ unpacked into a temporary folder, whole or in part, never into the source tree."
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -25,3 +27,33 @@ def unpack_round(into: Path, members: tuple[str, ...] = ()) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "xJf", str(ROUND_TAR), "-C", str(into), *(f"{TOP}/{m}" for m in members)], check=True)
     return into / TOP
+
+
+def write_submission(folder: Path, benchmark: str, bs: int, values: list[float | None],
+                     logged: dict[str, object] | None = None) -> Path:
+    """A results directory (`tests/analysis/mllog_dirs.write_results`'s files) whose
+    every file also logs `logged` (MLLOG key -> value: submission_org, _platform, a
+    precision disclosure...) after its first line."""
+    from tests.analysis.mllog_dirs import mllog, result_lines
+
+    folder.mkdir(parents=True, exist_ok=True)
+    extra = [mllog(k, v) for k, v in (logged or {}).items()]
+    for i, v in enumerate(values):
+        lines = result_lines(benchmark, bs, v)
+        (folder / f"result_{i}.txt").write_text("\n".join(lines[:1] + extra + lines[1:]) + "\n")
+    return folder
+
+
+def write_system(root: Path, submitter: str, system: str, framework: str, accelerator: str) -> None:
+    """`<root>/<submitter>/systems/<system>.json` with the fields a round groups by."""
+    path = root / submitter / "systems" / f"{system}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"submitter": submitter, "division": "closed", "framework": framework,
+                                 "accelerator_model_name": accelerator, "accelerators_per_node": "8",
+                                 "number_of_nodes": "1"}))
+
+
+def lognormal_runs(rng, mean: float, stdev: float, size: int):
+    """Draws of a lognormal with this mean and stdev (the round analysis's honest model)."""
+    sigma2 = math.log1p((stdev / mean) ** 2)
+    return rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size)
