@@ -131,12 +131,16 @@ def settings_of(folder: Path, files: list[_File]) -> dict:
 
 
 def mapped_precision(mapping: dict[str, str], folder: str) -> str | None:
-    """The label of `folder` (a row's dir) in a precision map: its own entry, or the
-    entry of a trailing part of its path."""
+    """The label of `folder` (a row's dir) in a precision map: its own entry, else the
+    first entry whose path and the folder's end alike (one is a trailing part of the
+    other: a map written from another root still applies)."""
+    if folder in mapping:
+        return mapping[folder]
     parts = Path(folder).parts
-    for i in range(len(parts)):
-        label = mapping.get(str(Path(*parts[i:])))
-        if label:
+    for key, label in mapping.items():
+        theirs = Path(key).parts
+        k = min(len(theirs), len(parts))
+        if k and theirs[-k:] == parts[-k:]:
             return label
     return None
 
