@@ -30,6 +30,8 @@ _HEADERS = {
     "robust_z": "robust z",
     "spread_pct": "spread %",
     "mad": "MAD",
+    "group_no": "group",
+    "flag_reason": "why",
 }
 
 

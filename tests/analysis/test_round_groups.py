@@ -15,10 +15,15 @@ import pytest
 from analysis.rcp_set import RcpError
 from analysis.round import analyze_round
 from analysis.round_groups import p_lognormal, p_pooled, parse_group_keys
-from tests.analysis.mllog_dirs import rcp_file
 from tests.conftest import run_cli
 from tests.helpers.cli import invoke, one_line_usage_error
-from tests.helpers.round_data import lognormal_runs, write_submission, write_system
+from tests.helpers.round_data import (
+    CHERRY_BENCH,
+    CHERRY_BS,
+    CHERRY_N,
+    cherry_pick_round,
+    write_submission,
+)
 
 
 def _olympic(values, trim):
@@ -67,30 +72,11 @@ def test_pooled_p_value_matches_exact_enumeration_with_a_non_converged_run():
     assert p_pooled(12.0, m, 1, pool[:3]) is None  # a pool smaller than a submission: no p
 
 
-BENCH, BS, N = "bert", 256, 10  # the checker's N for BERT
-MEAN, STDEV = 40.0, 4.0
-
-
-def _cherry_round(tmp_path, systems: bool = True):
-    """Six honest submissions of N runs each and one made of the fastest N of 200 seeds,
-    all on one system type (one group); the RCP is 2N honest runs."""
-    rng = np.random.default_rng(2024)
-    root = tmp_path / "round"
-    rcps = rcp_file(tmp_path / "rcps.json", BENCH, {BS: [float(v) for v in lognormal_runs(rng, MEAN, STDEV, 2 * N)]})
-    honest = [list(lognormal_runs(rng, MEAN, STDEV, N)) for _ in range(6)]
-    picked = sorted(lognormal_runs(rng, MEAN, STDEV, 200))[:N]
-    for i, values in enumerate([*honest, picked]):
-        name = f"lab{i}"
-        folder = root / name / "results" / "sys" / BENCH if systems else root / name
-        logged = {"submission_org": name, "submission_platform": "1xsys"}
-        write_submission(folder, BENCH, BS, [float(v) for v in values], logged)
-        if systems:
-            write_system(root, name, "sys", "PyTorch 25.04", "Acc X")
-    return root, rcps
+BENCH, BS, N = CHERRY_BENCH, CHERRY_BS, CHERRY_N
 
 
 def test_the_cherry_picked_submission_is_flagged_and_the_honest_ones_are_not(tmp_path):
-    root, rcps = _cherry_round(tmp_path)
+    root, rcps = cherry_pick_round(tmp_path)
     rows = {r["submitter"]: r for r in analyze_round(root, str(rcps))}
     assert len({r["group"] for r in rows.values()}) == 1
     assert rows["lab0"]["group"] == f"{BENCH} / {BS} / PyTorch 25.04 / Acc X"
@@ -105,7 +91,7 @@ def test_the_cherry_picked_submission_is_flagged_and_the_honest_ones_are_not(tmp
 def test_without_system_files_grouping_falls_back_to_the_mllog_lines(tmp_path):
     """The same round as plain folders: the org and platform come from the MLLOG lines
     (platform "1xsys": 1 node of sys), framework from a logged line where there is one."""
-    root, rcps = _cherry_round(tmp_path, systems=False)
+    root, rcps = cherry_pick_round(tmp_path, systems=False)
     write_submission(root / "other", BENCH, BS, [40.0] * N,
                      {"submission_org": "lab9", "submission_platform": "2xAcc Y", "framework": "JAX 0.5"})
     rows = {r["submitter"]: r for r in analyze_round(root, str(rcps))}
@@ -122,7 +108,7 @@ def test_group_by_setting_and_its_errors(tmp_path):
     assert parse_group_keys("benchmark, precision") == ("benchmark", "precision")
     with pytest.raises(RcpError, match="--group-by.*'gpu'"):
         parse_group_keys("benchmark,gpu")
-    root, rcps = _cherry_round(tmp_path)
+    root, rcps = cherry_pick_round(tmp_path)
     proc = run_cli("round", str(root), "--rcps", str(rcps), "--group-by", "benchmark", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)

@@ -57,3 +57,30 @@ def lognormal_runs(rng, mean: float, stdev: float, size: int):
     """Draws of a lognormal with this mean and stdev (the round analysis's honest model)."""
     sigma2 = math.log1p((stdev / mean) ** 2)
     return rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size)
+
+
+CHERRY_BENCH, CHERRY_BS, CHERRY_N = "bert", 256, 10  # the checker's N for BERT
+_MEAN, _STDEV = 40.0, 4.0
+
+
+def cherry_pick_round(tmp_path: Path, systems: bool = True) -> tuple[Path, Path]:
+    """(round root, RCP file): six honest submissions of N runs each and one (lab6) made
+    of the fastest N of 200 seeds, all on one system type (one group); the RCP is 2N
+    honest runs. Without `systems`, plain folders whose MLLOG lines name org and platform."""
+    import numpy as np
+
+    from tests.analysis.mllog_dirs import rcp_file
+
+    rng = np.random.default_rng(2024)
+    root, bench, bs, n = tmp_path / "round", CHERRY_BENCH, CHERRY_BS, CHERRY_N
+    rcps = rcp_file(tmp_path / "rcps.json", bench, {bs: [float(v) for v in lognormal_runs(rng, _MEAN, _STDEV, 2 * n)]})
+    honest = [list(lognormal_runs(rng, _MEAN, _STDEV, n)) for _ in range(6)]
+    picked = sorted(lognormal_runs(rng, _MEAN, _STDEV, 200))[:n]
+    for i, values in enumerate([*honest, picked]):
+        name = f"lab{i}"
+        folder = root / name / "results" / "sys" / bench if systems else root / name
+        logged = {"submission_org": name, "submission_platform": "1xsys"}
+        write_submission(folder, bench, bs, [float(v) for v in values], logged)
+        if systems:
+            write_system(root, name, "sys", "PyTorch 25.04", "Acc X")
+    return root, rcps
