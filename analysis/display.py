@@ -25,7 +25,6 @@ _HEADERS = {
     "vs_rcp_pct": "vs RCP %",
     "vs_rcp_evals": "vs RCP (evals)",
     "rcp_mean": "RCP mean",
-    "batch_size": "BS",
     "p_value": "p (honest this fast)",
     "robust_z": "robust z",
     "spread_pct": "spread %",

@@ -12,21 +12,21 @@ Two numbers per submission, both one-sided (only "too fast" is suspicious):
 - `p_value`: the probability that honest seeds give an olympic mean at least that fast:
   P(olympic mean of M honest runs <= the submission's), M its own run count and the
   olympic mean the checker's (the slowest and fastest run dropped; four each for UNet3D).
-  The honest runs come from the RCP's own run distribution at that batch size (the
-  record the verdict used: found, interpolated or the smallest): a **lognormal** with
-  the RCP's mean and stdev (samples to converge are positive and right-skewed; a normal
-  with an RCP's stdev would put mass below zero for the wide ones), and since that mean
-  and stdev are estimates from the RCP's n runs (2N for an interpolated one, as the
-  checker counts it), the posterior predictive of that fit (`p_lognormal`): an RCP
-  measured on few runs flags less, so an honest submission is not flagged for the
-  RCP's own sampling error. The RCP's runs all
-  converged, so this model has none that fail; a submission's own non-converged runs
-  count as the checker counts them (1e9, dropped as the slowest). Where no RCP was
-  used, the honest runs are drawn with replacement from the group's pooled runs of the
-  *other* submissions (their non-converged runs included, as 1e9), on the same scale as
-  `robust_z`. Both are reported (`p_value_rcp`, `p_value_pooled`); `p_value` is the RCP
-  one where there is one. A degenerate RCP (every run converged at the same eval: stdev
-  0, as the 5.0 Llama 3.1 405B one at batch size 1152) models nothing: no p_value_rcp.
+  `p_value_rcp`: the honest runs come from the RCP's own run distribution at that batch
+  size (the record the verdict used, found or interpolated), modelled as a **lognormal**
+  with the RCP's mean and stdev (samples to converge are positive and right-skewed; a
+  normal with a wide RCP's stdev puts mass below zero). That mean and stdev are
+  estimates from the RCP's n runs (2N for an interpolated one, as the checker counts),
+  so the p is the posterior predictive of the fit (`p_lognormal`): an honest submission
+  is not flagged for the RCP's own sampling error. The RCP's runs all converged, so the
+  model has no failures; a submission's own non-converged runs count as the checker
+  counts them (1e9, dropped as the slowest). No `p_value_rcp` where it would model
+  nothing: a degenerate RCP (every run converged at one eval, stdev 0, as the 5.0
+  Llama 3.1 405B one at batch size 1152), or the smallest RCP standing in for a batch
+  size below it (a smaller batch legitimately converges in fewer samples).
+  `p_value_pooled`: the honest runs are drawn with replacement from the pooled runs of
+  the group's *other* submissions (non-converged ones included, as 1e9), on the scale of
+  `robust_z`. `p_value` is the RCP one where there is one, else the pooled one.
 
 The probabilities are Monte Carlo with a fixed seed (deterministic): one matrix of
 `draws` x M uniforms is sorted row by row, and since a quantile function is monotone,
@@ -166,7 +166,9 @@ def _score_group(members: list[dict], settings: FlagSettings) -> None:
         r["p_value_rcp"] = r["p_value_pooled"] = None
         if i in scores:
             m, trim = len(r["run_values"]), trim_of(r["benchmark"])
-            if r["rcp_mean"] and r.get("rcp_stdev"):  # a stdev of 0 (degenerate RCP) models nothing
+            # a stdev of 0 (a degenerate RCP) models nothing, and the smallest RCP standing in
+            # for a smaller batch size is not that batch size's run distribution
+            if r["rcp_mean"] and r.get("rcp_stdev") and r.get("rcp_used") in ("found", "interpolated"):
                 r["p_value_rcp"] = p_lognormal(r["olympic_mean"], m, trim, r["rcp_mean"], r["rcp_stdev"],
                                                r.get("rcp_runs"), settings.draws, settings.seed)
             r["p_value_pooled"] = p_pooled(scores[i], m, trim, pool, settings.draws, settings.seed)
