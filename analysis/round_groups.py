@@ -138,8 +138,9 @@ def group_label(row: dict, keys: Sequence[str]) -> str:
 
 def assign_groups(rows: list[dict], keys: Sequence[str], settings: FlagSettings | None = None) -> None:
     """Adds group, group_size, score (the value compared: olympic mean / RCP mean, or the
-    olympic mean), robust_z, p_value(_rcp, _pooled), flagged and flag_reason to every row
-    (a submission of `analysis.round`)."""
+    olympic mean), robust_z, p_value(_rcp, _pooled), flagged, flag_reason and the group's
+    median score and spread (group_median, group_spread_pct) to every row (a submission
+    of `analysis.round`)."""
     settings = settings or FlagSettings()
     groups: dict[str, list[dict]] = {}
     for row in rows:
@@ -147,6 +148,9 @@ def assign_groups(rows: list[dict], keys: Sequence[str], settings: FlagSettings 
         groups.setdefault(row["group"], []).append(row)
     for members in groups.values():
         _score_group(members, settings)
+    for summary in group_summaries(rows):  # the group's spread on each of its submissions too
+        for row in groups[summary["group"]]:
+            row["group_median"], row["group_spread_pct"] = summary["median"], summary["spread_pct"]
 
 
 def _score_group(members: list[dict], settings: FlagSettings) -> None:

@@ -86,6 +86,8 @@ def test_the_cherry_picked_submission_is_flagged_and_the_honest_ones_are_not(tmp
     for name, row in rows.items():
         assert not row["flagged"], (name, row["p_value"], row["robust_z"])
         assert row["p_value"] > 1e-3 and row["p_value_pooled"] is not None and row["group_size"] == 7
+    scores = [r["score"] for r in [*rows.values(), picked]]
+    assert picked["group_spread_pct"] == pytest.approx((max(scores) - min(scores)) / np.median(scores) * 100)
 
 
 def test_without_system_files_grouping_falls_back_to_the_mllog_lines(tmp_path):
