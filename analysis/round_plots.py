@@ -28,6 +28,7 @@ def groups_figure(rows: list[dict], number: dict[str, int]) -> bytes | None:
         for r in members:
             ax.plot(r["score"], y, "o", ms=4, color=_FLAG if r["flagged"] else _OK, alpha=0.8, zorder=2)
     ax.axvline(1.0, color="#555", lw=0.8, zorder=0)
+    ax.margins(x=0.04)  # a point on the edge of the data (a zero-width band) stays whole
     ax.set_yticks(range(len(shown)), [f"G{number[g]} {g}"[:60] for g in shown], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("olympic mean / RCP mean (band: RCP mean +- stdev)")
