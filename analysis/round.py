@@ -145,12 +145,8 @@ def mapped_precision(mapping: dict[str, str], folder: str) -> str | None:
     return None
 
 
-def eval_interval(folder: Path, benchmark) -> float | None:
-    """The median distance between consecutive evals, in the unit the checker counts."""
-    return _eval_interval(_files(folder, {}), benchmark)
-
-
 def _eval_interval(files: list[_File], benchmark) -> float | None:
+    """The median distance between consecutive evals, in the unit the checker counts."""
     unit = convergence_unit(benchmark)
     gaps = []
     for f in files:
