@@ -6,6 +6,7 @@ with `checker_error` saying where and why, instead of a traceback."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ class CheckResult:
     benchmark: Any = None
     olympic_mean: float | None = None
     rcp_mean: float | None = None
+    rcp_stdev: float | None = None  # of the RCP's runs (interpolated: linear in batch size)
+    rcp_runs: int | None = None  # the runs behind the RCP's mean and stdev (interpolated: 2N, the checker's count)
     min_acceptable_mean: float | None = None
     rcp_used: str = "none"  # found | interpolated | smallest | none
     rcp_name: str | None = None
@@ -40,10 +43,13 @@ class CheckResult:
     # that is not JSON, a benchmark it needs a run count for): the flag that fixes it.
     # A command answers it as a usage error, not as a failing verdict.
     usage_error: str | None = None
+    # each result file's value as the checker reads it (file name -> value; 1e9 where the
+    # run did not converge), also where the verdict does not use them
+    run_values: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         out = asdict(self)
-        for key in ("norm_factor", "olympic_mean", "rcp_mean", "min_acceptable_mean"):
+        for key in ("norm_factor", "olympic_mean", "rcp_mean", "rcp_stdev", "min_acceptable_mean"):
             if out[key] is not None:
                 out[key] = float(out[key])
         for key in ("batch_size",):
@@ -96,6 +102,13 @@ def _carried(path: Path) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=64)
+def _rcp_set(path: str, mtime_ns: int, benchmark: str, prune: str, runs: int | None) -> RcpSet:
+    """An RCP file's set, read once per file version: a round checks hundreds of
+    directories against the same few files (the set is not changed by a check)."""
+    return RcpSet.from_file(Path(path), benchmark, prune=prune, submission_runs=runs)
+
+
 def check_directory(
     results_dir: str | Path,
     rcps: str | Path | None = None,
@@ -123,6 +136,7 @@ def check_directory(
     except CheckerStops as err:
         return _stopped(result, str(err))
     result.batch_size, result.benchmark, result.warnings = sub.bs, sub.benchmark, sub.warnings
+    result.run_values = {Path(f).name: v for f, v in zip(sub.files, sub.values, strict=False)}
     if not sub.files:
         return _stopped(result, f"no result_*.txt files in {results_dir} (the reference checker raises KeyError)",
                         f"RESULTS_DIR {results_dir}: no result_*.txt files in this folder; give the folder that holds them "
@@ -143,7 +157,7 @@ def check_directory(
             result.warnings.append(
                 f"--submission-runs {submission_runs} ignored: the checker counts {runs} runs per submission of "
                 f"{sub.benchmark}, and this verdict is the checker's; leave --submission-runs out for it")
-        rcp_set = RcpSet.from_file(path, sub.benchmark, prune=prune, submission_runs=runs)
+        rcp_set = _rcp_set(str(path), path.stat().st_mtime_ns, sub.benchmark, prune, runs)
     except Exception as err:  # the checker raises on a missing or malformed RCP file
         return _stopped(result, f"RCPs: {type(err).__name__}: {err}", _rcp_usage(err, rcps, ruleset, sub.benchmark))
     result.warnings += rcp_set.warnings
@@ -177,7 +191,8 @@ def _decide(result: CheckResult, rcp_set: RcpSet, bs: Any, epochs: list, ruleset
             return
     passed, factor, mean, tested = _evaluate(record, epochs, ruleset, rcp_set.benchmark)
     result.passed, result.norm_factor, result.olympic_mean = passed, factor, mean
-    result.rcp_mean = tested.mean
+    result.rcp_mean, result.rcp_stdev = tested.mean, tested.stdev
+    result.rcp_runs = 2 * rcp_set.submission_runs if tested.interpolated else len(tested.epochs)
     with np.errstate(all="ignore"):
         result.min_acceptable_mean = tested.mean / tested.max_speedup
     result.rcp_used, result.rcp_name = used, tested.name

@@ -22,6 +22,15 @@ _HEADERS = {
     "core_hours": "core-hours",
     "run_wall_hours": "run wall-hours",
     "eta_s": "ETA (s)",
+    "vs_rcp_pct": "vs RCP %",
+    "vs_rcp_evals": "vs RCP (evals)",
+    "rcp_mean": "RCP mean",
+    "p_value": "p (honest this fast)",
+    "robust_z": "robust z",
+    "spread_pct": "spread %",
+    "mad": "MAD",
+    "group_no": "group",
+    "flag_reason": "why",
 }
 
 
@@ -56,7 +65,8 @@ def fixed(value: float | None, digits: int = 4) -> str:
 # Digits of the statistics that summary.md and the report both show; others get `_number`.
 _DIGITS = {"olympic_mean": 1, "stdev": 1, "min_acceptable_mean": 1, "max_speedup": 4, "factor": 4,
            "ci_low": 4, "ci_high": 4, "p_candidate_faster": 3, "honest_mean": 1, "honest_stdev": 1, "pass_prob": 3,
-           "eta_s": 0}
+           "eta_s": 0, "robust_z": 2, "vs_rcp_pct": 1, "vs_rcp_evals": 2, "spread_pct": 1, "norm_factor": 4}
+_SIGNIFICANT = {"mann_whitney_p", "p_value", "p_value_rcp", "p_value_pooled"}  # shown to 3 significant digits
 
 
 def _number(value: float) -> str:
@@ -74,7 +84,7 @@ def cell_text(column: str, value: Any) -> str:
     if isinstance(value, float):
         if value != value:  # NaN
             return "-"
-        if column == "mann_whitney_p":
+        if column in _SIGNIFICANT:
             return f"{value:.3g}"
         return fixed(value, _DIGITS[column]) if column in _DIGITS else _number(value)
     return str(value)

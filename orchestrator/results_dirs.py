@@ -18,7 +18,6 @@ the same files again adds nothing. `samples_to_target` is the value the checker 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shutil
 import tempfile
@@ -54,6 +53,7 @@ from trainers.contract.schema import (
     TAG_TRAINER,
     TAG_WARNING,
 )
+from trainers.contract.submission import system_settings
 
 OUTCOME_VALUES = {s.value for s in (RunStatus.converged, RunStatus.not_converged, RunStatus.diverged)}
 _RESULT_NAME = re.compile(r"^result_(\d+)\.txt$")
@@ -190,33 +190,18 @@ def default_artifact_dir(tracking_uri: str) -> Path:
     return Path("mlartifacts")
 
 
-# systems/<system>.json field -> tag
-_SYSTEM_FIELDS = {"submitter": TAG_SUBMITTER, "division": TAG_DIVISION, "framework": TAG_FRAMEWORK,
-                  "accelerator_model_name": TAG_ACCELERATOR, "accelerators_per_node": TAG_ACCELERATORS_PER_NODE,
-                  "number_of_nodes": TAG_NODES}
+# system_settings name -> tag
+_SYSTEM_TAGS = {"submitter": TAG_SUBMITTER, "system": TAG_SYSTEM, "division": TAG_DIVISION,
+                "framework": TAG_FRAMEWORK, "accelerator": TAG_ACCELERATOR,
+                "accelerators_per_node": TAG_ACCELERATORS_PER_NODE, "nodes": TAG_NODES}
 # MLLOG submission_<x> -> tag, where no system file says it
 _MLLOG_FIELDS = {"org": TAG_SUBMITTER, "division": TAG_DIVISION, "platform": TAG_SYSTEM}
 
 
 def round_tags(folder: Path) -> dict[str, str]:
-    """What a results directory's place in a round says: `<submitter>/results/<system>/
-    <benchmark>/` with `<submitter>/systems/<system>.json` beside it."""
-    folder = folder.resolve()
-    tags = {TAG_RESULTS_DIR: str(folder)}
-    if folder.parent.parent.name != "results":
-        return tags
-    submitter_dir, system = folder.parents[2], folder.parent.name
-    tags.update({TAG_SUBMITTER: submitter_dir.name, TAG_SYSTEM: system})
-    system_file = submitter_dir / "systems" / f"{system}.json"
-    try:
-        described = json.loads(system_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return tags  # no (readable) system file: the MLLOG lines fill in what they can
-    if isinstance(described, dict):
-        for name, tag in _SYSTEM_FIELDS.items():
-            value = described.get(name)
-            if value not in (None, ""):
-                tags[tag] = str(value).strip()
+    """What a results directory's place in a round says (`system_settings`), as tags."""
+    tags = {TAG_RESULTS_DIR: str(folder.resolve())}
+    tags.update({_SYSTEM_TAGS[k]: v for k, v in system_settings(folder).items()})
     return tags
 
 

@@ -1,6 +1,9 @@
 """`rcpforge round`: a published round (or any folder of results directories) checked
 submission by submission as the MLCommons checker checks it, with each one's olympic mean
-against the RCP in percent and in eval intervals (`analysis/round.py`)."""
+against the RCP in percent and in eval intervals, grouped like with like and scored
+within its group (`analysis/round.py`, `analysis/round_groups.py`), the precision
+factors where precision is disclosed or mapped (`analysis/round_precision.py`), and the
+round written as JSON, Parquet or a self-contained HTML report."""
 
 from __future__ import annotations
 
@@ -20,16 +23,37 @@ def round_cmd(
                              "(5.0.0 for the v5.0 round)"),
     as_json: bool = typer.Option(False, "--json", help="standard output is one JSON document: a list, one object "
                                  "per submission"),
+    group_by: str | None = typer.Option(None, "--group-by", help="KEY,KEY: the settings that make submissions "
+                                        "alike (default benchmark,batch_size,framework,accelerator; also "
+                                        "submitter, system, division, accelerators_per_node, nodes, precision)"),
+    p_threshold: float = typer.Option(0.001, "--p-threshold", help="flag a submission whose probability that "
+                                      "honest seeds are this fast is below this"),
+    z_threshold: float = typer.Option(3.5, "--z-threshold", help="flag a submission whose robust z within its "
+                                      "group is below minus this"),
+    precision_map: Path | None = typer.Option(None, "--precision-map", help="a JSON or CSV file mapping result "
+                                              "directory to precision label (rounds before 6.1)"),
+    parquet: Path | None = typer.Option(None, "--parquet", help="also write the submissions as a Parquet file"),
+    html: Path | None = typer.Option(None, "--html", help="also write a self-contained HTML round report"),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="also import the round's result files "
                                                "into this store (in bulk; files imported before are skipped)"),
 ) -> None:
     """Every submission of a round: the checker's verdict, message and normalization factor
-    (pruned RCPs, as the checker), its olympic mean against the RCP, and the M > N score."""
+    (pruned RCPs, as the checker), its olympic mean against the RCP, the M > N score, its
+    group of like submissions, robust z and p-value, and the flags beyond the thresholds."""
     from analysis.rcp_set import RcpError
     from analysis.round import analyze_round
+    from analysis.round_groups import FlagSettings, parse_group_keys
+    from analysis.round_precision import load_precision_map, precision_factors
 
+    if not 0 < p_threshold < 1:
+        fail(f"--p-threshold {p_threshold}: give a probability between 0 and 1")
+    if z_threshold <= 0:
+        fail(f"--z-threshold {z_threshold}: give a positive number (3.5 is Iglewicz and Hoaglin's)")
     try:
-        rows = analyze_round(root, rcps)
+        keys = parse_group_keys(group_by)
+        mapping = load_precision_map(precision_map) if precision_map is not None else None
+        rows = analyze_round(root, rcps, group_by=keys, flags=FlagSettings(p_threshold, z_threshold),
+                             precision_map=mapping)
     except RcpError as err:
         fail(str(err))
     if tracking_uri is not None:
@@ -40,23 +64,63 @@ def round_cmd(
         except ResultsError as err:
             fail(str(err))
         err_console.print(f"imported {summary.imported} runs, {summary.already} already there", highlight=False)
+    factors = precision_factors(rows)
+    _write_files(rows, factors, keys, parquet, html, str(root))
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    _table(rows)
+    _tables(rows, factors)
 
 
-def _table(rows: list[dict]) -> None:
+def _write_files(rows: list[dict], factors: list[dict], keys, parquet: Path | None, html: Path | None,
+                 title: str) -> None:
+    try:
+        if parquet is not None:
+            from analysis.round_report import write_parquet
+
+            write_parquet(rows, parquet)
+            err_console.print(f"wrote {parquet}", highlight=False)
+        if html is not None:
+            from analysis.round_report import write_round_report
+
+            write_round_report(html, rows, factors, keys, title)
+            err_console.print(f"wrote {html}", highlight=False)
+    except OSError as err:
+        fail(f"--parquet/--html: cannot write {err.filename}: {err.strerror}; give a writable path")
+
+
+def _tables(rows: list[dict], factors: list[dict]) -> None:
     from rich.table import Table
 
-    def num(value, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
+    from analysis.display import cell_text, header
+    from analysis.round_groups import group_summaries
 
-    table = Table("dir", "bs", "passed", "message", "norm", "olympic", "rcp mean", "vs rcp %", "vs rcp evals")
+    groups = group_summaries(rows)
+    number = {g["group"]: i for i, g in enumerate(groups, 1)}
+    columns = ["dir", "batch_size", "passed", "message", "norm_factor", "olympic_mean", "rcp_mean", "vs_rcp_pct",
+               "vs_rcp_evals", "group", "robust_z", "p_value", "flagged"]
+    table = Table(*(header(c) for c in columns))
     for r in rows:
-        table.add_row(r["dir"], str(r["batch_size"]), "yes" if r["passed"] else "NO", r["message"],
-                      num(r["norm_factor"], ".4f"), num(r["olympic_mean"], ".6g"), num(r["rcp_mean"], ".6g"),
-                      num(r["vs_rcp_pct"], "+.1f"), num(r["vs_rcp_evals"], "+.2f"))
+        table.add_row(*(f"G{number[r['group']]}" if c == "group" else cell_text(c, r[c]) for c in columns))
     console.print(table)
+    shown = ["group", "submissions", "scored", "scale", "median", "mad", "spread_pct", "flagged"]
+    table = Table("#", *(header(c) for c in shown), title="groups of like submissions (2 or more)")
+    for g in groups:
+        if g["submissions"] > 1:
+            table.add_row(f"G{number[g['group']]}", *(cell_text(c, g[c]) for c in shown))
+    console.print(table)
+    flagged = [r for r in rows if r["flagged"]]
+    if flagged:
+        table = Table("dir", "group", "why", title="flagged for the chair")
+        for r in flagged:
+            table.add_row(r["dir"], f"G{number[r['group']]}", r["flag_reason"])
+        console.print(table)
+    if factors:
+        shown = ["benchmark", "precision", "submissions", "factor", "ci_low", "ci_high"]
+        table = Table(*(header(c) for c in shown), title="olympic mean / RCP mean by precision")
+        for f in factors:
+            table.add_row(*(cell_text(c, f[c]) for c in shown))
+        console.print(table)
     passed = sum(r["passed"] for r in rows)
-    console.print(f"{len(rows)} submissions: {passed} pass, {len(rows) - passed} fail")
+    console.print(f"{len(rows)} submissions: {passed} pass, {len(rows) - passed} fail; {len(groups)} groups; "
+                  f"{len(flagged)} flagged")

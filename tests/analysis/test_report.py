@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import csv
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.browser import chromium, layout_problems
 
 SECTIONS = ("settings", "rcp-table", "curves", "distribution", "rcp-curve", "cost", "factors", "selection")
 FIGURES = ("curves", "distribution", "rcp-curve", "factors")
@@ -282,17 +283,8 @@ def test_runs_required_beyond_the_largest_m_tried_reads_the_same_everywhere():
     assert "| 1.23% | > 15 | - |" in row
 
 
-def _chromium() -> str:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        from tests.conftest import missing_service
-
-        missing_service("chromium is not installed (apt-get install chromium)")
-    return browser
-
-
 def test_report_renders_in_headless_chromium(report, tmp_path):
-    browser = _chromium()
+    browser = chromium()
     out, _ = report
     shot = tmp_path / "shot.png"
     proc = subprocess.run(
@@ -310,51 +302,10 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert pixels[..., :3].std() > 0.05  # not a blank page
 
 
-# Run in the page once it is laid out: every way a table could hide a column. The
-# result is written into the page, which --dump-dom prints.
-_LAYOUT_PROBE = """<script>
-(() => {
-  const page = document.documentElement, width = page.clientWidth, problems = [];
-  if (page.scrollWidth > page.clientWidth) problems.push(`the page scrolls sideways: ${page.scrollWidth} > ${width}`);
-  const tables = [...document.querySelectorAll('table')];
-  for (const table of tables) {
-    const box = table.parentElement, right = box.getBoundingClientRect().right + 0.5;
-    if (box.scrollWidth > box.clientWidth)
-      problems.push(`${table.id}: its container scrolls (${box.scrollWidth} > ${box.clientWidth})`);
-    for (const el of table.querySelectorAll('*')) {
-      const name = `${table.id}: <${el.tagName}> ${el.textContent.slice(0, 30)}`;
-      if (el.getBoundingClientRect().right > right) problems.push(`${name} ends past its container`);
-      if (el.scrollWidth > el.clientWidth && el.clientWidth > 0) problems.push(`${name} overflows itself`);
-    }
-    for (const th of table.querySelectorAll('th')) {
-      const r = th.getBoundingClientRect();
-      if (r.left < 0 || r.right > width)
-        problems.push(`${table.id}: header ${th.textContent} at ${r.left}..${r.right}, outside 0..${width}`);
-    }
-  }
-  const out = document.createElement('pre');
-  out.id = 'layout-probe';
-  out.textContent = JSON.stringify({width, tables: tables.length, problems});
-  document.body.appendChild(out);
-})();
-</script>"""
-
-
 @pytest.mark.parametrize("width", [1200, 700])  # a screen, and about a printed A4 page's width
 def test_every_table_column_is_visible_within_the_page_width(report, tmp_path, width):
-    import html
-    import json
-    import re
-
-    browser = _chromium()
     out, _ = report
-    page = tmp_path / "probed.html"
-    page.write_text((out / "report.html").read_text().replace("</body>", _LAYOUT_PROBE + "</body>"))
-    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},1000",
-                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    found = re.search(r'<pre id="layout-probe">(.*?)</pre>', proc.stdout, re.S)
-    assert found, proc.stderr[-2000:]
-    layout = json.loads(html.unescape(found.group(1)))
+    layout = layout_problems(out / "report.html", width, tmp_path)
     assert layout["width"] > width - 30 and layout["tables"] == 4
     assert layout["problems"] == []
 

@@ -309,7 +309,8 @@ def follow_events(path: str | Path) -> tuple[MllogReader, list[dict[str, Any]]]:
 @dataclass
 class Submission:
     """A results directory as `get_submission_epochs` sees it. `epochs` is None when
-    more runs failed than olympic scoring may drop; `mismatch` names a disagreement."""
+    more runs failed than olympic scoring may drop; `mismatch` names a disagreement.
+    `values`: each file's value as read (in `files` order, up to a mismatch)."""
 
     files: list[str]
     bs: Any
@@ -317,6 +318,7 @@ class Submission:
     benchmark: Any
     mismatch: str | None = None
     warnings: list[str] = field(default_factory=list)
+    values: list = field(default_factory=list)
 
 
 def read_submission(results_dir: str, ruleset: str, use_train_samples: bool = False) -> Submission:
@@ -328,6 +330,7 @@ def read_submission(results_dir: str, ruleset: str, use_train_samples: bool = Fa
         got = read_result_file(path, ruleset, use_train_samples)
         sub.warnings += got.warnings
         sub.epochs.append(got.epochs)
+        sub.values.append(got.epochs)
         not_converged += got.not_converged
         if sub.bs == -1:
             sub.bs = got.bs
