@@ -34,12 +34,18 @@ def round_cmd(
                                               "directory to precision label (rounds before 6.1)"),
     parquet: Path | None = typer.Option(None, "--parquet", help="also write the submissions as a Parquet file"),
     html: Path | None = typer.Option(None, "--html", help="also write a self-contained HTML round report"),
-    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="also import the round's result files "
-                                               "into this store (in bulk; files imported before are skipped)"),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="the store the round's result files are "
+                                               "imported into, in bulk, files imported before skipped (default: "
+                                               "sqlite rcpforge-mlflow.db here)"),
+    no_import: bool = typer.Option(False, "--no-import", help="read the files only; import nothing"),
 ) -> None:
     """Every submission of a round: the checker's verdict, message and normalization factor
     (pruned RCPs, as the checker), its olympic mean against the RCP, the M > N score, its
-    group of like submissions, robust z and p-value, and the flags beyond the thresholds."""
+    group of like submissions, robust z and p-value, and the flags beyond the thresholds.
+    The result files not imported yet are imported first (into --tracking-uri, or
+    rcpforge-mlflow.db in the current folder), so the round is in a store for queries."""
+    if tracking_uri is not None and no_import:
+        fail("--tracking-uri and --no-import: give one (--no-import reads the files without a store)")
     from analysis.rcp_set import RcpError
     from analysis.round import analyze_round
     from analysis.round_groups import FlagSettings, parse_group_keys
@@ -56,9 +62,11 @@ def round_cmd(
                              precision_map=mapping)
     except RcpError as err:
         fail(str(err))
-    if tracking_uri is not None:
+    if not no_import:
         from orchestrator.results_dirs import ResultsError, import_results
+        from sweeps.spec import DEFAULT_DB
 
+        tracking_uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
         try:
             summary = import_results([root], root.resolve().name or "round", tracking_uri)
         except ResultsError as err:

@@ -31,7 +31,7 @@ def test_every_v50_submission_gets_the_checkers_verdict(round_v50):
 
 
 def test_round_json_and_bad_input(round_v50_subset, tmp_path):
-    proc = run_cli("round", str(round_v50_subset), "--rcps", "5.0.0", "--json")
+    proc = run_cli("round", "--no-import", str(round_v50_subset), "--rcps", "5.0.0", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 5 and {"dir", "benchmark", "batch_size", "olympic_mean", "window_olympic_mean", "rcp_mean",
@@ -39,7 +39,7 @@ def test_round_json_and_bad_input(round_v50_subset, tmp_path):
                                "flagged"} <= set(rows[0])
     for args in ((str(tmp_path / "nosuch"), "--rcps", "5.0.0"), (str(tmp_path), "--rcps", "5.0.0"),
                  (str(round_v50_subset), "--rcps", "9.9")):
-        bad = run_cli("round", *args)
+        bad = run_cli("round", "--no-import", *args)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 

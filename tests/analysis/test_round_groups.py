@@ -111,11 +111,11 @@ def test_group_by_setting_and_its_errors(tmp_path):
     with pytest.raises(RcpError, match="--group-by.*'gpu'"):
         parse_group_keys("benchmark,gpu")
     root, rcps = cherry_pick_round(tmp_path)
-    proc = run_cli("round", str(root), "--rcps", str(rcps), "--group-by", "benchmark", "--json")
+    proc = run_cli("round", "--no-import", str(root), "--rcps", str(rcps), "--group-by", "benchmark", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert {r["group"] for r in rows} == {BENCH} and sum(r["flagged"] for r in rows) == 1
     for bad in (["--group-by", "benchmark,gpu"], ["--p-threshold", "2"]):
-        one_line_usage_error(invoke("round", str(root), "--rcps", str(rcps), *bad), bad[0])
-    table = invoke("round", str(root), "--rcps", str(rcps))
+        one_line_usage_error(invoke("round", "--no-import", str(root), "--rcps", str(rcps), *bad), bad[0])
+    table = invoke("round", "--no-import", str(root), "--rcps", str(rcps))
     assert table.exit_code == 0 and "flagged for the chair" in table.output and "lab6" in table.output

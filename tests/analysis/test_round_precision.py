@@ -78,7 +78,7 @@ def test_a_precision_map_labels_a_round_that_discloses_nothing(tmp_path):
     bad.write_text("fp8-0\n")
     with pytest.raises(RcpError, match="bad.csv:1"):
         load_precision_map(bad)
-    one_line_usage_error(invoke("round", str(root), "--rcps", str(rcps), "--precision-map", str(bad)),
+    one_line_usage_error(invoke("round", "--no-import", str(root), "--rcps", str(rcps), "--precision-map", str(bad)),
                          "--precision-map")
-    result = invoke("round", str(root), "--rcps", str(rcps), "--precision-map", str(csv_map))
+    result = invoke("round", "--no-import", str(root), "--rcps", str(rcps), "--precision-map", str(csv_map))
     assert result.exit_code == 0 and "olympic mean / RCP mean by precision" in result.output

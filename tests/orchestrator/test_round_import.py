@@ -99,3 +99,26 @@ def test_import_of_a_missing_folder_is_one_line(tmp_path):
     proc = run_cli("import", str(tmp_path / "nosuch"), "--campaign", "x", "--tracking-uri", uri)
     assert proc.returncode == 2 and "no such file or directory" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_round_imports_what_is_not_imported_yet_into_a_sqlite_file_here(round_v50_subset, tmp_path):
+    """`rcpforge round` without a store: the round's files go into rcpforge-mlflow.db in
+    the current folder, once (a second analysis imports nothing); --no-import writes
+    nothing; both options together are one line."""
+    files = sorted(round_v50_subset.rglob("result_*.txt"))
+    here = tmp_path / "here"
+    here.mkdir()
+    first = run_cli("round", str(round_v50_subset), "--rcps", "5.0.0", "--json", cwd=here)
+    assert first.returncode == 0, first.stderr
+    assert f"imported {len(files)} runs, 0 already there" in first.stderr
+    assert len(json.loads(first.stdout)) == 5  # standard output stays the one JSON document
+    uri = f"sqlite:///{here / 'rcpforge-mlflow.db'}"
+    assert len(_runs(uri, round_v50_subset.name)) == len(files)
+    again = run_cli("round", str(round_v50_subset), "--rcps", "5.0.0", cwd=here)
+    assert again.returncode == 0 and f"imported 0 runs, {len(files)} already there" in again.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert run_cli("round", str(round_v50_subset), "--rcps", "5.0.0", "--no-import", cwd=elsewhere).returncode == 0
+    assert not list(elsewhere.iterdir())
+    both = run_cli("round", str(round_v50_subset), "--rcps", "5.0.0", "--no-import", "--tracking-uri", uri)
+    assert both.returncode == 2 and both.stderr.strip().count("\n") == 0 and "--no-import" in both.stderr
