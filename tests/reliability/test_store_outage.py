@@ -13,14 +13,16 @@ from collections import Counter
 from mlflow import MlflowClient
 
 from sweeps.spec import load_campaign
+from tests.cluster.helpers import paced_campaign
 from tests.conftest import ROOT
-from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.helpers.campaigns import write_campaign
 from tests.helpers.store import run_statuses
 from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def test_campaign_survives_a_locked_store(tmp_path):
-    data = tiny_campaign(recipes=["bf16"], seeds=2)
+    # the instant paced program, 2 s a run: the lock strikes runs in flight
+    data = paced_campaign({"kind": "local", "workers": 2}, evals=10, sleep=0.2, seeds=2)
     path = write_campaign(tmp_path, data)
     campaign = load_campaign(path)
     proc = subprocess.Popen(
@@ -45,5 +47,5 @@ def test_campaign_survives_a_locked_store(tmp_path):
     assert len(keys) == 4 and set(keys.values()) == {1}
     assert {r.data.tags[TAG_STATUS] for r in runs} == {"converged"}
     for run in runs:
-        steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval_excess_loss")]
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval_accuracy")]
         assert len(steps) == len(set(steps)) and steps
