@@ -62,7 +62,7 @@ def time_tracking_only(runs: int) -> float:
     file, outcome), made serially in this one process, without any launch: how much of
     rcpforge's per-run figure is the tracking store itself."""
     from benchmarks.noop_trainer import NoopTrainer
-    from orchestrator.tracking import RunLog, Tracking
+    from orchestrator.tracking import RunLog, Tracking, run_params
     from sweeps.expand import expand
     from sweeps.spec import parse_campaign
 
@@ -75,12 +75,13 @@ def time_tracking_only(runs: int) -> float:
         for spec in specs:
             run_id = tracking.create_run(experiment_id, spec, starts_now=True)  # as a local first attempt
             out = Path(folder) / spec.run_key
-            log = RunLog(campaign.tracking_uri, run_id, spec.target.metric, out, fresh=True)
+            log = RunLog(campaign.tracking_uri, run_id, spec.target.metric, out, fresh=True,
+                         artifact_uri=tracking.artifact_uris[run_id])
             log.start(1)
             result = NoopTrainer().train(spec, log)
             (out / "result.txt").write_text(":::MLLOG {}\n")
             log.log_artifact(out / "result.txt")
-            log.finish(result)
+            log.finish(result, params=run_params(spec))
         tracking.ledger(experiment_id)
         wall = time.perf_counter() - start
     assert len(specs) == runs

@@ -231,7 +231,8 @@ class _Launcher:
 
     def launch(self, spec: RunSpec, run_id: str, attempt: int, fresh: bool = False) -> None:
         self.runs[spec.run_key] = (spec, run_id, attempt)
-        job = assignment_for(self.campaign, spec, run_id, attempt, fresh=fresh)
+        job = assignment_for(self.campaign, spec, run_id, attempt, fresh=fresh,
+                             artifact_uri=self.tracking.artifact_uris.get(run_id))
         self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue, gang=self.campaign.gang))
         self.summary.launched += 1
         self.notify("start", spec, None)
@@ -258,7 +259,7 @@ class _Launcher:
                 spec, run_id, attempt = self.runs.pop(done.task_id)
                 if done.error is not None:
                     result = RunResult(status=RunStatus.failed, error=done.error)
-                    self.tracking.mark_failed(run_id, done.error)
+                    self.tracking.mark_failed(run_id, done.error, spec)
                 else:
                     result = RunResult.model_validate(done.value)
                 self.settle(spec, run_id, attempt, result)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.stall import Stalled, StallGuard
-from orchestrator.tracking import DEFAULT_RETRY_S, RunLog
+from orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
 from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
 from trainers.contract.gang import gang_task
@@ -94,15 +94,20 @@ class RunAssignment:
     # The run was made for this attempt and starts at once (a local first attempt): the
     # worker has nothing to read back or set (RunLog's `fresh`).
     fresh: bool = False
+    # Where the run's artifacts go, where the launcher knows it (a run it made): the
+    # worker need not ask the store.
+    artifact_uri: str | None = None
 
 
 def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
-                   output_dir: Path | None = None, fresh: bool = False) -> RunAssignment:
+                   output_dir: Path | None = None, fresh: bool = False,
+                   artifact_uri: str | None = None) -> RunAssignment:
     """The assignment of a campaign's run (a tune trial's runs give their own folder)."""
     return RunAssignment(
         spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(output_dir or campaign.run_dir(spec)),
         campaign.benchmark, str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
         campaign.tracking.retry_s, campaign.launch.world_size, campaign.launch.gpus_per_process, fresh,
+        artifact_uri,
     )
 
 
@@ -113,7 +118,7 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
         return _train_unreported(job, task)
     spec = RunSpec.model_validate_json(job.spec_json)
     log = RunLog(job.tracking_uri, job.run_id, spec.target.metric, Path(job.output_dir), retry_s=job.tracking_retry_s,
-                 fresh=job.fresh)
+                 fresh=job.fresh, artifact_uri=job.artifact_uri)
     log.start(job.attempt)
     stall = StallGuard(job.stall_timeout_s)
     context = RunContext(log, Path(job.output_dir), job.benchmark or spec.campaign,
@@ -148,7 +153,7 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
         note = "; ".join(filter(None, [result.error, "warning: " + tags[TAG_WARNING]]))
         result = result.model_copy(update={"error": note})
     log.log_artifact(context.output_dir / RESULT_FILE)
-    log.finish(result, {**cost_of(job, result), **measured}, tags)
+    log.finish(result, {**cost_of(job, result), **measured}, tags, run_params(spec))
     return result.model_dump(mode="json")
 
 

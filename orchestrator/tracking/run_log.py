@@ -39,12 +39,13 @@ class RunLog:
     retry the points the run already logged are not written again."""
 
     def __init__(self, uri: str, run_id: str, target_metric: str, output_dir: Path, flush_every_s: float = 2.0,
-                 retry_s: float = DEFAULT_RETRY_S, fresh: bool = False):
+                 retry_s: float = DEFAULT_RETRY_S, fresh: bool = False, artifact_uri: str | None = None):
         """`fresh`: the launcher made the run for this very attempt and it started at once
         (MLflow makes a run RUNNING, with nothing logged): nothing to read back, no status
         to set, two tracking calls fewer per run."""
         self.client = retrying_client(uri, retry_s)
         self.fresh = fresh
+        self.artifact_uri = artifact_uri  # where known: a local folder is written without a call
         self.output_dir = output_dir
         output_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
@@ -134,15 +135,23 @@ class RunLog:
     def log_artifact(self, path: Path) -> None:
         """Store a run's file (its MLLOG result.txt) beside its metrics; a retry
         overwrites the earlier attempt's copy."""
-        if path.is_file():
+        if not path.is_file():
+            return
+        if self.artifact_uri is not None and self.artifact_uri.startswith("file:"):
+            from orchestrator.tracking.bulk import store_result_file
+
+            store_result_file(self.artifact_uri, path, self.run_id, None)  # a copy, as MLflow's own
+        else:
             self.client.log_artifact(self.run_id, str(path))
 
     def finish(self, result: RunResult, cost: dict[str, float] | None = None,
-               tags: dict[str, str] | None = None) -> None:
+               tags: dict[str, str] | None = None, params: dict[str, str] | None = None) -> None:
         """`cost`: the attempt's GPU- or core-hours (and its MLPerf time to train),
         written with the outcome like the wall time; `tags`: what its result file
-        disclosed, written with any status."""
-        from mlflow.entities import Metric, RunTag
+        disclosed, written with any status; `params`: the run's hyperparameters, written
+        with any status by every attempt (MLflow takes a param again with the same value),
+        so a run made as it started (`Tracking.create_run`'s `starts_now`) has them."""
+        from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
         metrics = []
@@ -162,8 +171,13 @@ class RunLog:
             tags_out.append(RunTag(TAG_ERROR, result.error[-MAX_TAG:]))
         # The points still waiting go out in the outcome's batch where they fit in one
         # (MLflow takes up to 1000 metrics and 100 tags a batch), one call fewer a run.
-        if len(self._pending) + len(metrics) > 1000 or len(tags_out) > 100:
+        params_out = [Param(k, v) for k, v in (params or {}).items()]
+        if len(params_out) > 100:  # MLflow's limit a batch: on their own, before the outcome
+            for i in range(0, len(params_out), 100):
+                self.client.log_batch(self.run_id, params=params_out[i : i + 100])
+            params_out = []
+        if len(self._pending) + len(metrics) + len(params_out) + len(tags_out) > 1000 or len(tags_out) > 100:
             self.flush()
         metrics, self._pending = self._pending + metrics, []
-        self.client.log_batch(self.run_id, metrics=metrics, tags=tags_out)
+        self.client.log_batch(self.run_id, metrics=metrics, params=params_out, tags=tags_out)
         self.client.set_terminated(self.run_id, status="FAILED" if result.status is RunStatus.failed else "FINISHED")

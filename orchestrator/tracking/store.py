@@ -98,6 +98,9 @@ class Tracking:
     def __init__(self, uri: str, retry_s: float = DEFAULT_RETRY_S):
         self.uri = uri
         self.client = retrying_client(uri, retry_s)
+        # run id -> artifact URI of the runs made here: a worker told it stores the run's
+        # result file without asking MLflow where it goes (a call a run)
+        self.artifact_uris: dict[str, str] = {}
 
     def open_experiment(self, name: str, artifact_dir: Path) -> str:
         """Create the schema (this first call does it, once, before any worker starts)
@@ -157,8 +160,12 @@ class Tracking:
         if starts_now:
             tags.update(attempt_tags(1))
         run = self._create_once(experiment_id, spec.run_key, run_name or spec.run_name, tags)
-        self.log_params(run.info.run_id, spec)
+        self.artifact_uris[run.info.run_id] = run.info.artifact_uri
         if not starts_now:
+            # A run that starts now gets its hyperparameters with its outcome, from the
+            # worker (`RunLog.finish`): one call fewer a run. One whose worker never
+            # finished lacks them, and `take_up` logs them when it is launched again.
+            self.log_params(run.info.run_id, spec)
             self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
 
@@ -324,10 +331,14 @@ class Tracking:
             chunk = jobs[start : start + CHUNK]
             self.client.retry("set_backend_jobs", lambda c=chunk: set_tag_sql(store, c, TAG_BACKEND_JOB))
 
-    def mark_failed(self, run_id: str, error: str) -> None:
-        """Record a failure that the worker could not record itself (it died)."""
-        from mlflow.entities import RunTag
+    def mark_failed(self, run_id: str, error: str, spec: RunSpec | None = None) -> None:
+        """Record a failure that the worker could not record itself (it died), with the
+        run's hyperparameters (a run made as it started has them from its worker only)."""
+        from mlflow.entities import Param, RunTag
 
+        params = [Param(k, v) for k, v in run_params(spec).items()] if spec is not None else []
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+            self.client.log_batch(run_id, params=params[i : i + 100])
         self.client.log_batch(
             run_id, tags=[RunTag(TAG_STATUS, RunStatus.failed.value), RunTag(TAG_ERROR, error[-MAX_TAG:])]
         )

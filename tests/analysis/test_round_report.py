@@ -26,8 +26,8 @@ def outputs(tmp_path_factory):
         system = "carina_ngpu2048_ngc25.04_nemo_a_long_system_name" if i else "sys"  # a real round's kind of name
         write_submission(root / f"IBM+CoreWeave+fp8lab{i}" / "results" / system / "bert", "bert", 256, [41.0 + i] * 10,
                          {"lowest_numerical_precision_in_linear": precision})
-    result = invoke("round", "--no-import", str(root), "--rcps", str(rcps), "--json", "--parquet", str(tmp / "round.parquet"),
-                    "--html", str(tmp / "round.html"))
+    result = invoke("round", "--no-import", str(root), "--rcps", str(rcps), "--json",
+                    "--parquet", str(tmp / "round.parquet"), "--html", str(tmp / "round.html"))
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     return tmp, rows

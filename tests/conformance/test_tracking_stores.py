@@ -7,12 +7,13 @@ worker would."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from analysis.curves import load_curves
 from analysis.load import RUN_SCHEMA, NoSuchCampaign, load_campaign_runs, load_runs
-from orchestrator.tracking import ImportedRun, RunLog, Tracking, mark_preempted
+from orchestrator.tracking import ImportedRun, RunLog, Tracking, mark_preempted, run_params
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign
 from tests.helpers.campaigns import tiny_campaign
@@ -178,14 +179,14 @@ def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_
     """A local first attempt: the run is made when a worker is free and starts at once,
     so MLflow's RUNNING stands and there is nothing logged to read back: no update_run and
     no metric-history read; it is made with its first attempt's tags, so the worker's start
-    writes nothing, and its last points go out with its outcome: two batches in all (the
-    hyperparameters, the outcome) against three of a queued run; and the run reads back
-    exactly as one made SCHEDULED."""
+    writes nothing; its last points and its hyperparameters go out with its outcome, and
+    its result file is copied to its artifact folder: one batch in all against three of a
+    queued run and its artifact call; and the run reads back exactly as one made SCHEDULED."""
     from mlflow import MlflowClient
 
     tracking, exp, (fresh, queued) = _opened(store, tmp_path)
     calls: list[str] = []
-    for name in ("update_run", "get_metric_history", "log_batch"):
+    for name in ("update_run", "get_metric_history", "log_batch", "log_artifact", "get_run"):
         original = getattr(MlflowClient, name)
         monkeypatch.setattr(MlflowClient, name, lambda self, *a, _f=original, _n=name, **k: (calls.append(_n), _f(
             self, *a, **k))[1])
@@ -197,19 +198,28 @@ def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_
         entry = tracking.ledger(exp)[spec.run_key]
         assert (entry.status, entry.attempts) == ((RunStatus.running, 1) if starts_now else (RunStatus.pending, 0))
         log = RunLog(store.uri, run_id, "eval_excess_loss", tmp_path / spec.run_key, flush_every_s=3600, retry_s=5,
-                     fresh=starts_now)
+                     fresh=starts_now, artifact_uri=tracking.artifact_uris[run_id] if starts_now else None)
         log.start(1)
         for tokens, value in CURVE:
             log.eval_point(_point(tokens, value))
-        log.finish(CONVERGED)
+        result_file = tmp_path / spec.run_key / RESULT_FILE
+        result_file.write_text(f":::MLLOG {spec.run_key}\n")
+        log.log_artifact(result_file)
+        log.finish(CONVERGED, params=run_params(spec))  # as every attempt's worker does
         runs[spec.run_key] = list(calls)
-    assert sorted(runs[fresh.run_key]) == ["log_batch", "log_batch"]
-    assert sorted(runs[queued.run_key]) == ["get_metric_history", *["log_batch"] * 3, "update_run", "update_run"]
+    # (one get_run each is this test's status check) the fresh run's result file is copied without a call
+    assert sorted(runs[fresh.run_key]) == ["get_run", "log_batch"]  # hyperparameters with the outcome
+    assert sorted(runs[queued.run_key]) == ["get_metric_history", "get_run", "log_artifact", *["log_batch"] * 3,
+                                            "update_run", "update_run"]
     rows = _both_loaders(store)
     for spec in (fresh, queued):
         row = rows[spec.run_key]
         assert (row["status"], row["tokens_to_target"], row["hparams"]) == ("converged", 16384.0, _params(spec))
         assert tracking.client.get_run(row["run_id"]).info.status == "FINISHED"
+        folder = tmp_path / "downloaded" / spec.run_key
+        folder.mkdir(parents=True)
+        stored = Path(tracking.client.download_artifacts(row["run_id"], RESULT_FILE, str(folder)))
+        assert stored.read_text() == f":::MLLOG {spec.run_key}\n"
 
 
 def test_a_queued_run_starts_in_mlflow_when_its_worker_starts_it(store, tmp_path):

@@ -129,6 +129,8 @@ def test_crashing_runs_are_recorded_failed_and_do_not_stop_the_others(tmp_path, 
             assert tags[TAG_STATUS] == "converged"
         if seed in (1, 2):
             assert tags[TAG_ATTEMPTS] == "2" and run.info.status == "FAILED"
+        # the hyperparameters, whoever recorded the outcome (the worker, or the launcher for a worker that died)
+        assert run.data.params["lr"] and run.data.params["rcpforge.seed"] == str(seed)
     assert "4 converged" in proc.stdout and "4 failed" in proc.stdout
     again = cli("run", str(path))
     assert "4 failed with no attempts left, 0 to launch" in again.stdout and again.returncode == EXIT_NO_OUTCOME

@@ -69,7 +69,8 @@ def test_every_command_of_the_readme_and_the_round_trips(tmp_path, monkeypatch):
                                stdout=True))
     assert verdict["passed"], verdict  # the reference's own runs pass its own RCP
     # export's folder as a round: each (recipe, batch size) a submission, grouped like with like
-    rows = json.loads(_cli("round", "--no-import", str(tmp_path / "results"), "--rcps", str(rcps), "--json", stdout=True))
+    rows = json.loads(_cli("round", "--no-import", str(tmp_path / "results"), "--rcps", str(rcps), "--json",
+                           stdout=True))
     assert sorted(r["dir"] for r in rows) == ["bf16/bs16", "bf16/bs64", "fp8_like/bs16", "fp8_like/bs64"]
     assert all(r["passed"] for r in rows if r["dir"].startswith("bf16")) and len({r["group"] for r in rows}) == 2
     # export's folder imported as a new campaign, whole: every run back
