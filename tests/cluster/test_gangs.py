@@ -6,24 +6,13 @@ test_gangs_across_backends.py."""
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, runs_of
 from tests.helpers.campaigns import write_campaign
-from tests.helpers.processes import listening
+from tests.helpers.processes import alive, listening
 from trainers.contract.schema import TAG_ERROR, TAG_STATUS, TAG_WORLD_SIZE
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] not in ("Z", "X")
 
 
 def test_a_command_program_started_per_node_joins_its_process_group_from_the_rendezvous_variables(tmp_path, cli):
@@ -66,8 +55,8 @@ def test_a_rank_killed_mid_run_fails_the_attempt_and_the_retry_completes(tmp_pat
     pids = [int(p.stem) for p in marks.glob("*.pid")]
     assert len(pids) >= 4  # both ranks of the failed attempt and of the retries
     deadline = time.monotonic() + 30
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in pids if _alive(p)]
+    assert not [p for p in pids if alive(p)]
     _, port = (marks / "port").read_text().split()
     assert not listening(int(port))  # nobody listens there

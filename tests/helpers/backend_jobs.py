@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -55,13 +56,32 @@ def task_files(folder: str | Path, tasks: int) -> dict[int, dict]:
     them), so this waits for every file within that grace and returns what is there."""
     import json
 
+    paths = [Path(folder, f"task{t}.json") for t in range(tasks)]
+    _within_the_gang_grace(lambda: all(p.exists() for p in paths))
+    return {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in Path(folder).glob("task*.json")}
+
+
+def start_pids(folder: str | Path, tasks: int, starts: int) -> dict[int, list[str]]:
+    """The pids each of a gang's `tasks` ranks logged in `folder`/starts<task> (see
+    count_starts_and_hold_the_first), by rank, once each has `starts` of them or the
+    gang's grace is over: task 0's second start returns at once, so the job may be
+    reported done before another rank's second start has written its line."""
+
+    def pids(task: int) -> list[str]:
+        path = Path(folder, f"starts{task}")
+        return path.read_text().split() if path.exists() else []
+
+    _within_the_gang_grace(lambda: all(len(pids(t)) >= starts for t in range(tasks)))
+    return {t: pids(t) for t in range(tasks)}
+
+
+def _within_the_gang_grace(done: Callable[[], bool]) -> None:
+    """Wait until `done()` or the gang's grace is over (then the caller asserts on what is there)."""
     from cluster.gang import GANG_GRACE_S
 
     deadline = time.monotonic() + GANG_GRACE_S
-    paths = [Path(folder, f"task{t}.json") for t in range(tasks)]
-    while not all(p.exists() for p in paths) and time.monotonic() < deadline:
+    while not done() and time.monotonic() < deadline:
         time.sleep(0.1)
-    return {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in Path(folder).glob("task*.json")}
 
 
 def _task() -> str:
@@ -79,7 +99,9 @@ def gang_env(folder: str) -> dict:
 
 def gang_with_a_dying_rank(folder: str, victim: int, seconds: float) -> None:
     """Rank 0 listens on MASTER_PORT (as a rendezvous store does); every task leaves its
-    pid; task `victim` is SIGKILLed, the others wait to be stopped."""
+    pid; task `victim` is SIGKILLed once every rank has left its pid (a rank slow to
+    start must not be torn down before the test can see it ran), the others wait to be
+    stopped."""
     import socket
 
     listener = None
@@ -90,7 +112,10 @@ def gang_with_a_dying_rank(folder: str, victim: int, seconds: float) -> None:
         Path(folder, "port").write_text(os.environ["MASTER_ADDR"] + " " + os.environ["MASTER_PORT"])
     Path(folder, f"{os.getpid()}.pid").write_text(_task())
     if _task() == str(victim):
-        time.sleep(0.5)
+        ranks = int(os.environ["WORLD_SIZE"])
+        deadline = time.monotonic() + 60
+        while len(list(Path(folder).glob("*.pid"))) < ranks and time.monotonic() < deadline:
+            time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(seconds)
     return None

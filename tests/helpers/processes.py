@@ -6,12 +6,23 @@ from pathlib import Path
 
 
 def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for whoever inherited it to reap it."""
+    """Some thread of the process still runs (not a zombie waiting to be reaped).
+
+    Every thread, not the leader's state alone: a killed multi-threaded process (a Ray
+    worker) shows its leader as a zombie while its other threads are still exiting, and
+    its files (a rendezvous listener) are closed only when the last thread is gone."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
     except FileNotFoundError:
         return False
-    return state not in ("Z", "X")
+    for thread in threads:
+        try:
+            state = (thread / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
 
 
 def listening(port: int) -> bool:
