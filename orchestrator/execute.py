@@ -97,17 +97,20 @@ class RunAssignment:
     # Where the run's artifacts go, where the launcher knows it (a run it made): the
     # worker need not ask the store.
     artifact_uri: str | None = None
+    # The launcher made the run ahead, in bulk, for this first attempt, which only this
+    # worker runs (a local one): nothing is logged on it yet (RunLog's `unlogged`).
+    unlogged: bool = False
 
 
 def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
                    output_dir: Path | None = None, fresh: bool = False,
-                   artifact_uri: str | None = None) -> RunAssignment:
+                   artifact_uri: str | None = None, unlogged: bool = False) -> RunAssignment:
     """The assignment of a campaign's run (a tune trial's runs give their own folder)."""
     return RunAssignment(
         spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(output_dir or campaign.run_dir(spec)),
         campaign.benchmark, str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
         campaign.tracking.retry_s, campaign.launch.world_size, campaign.launch.gpus_per_process, fresh,
-        artifact_uri,
+        artifact_uri, unlogged,
     )
 
 
@@ -118,7 +121,7 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
         return _train_unreported(job, task)
     spec = RunSpec.model_validate_json(job.spec_json)
     log = RunLog(job.tracking_uri, job.run_id, spec.target.metric, Path(job.output_dir), retry_s=job.tracking_retry_s,
-                 fresh=job.fresh, artifact_uri=job.artifact_uri)
+                 fresh=job.fresh, artifact_uri=job.artifact_uri, unlogged=job.unlogged)
     log.start(job.attempt)
     stall = StallGuard(job.stall_timeout_s)
     context = RunContext(log, Path(job.output_dir), job.benchmark or spec.campaign,

@@ -39,10 +39,13 @@ class RunLog:
     retry the points the run already logged are not written again."""
 
     def __init__(self, uri: str, run_id: str, target_metric: str, output_dir: Path, flush_every_s: float = 2.0,
-                 retry_s: float = DEFAULT_RETRY_S, fresh: bool = False, artifact_uri: str | None = None):
+                 retry_s: float = DEFAULT_RETRY_S, fresh: bool = False, artifact_uri: str | None = None,
+                 unlogged: bool = False):
         """`fresh`: the launcher made the run for this very attempt and it started at once
         (MLflow makes a run RUNNING, with nothing logged): nothing to read back, no status
-        to set, two tracking calls fewer per run."""
+        to set, two tracking calls fewer per run. `unlogged`: the launcher made the run
+        ahead (queued, in bulk) for this first attempt, which nothing else can have started
+        (a local worker): nothing to read back, only its start to set."""
         self.client = retrying_client(uri, retry_s)
         self.fresh = fresh
         self.artifact_uri = artifact_uri  # where known: a local folder is written without a call
@@ -52,12 +55,14 @@ class RunLog:
         self.flush_every_s = flush_every_s
         self._pending: list = []
         self._last_flush = time.monotonic()
-        history = [] if fresh else self.client.get_metric_history(run_id, target_metric)
+        history = [] if fresh or unlogged else self.client.get_metric_history(run_id, target_metric)
         self.logged_until = max((m.step for m in history), default=-1)
         self._final_logged: set[str] = set()
 
     def start(self, attempt: int) -> None:
         from mlflow.entities import RunTag
+
+        from orchestrator.tracking.bulk import database_store, start_sql
 
         if self.fresh and attempt == 1:
             return  # the launcher made the run with this attempt's tags (`attempt_tags(1)`)
@@ -69,31 +74,18 @@ class RunLog:
             self._final_logged = set(run.data.metrics) & _FINAL_METRICS
             if TAG_ERROR in run.data.tags:
                 self._forget_error()
-        self.client.update_run(self.run_id, status="RUNNING")
-        if attempt == 1 and self.logged_until < 0:
-            self._restamp_start()
-        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in attempt_tags(attempt).items()])
-
-    def _restamp_start(self) -> None:
-        """A queued run (Ray, Slurm) was made when it was submitted, and MLflow's start
-        time is then the submission: on a database store the run's first start becomes its
-        MLflow start time, so MLflow's UI shows the run's own duration. MLflow's API has no
-        call that moves a start time (a tracking server keeps the submission's)."""
-        from mlflow.store.tracking.dbmodels.models import SqlRun
-
-        from orchestrator.tracking.bulk import database_store
-
+        tags = attempt_tags(attempt)
         client: Any = self.client  # the retrying client: its MLflow client, its retry policy
         store = database_store(client.raw)
-        if store is None:
+        if store is None:  # a tracking server keeps the queued run's start time (the submission)
+            self.client.update_run(self.run_id, status="RUNNING")
+            self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
             return
-        now = int(time.time() * 1000)
-
-        def restamp() -> None:
-            with store.ManagedSessionMaker(read_only=False) as session:
-                session.query(SqlRun).filter(SqlRun.run_uuid == self.run_id).update({SqlRun.start_time: now})
-
-        client.retry("set the start time", restamp)
+        # A queued run (made ahead, or submitted to Ray or Slurm) was made before it
+        # started: on a database store its first start becomes its MLflow start time, so
+        # MLflow's UI shows the run's own duration, in the same transaction as its status.
+        first_start = int(time.time() * 1000) if attempt == 1 and self.logged_until < 0 else None
+        client.retry("start the run", lambda: start_sql(store, self.run_id, tags, first_start))
 
     def _forget_error(self) -> None:
         """An earlier attempt's error belongs to that attempt: left in place, this
@@ -153,6 +145,8 @@ class RunLog:
         so a run made as it started (`Tracking.create_run`'s `starts_now`) has them."""
         from mlflow.entities import Metric, Param, RunTag
 
+        from orchestrator.tracking.bulk import database_store, finish_sql
+
         now = int(time.time() * 1000)
         metrics = []
         # Final metrics are written once, with the outcome: a failed attempt is retried
@@ -179,5 +173,23 @@ class RunLog:
         if len(self._pending) + len(metrics) + len(params_out) + len(tags_out) > 1000 or len(tags_out) > 100:
             self.flush()
         metrics, self._pending = self._pending + metrics, []
-        self.client.log_batch(self.run_id, metrics=metrics, params=params_out, tags=tags_out)
-        self.client.set_terminated(self.run_id, status="FAILED" if result.status is RunStatus.failed else "FINISHED")
+        status = "FAILED" if result.status is RunStatus.failed else "FINISHED"
+        client: Any = self.client
+        store = database_store(client.raw)
+        if store is None:
+            self.client.log_batch(self.run_id, metrics=metrics, params=params_out, tags=tags_out)
+            self.client.set_terminated(self.run_id, status=status)
+            return
+        tries, end_ms = 0, int(time.time() * 1000)
+
+        def record() -> None:
+            # A try whose commit went through but whose answer was lost is not written
+            # again (its metric points would be duplicate rows): its end time is this
+            # attempt's own, unlike any earlier attempt's.
+            nonlocal tries
+            tries += 1
+            if tries > 1 and client.raw.get_run(self.run_id).info.end_time == end_ms:
+                return
+            finish_sql(store, self.run_id, metrics, params_out, tags_out, status, end_ms)
+
+        client.retry("record the outcome", record)

@@ -169,6 +169,13 @@ class Tracking:
             self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
 
+    @property
+    def registers_in_bulk(self) -> bool:
+        """A database store: `create_runs` makes many runs in one transaction."""
+        from orchestrator.tracking.bulk import database_store
+
+        return database_store(self.client.raw) is not None
+
     def take_up(self, experiment_id: str, spec: RunSpec, entry: LedgerEntry | None, starts_now: bool = False) -> str:
         """The run of `spec` to launch: its ledger entry's, or a new one. A run made by an
         orchestrator that stopped before it logged the hyperparameters (the store went
@@ -200,8 +207,10 @@ class Tracking:
                 tries += 1
                 there = registered_sql(store, experiment_id, [key for key, *_ in c]) if tries > 1 else {}
                 rest = [run for run in c if run[0] not in there]
-                ids = register_chunk_sql(store, experiment_id, rest, int(time.time() * 1000)) if rest else []
-                return {**there, **dict(zip((key for key, *_ in rest), ids, strict=True))}
+                made = register_chunk_sql(store, experiment_id, rest, int(time.time() * 1000)) if rest else []
+                for run_id, artifact_uri in made:  # its worker writes its result file without a call
+                    self.artifact_uris[run_id] = artifact_uri
+                return {**there, **{key: run_id for (key, *_), (run_id, _) in zip(rest, made, strict=True)}}
 
             made.update(self.client.retry("create_runs", register))
         return made

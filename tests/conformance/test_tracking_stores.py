@@ -207,15 +207,75 @@ def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_
         log.log_artifact(result_file)
         log.finish(CONVERGED, params=run_params(spec))  # as every attempt's worker does
         runs[spec.run_key] = list(calls)
-    # (one get_run each is this test's status check) the fresh run's result file is copied without a call
-    assert sorted(runs[fresh.run_key]) == ["get_run", "log_batch"]  # hyperparameters with the outcome
-    assert sorted(runs[queued.run_key]) == ["get_metric_history", "get_run", "log_artifact", *["log_batch"] * 3,
-                                            "update_run", "update_run"]
+    # (one get_run each is this test's status check) the fresh run's result file is copied
+    # without a call; its hyperparameters go with its outcome: on a database store the
+    # outcome is one transaction of its own (bulk.finish_sql), on a server one batch
+    server = store.kind == "server"
+    outcome = ["log_batch"] if server else []
+    assert sorted(runs[fresh.run_key]) == sorted(["get_run", *outcome])
+    # a queued run's start: on a database store its status, tags and start time in one
+    # transaction; a server gets MLflow's two calls (and keeps the queued start time)
+    starts = ["log_batch", "update_run"] if server else []
+    assert sorted(runs[queued.run_key]) == sorted(["get_metric_history", "get_run", "log_artifact", "log_batch",
+                                                   "update_run", *starts, *outcome])
     rows = _both_loaders(store)
     for spec in (fresh, queued):
         row = rows[spec.run_key]
         assert (row["status"], row["tokens_to_target"], row["hparams"]) == ("converged", 16384.0, _params(spec))
         assert tracking.client.get_run(row["run_id"]).info.status == "FINISHED"
+        folder = tmp_path / "downloaded" / spec.run_key
+        folder.mkdir(parents=True)
+        stored = Path(tracking.client.download_artifacts(row["run_id"], RESULT_FILE, str(folder)))
+        assert stored.read_text() == f":::MLLOG {spec.run_key}\n"
+
+
+def test_runs_made_ahead_in_bulk_start_in_one_write_with_nothing_read_back(store, tmp_path, monkeypatch):
+    """A local campaign on a database store makes its next runs in bulk, SCHEDULED, ahead
+    of their launch: a worker's first start of one reads nothing back and writes its
+    status, tags and start time in one transaction, its outcome in another, and it reads
+    back as a run made as it starts; MLflow shows its own duration."""
+    import time
+
+    from mlflow import MlflowClient
+
+    tracking, exp, specs = _opened(store, tmp_path)
+    if store.kind == "server":
+        assert not tracking.registers_in_bulk  # the launcher makes each run as it starts there
+        return
+    made = tracking.create_runs(exp, specs)
+    assert {tracking.client.get_run(r).info.status for r in made.values()} == {"SCHEDULED"}
+    assert {(e.status, e.attempts) for e in tracking.ledger(exp).values()} == {(RunStatus.pending, 0)}
+    calls: list[str] = []
+    for name in ("update_run", "get_metric_history", "log_batch", "log_artifact", "get_run", "get_experiment"):
+        original = getattr(MlflowClient, name)
+        monkeypatch.setattr(MlflowClient, name, lambda self, *a, _f=original, _n=name, **k: (calls.append(_n), _f(
+            self, *a, **k))[1])
+    for spec in specs:
+        run_id = made[spec.run_key]
+        time.sleep(0.02)
+        before_start = int(time.time() * 1000)
+        log = RunLog(store.uri, run_id, "eval_excess_loss", tmp_path / spec.run_key, flush_every_s=3600, retry_s=5,
+                     unlogged=True, artifact_uri=tracking.artifact_uris[run_id])
+        log.start(1)
+        assert calls == []
+        started = tracking.client.get_run(run_id)
+        assert (started.info.status, started.info.end_time) == ("RUNNING", None)
+        assert started.info.start_time >= before_start
+        assert (started.data.tags[ts.TAG_STATUS], started.data.tags[ts.TAG_ATTEMPTS]) == ("running", "1")
+        calls.clear()
+        for tokens, value in CURVE:
+            log.eval_point(_point(tokens, value))
+        result_file = tmp_path / spec.run_key / RESULT_FILE
+        result_file.write_text(f":::MLLOG {spec.run_key}\n")
+        log.log_artifact(result_file)
+        log.finish(CONVERGED, params=run_params(spec))
+        assert calls == [], calls  # the outcome in one transaction too (bulk.finish_sql)
+    rows = _both_loaders(store)
+    for spec in specs:
+        row = rows[spec.run_key]
+        assert (row["status"], row["tokens_to_target"], row["hparams"]) == ("converged", 16384.0, _params(spec))
+        entry = tracking.ledger(exp)[spec.run_key]
+        assert (entry.status, entry.attempts) == (RunStatus.converged, 1)
         folder = tmp_path / "downloaded" / spec.run_key
         folder.mkdir(parents=True)
         stored = Path(tracking.client.download_artifacts(row["run_id"], RESULT_FILE, str(folder)))

@@ -8,7 +8,7 @@ import pytest
 from orchestrator.tracking import RunLog, Tracking, TrackingUnavailable, _RetryingClient
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
-from trainers.contract import RunResult, RunStatus
+from trainers.contract import EvalPoint, RunResult, RunStatus
 from trainers.contract.schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
 from trainers.contract.uri import redact_uri
 
@@ -132,6 +132,47 @@ def test_a_bulk_registered_chunk_whose_commit_answer_was_lost_is_not_made_twice(
     assert calls == [6]  # the retry found all six, and made none
     assert Counter(r.data.tags[TAG_RUN_KEY] for r in runs) == Counter({s.run_key: 1 for s in specs})
     assert made == {r.data.tags[TAG_RUN_KEY]: r.info.run_id for r in runs}
+
+
+def test_an_outcome_whose_commit_answer_was_lost_is_not_written_twice(tmp_path, monkeypatch):
+    """On a database store an attempt's outcome is one transaction (`bulk.finish_sql`):
+    its first try commits, then its answer is lost; the retry sees the attempt's own end
+    time and writes nothing again, so no metric point is doubled. A second attempt of the
+    same run with the same outcome as the first is written (its end time is its own)."""
+    from mlflow import MlflowClient
+
+    from orchestrator.tracking import bulk
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("c", artifact_location=(tmp_path / "art").as_uri())
+    run_id = client.create_run(exp).info.run_id
+    original, calls = bulk.finish_sql, []
+
+    def lost_answer(*args):
+        calls.append(args[5])
+        original(*args)
+        if len(calls) == 1:
+            raise RuntimeError("server closed the connection unexpectedly")  # after the commit
+
+    monkeypatch.setattr(bulk, "finish_sql", lost_answer)
+    failed = RunResult(status=RunStatus.failed, tokens_trained=0, wall_s=1.0, error="RuntimeError: boom")
+    for attempt in (1, 2):
+        log = RunLog(uri, run_id, "eval_excess_loss", tmp_path / "run", retry_s=30)
+        log.start(attempt)
+        log.eval_point(EvalPoint(tokens=1024 * attempt, samples=128 * attempt, metrics={"eval_excess_loss": 0.5}))
+        log.finish(failed, params={"lr": "0.1"})
+    assert calls == ["FAILED", "FAILED"]  # the lost answer's retry wrote nothing; attempt 2 wrote once
+    history = client.get_metric_history(run_id, "eval_excess_loss")
+    assert sorted(m.step for m in history) == [1024, 2048]
+    run = client.get_run(run_id)
+    assert (run.info.status, run.data.params, run.data.tags[TAG_STATUS]) == ("FAILED", {"lr": "0.1"}, "failed")
+    # a param keeps its value (MLflow's rule): a different one is refused, nothing written
+    log = RunLog(uri, run_id, "eval_excess_loss", tmp_path / "run", retry_s=30)
+    log.start(3)
+    with pytest.raises(Exception, match="lr"):
+        log.finish(failed, params={"lr": "0.2"})
+    assert client.get_run(run_id).data.params == {"lr": "0.1"}
 
 
 def test_final_metrics_of_an_attempt_that_lost_its_outcome_tag_are_not_written_twice(tmp_path):
