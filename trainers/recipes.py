@@ -76,11 +76,16 @@ class RecipeOptions(BaseModel):
     # Schedule: from this token count on, every GEMM of the run in BF16 (the NVFP4
     # paper's switch near the end of training recovers most of the loss gap).
     bf16_from_tokens: int | None = Field(None, ge=0)
+    # FP8 for the two attention matmuls (QK^T and PV) as the FP8 hybrid recipe does its
+    # GEMMs: E4M3 operands with tensorwise current scaling, E5M2 gradients
+    # (trainers/precision/attention.py); off: BF16 autocast, as before the option existed.
+    fp8_attention: bool = False
 
 
 # Options every recipe got after run keys existed: left out of a named recipe's options
 # at their defaults, so its run keys stay what they were (bf16_last_blocks was an FP4 option).
-ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None}
+ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None,
+               "fp8_attention": False}
 
 
 class Fp4Options(RecipeOptions):

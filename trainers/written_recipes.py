@@ -53,6 +53,9 @@ _DEFAULT_BLOCK = {"mx": 32, "nvfp4": 16}
 # options that only operands of one scaling read
 _SCALING_OPTIONS = (("amax_history_len", "delayed"), ("margin", "delayed"), ("threshold", "mor"))
 _FORMATS = {"delayed": ("e4m3", "e5m2"), "nvfp4": ("e2m1",), "mor": ("e4m3",)}
+# options a written recipe got after its definitions entered run keys: left out at their
+# defaults, so those keys stay what they were
+_ADDED_LATER = {"fp8_attention": False}
 
 
 class _Strict(BaseModel):
@@ -177,7 +180,8 @@ def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
                     "has none; remove it")
     out: dict[str, Any] = {o: q.model_dump(mode="json") for o, q in operands.items()}
     out["wgrad"] = wgrad.model_dump(mode="json")
-    out.update({k: v for k, v in opts.model_dump(mode="json").items() if k not in unused})
+    out.update({k: v for k, v in opts.model_dump(mode="json").items()
+                if k not in unused and not (k in _ADDED_LATER and v == _ADDED_LATER[k])})
     return out
 
 
