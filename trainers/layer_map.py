@@ -25,10 +25,9 @@ import re
 from typing import Any
 
 from trainers.recipes import OperandQuant, RecipeConfig, RecipeOptions
-from trainers.tinylm.settings import LINEAR_LAYERS
+from trainers.tinylm.settings import ATTENTION_MATMULS, LINEAR_LAYERS
 
 GEMMS = ("fprop", "dgrad", "wgrad")
-ATTENTION_MATMULS = ("attn_qk", "attn_pv")
 HEAD = "lm_head"
 BF16 = "bf16"
 # Gradients are all-reduced over a data-parallel gang in FP32 (trainers/tinylm/distributed.py).
@@ -118,7 +117,8 @@ def precision_map(recipe: RecipeConfig, n_blocks: int, tokens_per_step: int = 1,
     phases = [{"from_tokens": 0, "layers": layers}]
     at = switch_tokens(recipe, tokens_per_step, max_tokens)
     if at is not None:
-        phases.append({"from_tokens": at, "layers": {n: [BF16] * len(GEMMS) for n in layers}})
+        bf16 = {"from_tokens": at, "layers": {n: [BF16] * len(GEMMS) for n in layers}}
+        phases = [bf16] if at == 0 else [*phases, bf16]  # BF16 from the first step: the recipe never runs
     return {"gemms": list(GEMMS), "phases": phases, "comm": dict(COMM)}
 
 

@@ -10,7 +10,7 @@
           # w_dgrad: {...}              # W's copy for the dgrad GEMM, where unlike w
           # x_wgrad, dy_wgrad: {...}    # the wgrad GEMM's copies, where unlike x and dy
           # quantize_residual, placement (bf16_first_blocks, bf16_last_blocks,
-          # bf16_layers) and schedule (bf16_from_tokens); amax_history_len and margin
+          # bf16_layers), schedule (bf16_from_tokens), fp8_attention; amax_history_len and margin
           # (delayed operands); threshold (mor operands)
 
 An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
@@ -225,8 +225,9 @@ def grammar_lines() -> list[str]:
         "(delayed operands); threshold (mor operands). {my_name: {base: nvfp4, option: value}} is a named recipe "
         "under your name.",
         "Placement and schedule (every quantized recipe): bf16_first_blocks: K, bf16_last_blocks: K, "
-        "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding, attention matmuls and LM head "
-        "always are); bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on.",
+        "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding and LM head always are); "
+        "bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on; fp8_attention: true runs the "
+        "attention matmuls (blocks.<i>.attn_qk, attn_pv; else BF16) in FP8: E4M3, E5M2 gradients, per tensor.",
         "Example (the named nvfp4 written out; it trains bit for bit like it):",
         "  recipes:",
         "    - bf16",

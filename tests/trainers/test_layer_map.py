@@ -65,6 +65,9 @@ def test_the_schedule_adds_an_all_bf16_phase_from_the_step_of_the_switch():
     assert phases[0]["layers"]["blocks.0.fc1"] == FP8
     assert set(map(tuple, phases[1]["layers"].values())) == {tuple(BF16)}
     assert len(precision_map(recipe, 2, tokens_per_step=128, max_tokens=384)["phases"]) == 1  # never reached
+    at_once = precision_map(resolve_recipe("fp8_tensorwise", {"bf16_from_tokens": 0}), 2, 128, 1024)["phases"]
+    assert len(at_once) == 1 and set(map(tuple, at_once[0]["layers"].values())) == {tuple(BF16)}
+    assert disclosed_precisions({"phases": at_once, "comm": {}})["lowest_numerical_precision_in_linear"] == "bfloat16"
 
 
 def test_the_map_is_what_the_model_runs_before_and_after_the_switch():

@@ -76,3 +76,21 @@ def test_run_keys_without_the_option_stay_and_the_reference_refuses_it():
     assert validate_recipe_options("my_fp8", {**written, "fp8_attention": True})["fp8_attention"] is True
     with pytest.raises(CampaignError, match="recipes.bf16.fp8_attention: bf16 runs every GEMM in BF16"):
         parse_campaign(tiny_campaign(recipes=[{"bf16": {"fp8_attention": True}}]), source="c.yaml")
+
+
+def test_a_campaign_takes_the_option_with_placement_of_the_attention_matmuls_and_in_a_grid():
+    from sweeps.expand import expand
+
+    campaign = parse_campaign(tiny_campaign(recipes=[
+        "bf16", "fp8_tensorwise",
+        {"fp8_attn": {"base": "fp8_tensorwise", "fp8_attention": True, "bf16_layers": ["blocks.0.attn_pv"]}},
+        {"fp8_tensorwise": {"grid": {"fp8_attention": [True, False]}}},
+    ]), source="c.yaml")
+    specs = {s.recipe: s for s in expand(campaign) if s.batch_size == 16 and s.seed == 0}
+    assert specs["fp8_attn"].recipe_options["bf16_layers"] == ["blocks.0.attn_pv"]
+    assert {"fp8_tensorwise-fp8_attention_on", "fp8_tensorwise-fp8_attention_off"} <= set(specs)
+    keys = {specs[n].run_key for n in ("fp8_tensorwise", "fp8_attn", "fp8_tensorwise-fp8_attention_on")}
+    assert len(keys) == 3
+    with pytest.raises(CampaignError, match="'blocks.3.attn_qk' names no layer"):
+        parse_campaign(tiny_campaign(recipes=["bf16", {"fp8_tensorwise": {"bf16_layers": ["blocks.3.attn_qk"]}}]),
+                       source="c.yaml")
