@@ -313,15 +313,12 @@ class RecipeError(ValueError):
 
 
 def mlperf_precision(recipe: RecipeConfig) -> str:
-    """The recipe's lowest precision in linear layers, in the words of MLPerf's
-    `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling)."""
-    formats = [q for q in (recipe.x, recipe.w, recipe.dy, recipe.w_dgrad, recipe.x_wgrad, recipe.dy_wgrad)
-               if q is not None]
-    if not formats:
-        return "bfloat16"
-    if any(q.fmt == "e2m1" for q in formats):
-        return "nvfp4" if any(q.scaling == "nvfp4" for q in formats) else "mxfp4"
-    return "fp8"
+    """The recipe's lowest precision in a quantized linear layer, in the words of MLPerf's
+    `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling),
+    before placement: a run discloses its precision map's (trainers/layer_map.py)."""
+    from trainers.layer_map import linear_gemms, lowest
+
+    return lowest(list(linear_gemms(recipe).values()))
 
 
 def get_recipe(name: str) -> RecipeConfig:

@@ -18,7 +18,7 @@ from trainers.contract.schema import TAG_PRECISION_MAP
 from trainers.layer_map import disclosed_precisions, layer_names, precision_map
 from trainers.precision.layers import attention_factory, gemm_factory, switch_to_bf16
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import resolve_recipe
+from trainers.recipes import RECIPES, mlperf_precision, resolve_recipe
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import TinyLMSettings
 from trainers.tinylm.train import TinyLMTrainer, run_precision_map
@@ -115,6 +115,15 @@ def test_disclosure_keys_derive_from_the_map(name, options, linear, attn):
     keys = disclosed_precisions(precision_map(resolve_recipe(name, options), 2, 16, 1024))
     assert keys == dict(zip(MLPERF, (linear, attn, "fp32"), strict=True))
     assert set(keys.values()) <= set(MLPERF_PRECISIONS)
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_a_recipe_without_placement_discloses_its_linear_gemms_lowest_format(name):
+    recipe = resolve_recipe(name)
+    linear = disclosed_precisions(precision_map(recipe, 2))["lowest_numerical_precision_in_linear"]
+    assert linear == mlperf_precision(recipe)
+    assert linear == ("bfloat16" if recipe.is_reference else "nvfp4" if "nvfp4" in name
+                      else "mxfp4" if "mxfp4" in name else "fp8")
 
 
 def _spec(recipe):
