@@ -10,6 +10,7 @@ import yaml
 from analysis import plots
 from analysis.analyze import AnalysisRequest
 from analysis.display import NOT_MEANINGFUL, Shown, gain_text, outliers_text, rcp_row_shown, runs_required_text
+from analysis.layer_map import layer_map_sections
 from analysis.rcp_table import TABLE_SCHEMA
 from analysis.report import Section
 from analysis.selection import SelectionSettings
@@ -141,7 +142,8 @@ def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
 
 def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves: pa.Table,
                    telemetry_names: list[str], found: list | None = None,
-                   selections: list | None = None) -> list[Section]:
+                   selections: list | None = None, layer_maps: dict | None = None) -> list[Section]:
+    """`layer_maps`: (recipe, batch size) -> the runs' precision map (analysis/layer_map.py)."""
     req = facts.request
     # The headline first (the factors and their verdicts, the RCP table), then what backs
     # it up, and the settings last.
@@ -178,6 +180,8 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
             text="Per recipe, the mean over runs of each telemetry fraction at the last eval.",
             figure=plots.telemetry(runs, curves, telemetry_names),
         ))
+    if layer_maps:
+        sections += layer_map_sections(layer_maps)
     if facts.cost_rows is not None:
         sections.append(cost_section(facts.cost_rows, facts.cost_totals or {}))
     sections.append(settings_section(facts.settings))

@@ -22,16 +22,17 @@ import warnings
 import torch
 
 from trainers.precision.heap import keep_freed_memory
-from trainers.precision.layers import gemm_factory
+from trainers.precision.layers import attention_factory, gemm_factory
 from trainers.recipes import RECIPES, resolve_recipe
 from trainers.tinylm.data import Batches
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import MarkovData, TinyLMSettings
 
 FP8 = ["fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp", "fp8_block", "mxfp8", "mor"]
-FP4 = ["mxfp4", "nvfp4"]
+FP4 = ["mxfp4", "mxfp4_sr_rht", "mxfp4_dethad", "nvfp4"]
 # option variants timed beside the defaults: (row label, recipe, options)
-VARIANTS = [("fp8_block use_f32_scales", "fp8_block", {"use_f32_scales": True})]
+VARIANTS = [("fp8_block use_f32_scales", "fp8_block", {"use_f32_scales": True}),
+            ("fp8_tensorwise fp8_attention", "fp8_tensorwise", {"fp8_attention": True})]
 TORCHAO = "torchao_float8_emulated"
 
 
@@ -94,7 +95,8 @@ def main() -> None:
     for label, name, options in [(n, n, {}) for n in RECIPES] + VARIANTS:
         torch.manual_seed(0)
         recipe = resolve_recipe(name, options)
-        model = TinyLM(cfg, batches.vocab, gemm_factory(recipe, cfg.n_layers), per_layer=True)
+        model = TinyLM(cfg, batches.vocab, gemm_factory(recipe, cfg.n_layers), per_layer=True,
+                       attention=attention_factory(recipe, cfg.n_layers))
         steppers[label] = _stepper(model, batches, args.batch)
     ao = _torchao_model(cfg, batches.vocab)
     if ao is not None:

@@ -26,13 +26,12 @@ from orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
 from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
 from trainers.contract.gang import gang_task
-from trainers.contract.mllog.read import run_facts
+from trainers.contract.mllog.read import facts_tags, run_facts
 from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
 from trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_TIME_TO_TRAIN,
-    TAG_DISCLOSED,
     TAG_WARNING,
 )
 from trainers.registry import get_trainer, precision_disclosure, writes_mllog
@@ -166,7 +165,7 @@ def _result_file_facts(path: Path, spec: RunSpec) -> tuple[dict[str, float], dic
     (a command trainer's label with `precision:`)."""
     facts = run_facts(path)
     measured = {METRIC_TIME_TO_TRAIN: facts.time_to_train_s} if facts.time_to_train_s is not None else {}
-    tags = {TAG_DISCLOSED + k: str(v) for k, v in facts.disclosed.items()}
+    tags = facts_tags(facts)
     declared = spec.recipe_options.get("precision")
     disclosed = facts.disclosed.get("lowest_numerical_precision_in_linear")
     if declared is not None and disclosed is not None and disclosed != declared:

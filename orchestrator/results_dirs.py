@@ -26,7 +26,7 @@ from pathlib import Path
 
 from orchestrator.tracking import ImportedRun, Tracking
 from trainers.contract import RunStatus
-from trainers.contract.mllog.read import events_facts, follow_events
+from trainers.contract.mllog.read import events_facts, facts_tags, follow_events
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
@@ -37,7 +37,6 @@ from trainers.contract.schema import (
     TAG_BATCH_SIZE,
     TAG_BENCHMARK,
     TAG_CAMPAIGN,
-    TAG_DISCLOSED,
     TAG_DIVISION,
     TAG_FRAMEWORK,
     TAG_NODES,
@@ -256,7 +255,7 @@ def _imported_run(campaign: str, path: Path, reading, events: list[dict], where:
         if tag not in where and value not in (None, ""):
             tags[tag] = str(value)
     tags.update(where)
-    tags.update({TAG_DISCLOSED + k: str(v) for k, v in facts.disclosed.items()})
+    tags.update(facts_tags(facts))
     if reading.benchmark:
         tags[TAG_BENCHMARK] = str(reading.benchmark)
     if not reading.saw_run_stop:

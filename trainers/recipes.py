@@ -76,11 +76,16 @@ class RecipeOptions(BaseModel):
     # Schedule: from this token count on, every GEMM of the run in BF16 (the NVFP4
     # paper's switch near the end of training recovers most of the loss gap).
     bf16_from_tokens: int | None = Field(None, ge=0)
+    # FP8 for the two attention matmuls (QK^T and PV) as the FP8 hybrid recipe does its
+    # GEMMs: E4M3 operands with tensorwise current scaling, E5M2 gradients
+    # (trainers/precision/attention.py); off: BF16 autocast, as before the option existed.
+    fp8_attention: bool = False
 
 
 # Options every recipe got after run keys existed: left out of a named recipe's options
 # at their defaults, so its run keys stay what they were (bf16_last_blocks was an FP4 option).
-ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None}
+ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None,
+               "fp8_attention": False}
 
 
 class Fp4Options(RecipeOptions):
@@ -140,6 +145,10 @@ class RecipeConfig:
     dy_wgrad: OperandQuant | None = None
     wgrad_hp: bool = False  # the wgrad GEMM runs in the reference precision (BF16)
     hadamard_wgrad: bool = False
+    # the wgrad transform's size and signs: fixed random ones (TransformerEngine's NVFP4),
+    # random ones drawn per wgrad GEMM from the layer's stream, or none (deterministic)
+    hadamard_size: int = 16
+    hadamard_signs: Literal["fixed", "random", "none"] = "fixed"
     options: type[RecipeOptions] = field(default=RecipeOptions)
     # The option values this config was resolved with (None: the defaults).
     settings: RecipeOptions | None = None
@@ -195,7 +204,8 @@ class RecipeConfig:
         wgrad = ("BF16" if self.is_reference or self.wgrad_hp
                  else f"dY {fmt(self.dy_wgrad or self.dy)}, x {fmt(self.x_wgrad or self.x)}")
         if self.hadamard_wgrad and not self.wgrad_hp:
-            wgrad += ", 16-point random Hadamard"
+            kind = {"fixed": "random", "random": "random (signs drawn per GEMM)", "none": "deterministic"}
+            wgrad += f", {self.hadamard_size}-point {kind[self.hadamard_signs]} Hadamard"
         return {
             "name": self.name,
             "description": self.description,
@@ -261,6 +271,30 @@ RECIPES: dict[str, RecipeConfig] = {
             "mxfp4", "OCP MXFP4: E2M1 elements, E8M0 scales per 1x32 block",
             x=_MX4, w=_MX4, dy=_MX4, options=Mxfp4Options,
         ),
+        # MXFP4 training (Tseng, Yu, Park, arXiv 2502.20586): every GEMM operand E2M1 with
+        # E8M0 scales per 1x32 block along the contraction (OCP MX); dY rounded
+        # stochastically (an unbiased gradient), and before the wgrad GEMM dW = dY^T X the
+        # wgrad copies of dY and x multiplied along the token dimension by the same random
+        # 32-point Hadamard transform, H = Sylvester(32)/sqrt(32) times a diagonal of signs
+        # drawn per wgrad GEMM from the layer's seeded stream: (dY^T H)(X^T H)^T = dY^T X,
+        # outliers spread over 32 values, so the SR variance is bounded. (The paper scales
+        # by 3/4 before SR to avoid clipping; here the OCP scale saturates as in mxfp4.)
+        RecipeConfig(
+            "mxfp4_sr_rht", "MXFP4 with stochastic rounding on dY and a random 32-point Hadamard on the wgrad "
+            "copies (arXiv 2502.20586)",
+            x=_MX4, w=_MX4, dy=replace(_MX4, rounding="sr"), hadamard_wgrad=True, hadamard_size=32,
+            hadamard_signs="random", options=Mxfp4Options,
+        ),
+        # MXFP4 with a deterministic Hadamard (Cim et al., arXiv 2605.09825, who found that
+        # SR and randomized rotations fail to stabilize a quantized wgrad while a
+        # deterministic rotation does): as mxfp4, round to nearest everywhere, and the wgrad
+        # copies of dY and x multiplied by the plain 32-point Sylvester H / sqrt(32) (no
+        # signs) along the token dimension before quantization.
+        RecipeConfig(
+            "mxfp4_dethad", "MXFP4 with a deterministic 32-point Hadamard on the wgrad copies (arXiv 2605.09825)",
+            x=_MX4, w=_MX4, dy=_MX4, hadamard_wgrad=True, hadamard_size=32, hadamard_signs="none",
+            options=Mxfp4Options,
+        ),
         RecipeConfig(
             "nvfp4", "NVFP4: E2M1, E4M3 scales per 1x16 (W 16x16) under an FP32 global scale",
             x=_NV, w=replace(_NV, block=(16, 16)), dy=replace(_NV, rounding="sr"),
@@ -279,15 +313,12 @@ class RecipeError(ValueError):
 
 
 def mlperf_precision(recipe: RecipeConfig) -> str:
-    """The recipe's lowest precision in linear layers, in the words of MLPerf's
-    `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling)."""
-    formats = [q for q in (recipe.x, recipe.w, recipe.dy, recipe.w_dgrad, recipe.x_wgrad, recipe.dy_wgrad)
-               if q is not None]
-    if not formats:
-        return "bfloat16"
-    if any(q.fmt == "e2m1" for q in formats):
-        return "nvfp4" if any(q.scaling == "nvfp4" for q in formats) else "mxfp4"
-    return "fp8"
+    """The recipe's lowest precision in a quantized linear layer, in the words of MLPerf's
+    `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling),
+    before placement: a run discloses its precision map's (trainers/layer_map.py)."""
+    from trainers.layer_map import linear_gemms, lowest
+
+    return lowest(list(linear_gemms(recipe).values()))
 
 
 def get_recipe(name: str) -> RecipeConfig:
@@ -380,7 +411,8 @@ def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeCo
 def same_gemms(a: RecipeConfig, b: RecipeConfig) -> bool:
     """Whether two recipes quantize every GEMM operand alike (whatever their names)."""
     def gemms(r: RecipeConfig) -> tuple:
-        return (r.x, r.w, r.dy, r.w_dgrad, r.x_wgrad, r.dy_wgrad, r.wgrad_hp, r.hadamard_wgrad)
+        return (r.x, r.w, r.dy, r.w_dgrad, r.x_wgrad, r.dy_wgrad, r.wgrad_hp, r.hadamard_wgrad,
+                r.hadamard_wgrad and (r.hadamard_size, r.hadamard_signs))
 
     return gemms(a) == gemms(b)
 

@@ -10,7 +10,7 @@
           # w_dgrad: {...}              # W's copy for the dgrad GEMM, where unlike w
           # x_wgrad, dy_wgrad: {...}    # the wgrad GEMM's copies, where unlike x and dy
           # quantize_residual, placement (bf16_first_blocks, bf16_last_blocks,
-          # bf16_layers) and schedule (bf16_from_tokens); amax_history_len and margin
+          # bf16_layers), schedule (bf16_from_tokens), fp8_attention; amax_history_len and margin
           # (delayed operands); threshold (mor operands)
 
 An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
@@ -53,6 +53,9 @@ _DEFAULT_BLOCK = {"mx": 32, "nvfp4": 16}
 # options that only operands of one scaling read
 _SCALING_OPTIONS = (("amax_history_len", "delayed"), ("margin", "delayed"), ("threshold", "mor"))
 _FORMATS = {"delayed": ("e4m3", "e5m2"), "nvfp4": ("e2m1",), "mor": ("e4m3",)}
+# options a written recipe got after its definitions entered run keys: left out at their
+# defaults, so those keys stay what they were
+_ADDED_LATER = {"fp8_attention": False}
 
 
 class _Strict(BaseModel):
@@ -177,7 +180,8 @@ def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
                     "has none; remove it")
     out: dict[str, Any] = {o: q.model_dump(mode="json") for o, q in operands.items()}
     out["wgrad"] = wgrad.model_dump(mode="json")
-    out.update({k: v for k, v in opts.model_dump(mode="json").items() if k not in unused})
+    out.update({k: v for k, v in opts.model_dump(mode="json").items()
+                if k not in unused and not (k in _ADDED_LATER and v == _ADDED_LATER[k])})
     return out
 
 
@@ -221,8 +225,9 @@ def grammar_lines() -> list[str]:
         "(delayed operands); threshold (mor operands). {my_name: {base: nvfp4, option: value}} is a named recipe "
         "under your name.",
         "Placement and schedule (every quantized recipe): bf16_first_blocks: K, bf16_last_blocks: K, "
-        "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding, attention matmuls and LM head "
-        "always are); bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on.",
+        "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding and LM head always are); "
+        "bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on; fp8_attention: true runs the "
+        "attention matmuls (blocks.<i>.attn_qk, attn_pv; else BF16) in FP8: E4M3, E5M2 gradients, per tensor.",
         "Example (the named nvfp4 written out; it trains bit for bit like it):",
         "  recipes:",
         "    - bf16",

@@ -35,12 +35,14 @@ def report(
                                   help="the reference recipe of the convergence factors"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap and Monte Carlo (same as analyze's)"),
 ) -> None:
-    """Write the campaign report: factors, RCP table, selection, curves, distributions, RCP curve, cost, settings."""
+    """Write the campaign report: factors, RCP table, selection, curves, distributions, RCP curve, precision maps,
+    cost, settings."""
     fmt = report_format(out, fmt)
     campaign = load_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.campaign_report import CampaignFacts, build_sections
     from analysis.curves import load_curves, telemetry_metrics
+    from analysis.layer_map import load_layer_maps
     from analysis.load import NoSuchCampaign, load_runs
     from analysis.rcp_table import rcp_table
     from analysis.report import write_report
@@ -68,6 +70,7 @@ def report(
     spent = campaign_status(campaign)
     facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes,
                           [c.as_dict() for c in spent.cells], spent.totals)
-    sections = build_sections(facts, runs, table, curves, telemetry, found, selections)
+    sections = build_sections(facts, runs, table, curves, telemetry, found, selections,
+                              load_layer_maps(campaign.tracking_uri, runs))
     path = write_report(out, f"rcpforge report: {campaign.name}", sections, fmt)
     console.print(f"wrote {path} ({len(sections)} sections)")

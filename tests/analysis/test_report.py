@@ -223,7 +223,7 @@ def test_table_headers_are_readable(report):
 
     out, _ = report
     tables = _tables(out)
-    assert len(tables) == 4
+    assert len(tables) == 6  # factors, RCP table, selection, cost, and a precision map per recipe
     for key, table in tables.items():
         assert table["shown"] == [header(c) for c in table["header"]], key
         assert not [h for h in table["shown"] if "_" in h], key
@@ -231,6 +231,17 @@ def test_table_headers_are_readable(report):
         tables["table-rcp-table"]["shown"])
     assert {"runs required", "outlier sets", "gain, best of 5"} <= set(tables["table-selection"]["shown"])
     assert {"P(candidate faster)", "Mann-Whitney p", "CI low"} <= set(tables["table-factors"]["shown"])
+
+
+def test_the_report_shows_each_recipes_precision_map(report):
+    out, _ = report
+    tables = _tables(out)
+    for recipe, fc1 in (("bf16", ["bf16"] * 3), ("fp8_tensorwise", ["e4m3", "e5m2 x e4m3", "e5m2 x e4m3"])):
+        table = tables[f"table-precision-map-{recipe}"]
+        rows = {r["layer"]: [r["fprop"], r["dgrad"], r["wgrad"]] for r in table["rows"]}
+        assert rows["blocks.0.fc1"] == fc1 and rows["blocks.0.attn_qk"] == rows["lm_head"] == ["bf16"] * 3
+    html = (out / "report.html").read_text()
+    assert "linear fp8, attn bfloat16, comm fp32" in html and "linear bfloat16, attn bfloat16, comm fp32" in html
 
 
 def _md_table(text: str, heading: str) -> list[dict[str, str]]:
@@ -306,7 +317,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
 def test_every_table_column_is_visible_within_the_page_width(report, tmp_path, width):
     out, _ = report
     layout = layout_problems(out / "report.html", width, tmp_path)
-    assert layout["width"] > width - 30 and layout["tables"] == 4
+    assert layout["width"] > width - 30 and layout["tables"] == 6  # 4, and a precision map per recipe
     assert layout["problems"] == []
 
 

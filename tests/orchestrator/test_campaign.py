@@ -48,6 +48,9 @@ def test_every_run_has_one_mlflow_run_with_the_tag_schema(finished):
         assert tags["rcpforge.mllog.lowest_numerical_precision_in_linear"] == \
             {"bf16": "bfloat16", "fp8_tensorwise": "fp8"}[spec.recipe]
         assert tags["rcpforge.mllog.micro_batch_size"] == str(spec.batch_size)
+        # the run's precision map, from its MLLOG header
+        layers = json.loads(tags["rcpforge.precision_map"])["phases"][0]["layers"]
+        assert layers["blocks.0.fc1"][0] == {"bf16": "bf16", "fp8_tensorwise": "e4m3"}[spec.recipe]
         assert 0 < run.data.metrics["time_to_train_s"] <= run.data.metrics["run_wall_s"] + 0.1  # see conformance
     assert "launched 12 runs" in first.stdout
 

@@ -45,6 +45,10 @@ METRIC_TIME_TO_TRAIN = "time_to_train_s"
 # MLPerf disclosure keys a run's MLLOG holds (lowest_numerical_precision_in_linear, ...):
 # one tag each, `rcpforge.mllog.<key>`.
 TAG_DISCLOSED = "rcpforge.mllog."
+# The run's per-layer precision map (its MLLOG's `rcpforge_precision_map`) as compact
+# JSON; left out where it is longer than a tag may be (the map stays in result.txt).
+TAG_PRECISION_MAP = "rcpforge.precision_map"
+MAX_TAG_CHARS = 8000  # MLflow's limit on a tag's value
 # Something about a run worth a look that does not change its outcome (a disclosed
 # precision that contradicts its recipe's).
 TAG_WARNING = "rcpforge.warning"

@@ -1,4 +1,5 @@
-"""The 16-point random Hadamard transform for the wgrad operands (NVFP4 recipe).
+"""The Hadamard transforms of the wgrad operands: 16-point with fixed random signs (the
+NVFP4 recipe), 32-point with signs drawn per GEMM (mxfp4_sr_rht) or none (mxfp4_dethad).
 
 dW = dY^T X contracts over the token dimension; multiplying both operands by the same
 orthonormal H along that dimension leaves the product unchanged, (dY^T H)(X^T H)^T =
@@ -14,25 +15,38 @@ SIZE = 16
 _SIGN_SEED = 0x5EED
 
 
-def hadamard_matrix(dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """H = Sylvester Hadamard(16) / 4, times a fixed random diagonal of signs: H H^T = I."""
+def hadamard_matrix(dtype: torch.dtype = torch.float32, size: int = SIZE,
+                    signs: bool | torch.Tensor = True) -> torch.Tensor:
+    """H = Sylvester Hadamard(size) / sqrt(size), times a diagonal of signs: the fixed
+    random ones (True, the NVFP4 recipe's), none (False: the deterministic Hadamard of
+    arXiv 2605.09825) or the given +-1 vector (a random Hadamard drawn per GEMM, arXiv
+    2502.20586). H H^T = I."""
     h = torch.ones(1, 1, dtype=torch.float64)
-    while h.shape[0] < SIZE:
+    while h.shape[0] < size:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    gen = torch.Generator().manual_seed(_SIGN_SEED)
-    signs = torch.randint(0, 2, (SIZE,), generator=gen).double() * 2 - 1
-    return ((signs[:, None] * h) / SIZE**0.5).to(dtype)
+    if h.shape[0] != size:
+        raise ValueError(f"a Sylvester Hadamard matrix has a power-of-two size, not {size}")
+    if signs is True:
+        gen = torch.Generator().manual_seed(_SIGN_SEED)
+        signs = torch.randint(0, 2, (size,), generator=gen).double() * 2 - 1
+    if isinstance(signs, torch.Tensor):
+        h = signs.double().cpu()[:, None] * h
+    return (h / size**0.5).to(dtype)
 
 
 _H32 = hadamard_matrix(torch.float32)
 
 
-def hadamard_last_dim(t: torch.Tensor) -> torch.Tensor:
-    """Apply H block-diagonally along the last dimension, zero-padded to a multiple of 16.
-    The result keeps the padded length: the transformed padding is needed for the two
-    operands' product to stay unchanged."""
+def hadamard_last_dim(t: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+    """Apply H (default: the 16-point one with fixed random signs) block-diagonally along
+    the last dimension, zero-padded to a multiple of its size. The result keeps the padded
+    length: the transformed padding is needed for the two operands' product to stay
+    unchanged."""
+    if h is None:
+        h = _H32 if t.dtype == torch.float32 else hadamard_matrix(t.dtype)
+    size = h.shape[0]
     n = t.shape[-1]
-    pad = -n % SIZE
-    h = (_H32 if t.dtype == torch.float32 else hadamard_matrix(t.dtype)).to(t.device)
+    pad = -n % size
+    h = h.to(t.device, t.dtype)
     v = F.pad(t, (0, pad)) if pad else t
-    return (v.reshape(*v.shape[:-1], -1, SIZE) @ h).reshape(v.shape)
+    return (v.reshape(*v.shape[:-1], -1, size) @ h).reshape(v.shape)

@@ -1,21 +1,20 @@
 """What a model needs from a recipe beyond one GEMM: a GEMM per named layer (with the
-last blocks in BF16 where a recipe says so) and the residual-stream ablation."""
+layers its placement names in BF16, as the run's precision map says: trainers/layer_map.py),
+the FP8 attention matmuls and the residual-stream ablation."""
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from dataclasses import replace
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from trainers.layer_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
+from trainers.precision.attention import Fp8Attention
 from trainers.precision.linear import LinearFn, QuantizedGemm
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import RecipeConfig, RecipeOptions
-
-_BLOCK = re.compile(r"blocks\.(\d+)\.")
+from trainers.recipes import RecipeConfig
 
 
 def gemm_factory(
@@ -36,23 +35,28 @@ def gemm_factory(
     return make
 
 
-def in_bf16(name: str, opts: RecipeOptions, n_blocks: int) -> bool:
-    """Whether the recipe's placement keeps this layer's GEMM in BF16: the first or last
-    blocks, or a layer named (or matched by a pattern) in bf16_layers."""
-    m = _BLOCK.match(name + ".")
-    if m and not opts.bf16_first_blocks <= int(m.group(1)) < n_blocks - opts.bf16_last_blocks:
-        return True
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in opts.bf16_layers)
+def attention_factory(recipe: RecipeConfig, n_blocks: int) -> Callable[[str], Fp8Attention | None]:
+    """block name ("blocks.0") -> its FP8 attention matmuls, where the recipe's
+    fp8_attention option and placement quantize either (the run's precision map)."""
+
+    def make(block: str) -> Fp8Attention | None:
+        qk, pv = (layer_gemms(recipe, f"{block}.{m}", n_blocks)["fprop"] != BF16 for m in ATTENTION_MATMULS)
+        return Fp8Attention(qk, pv) if qk or pv else None
+
+    return make
 
 
 def switch_to_bf16(model: torch.nn.Module) -> int:
-    """The recipe's schedule: every quantized GEMM of the model (and the residual
-    ablation) runs in BF16 from now on; the number of GEMMs switched."""
+    """The recipe's schedule: every quantized GEMM of the model (the attention matmuls
+    and the residual ablation too) runs in BF16 from now on; the number of GEMMs switched."""
     switched = 0
     for m in model.modules():
         if isinstance(getattr(m, "gemm", None), QuantizedGemm):
             m.gemm = F.linear  # type: ignore[assignment]
             switched += 1
+        if getattr(m, "attn_fn", None) is not None:
+            m.attn_fn = None  # type: ignore[assignment]
+            switched += 2
     if getattr(model, "residual", None) is not None:
         model.residual = None  # type: ignore[assignment]
     return switched

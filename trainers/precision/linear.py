@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers.precision import gpu, kernels
-from trainers.precision.hadamard import hadamard_last_dim
+from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
 from trainers.precision.quantize import (
     Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
 )
@@ -76,6 +76,7 @@ class QuantizedGemm:
         self.telemetry = telemetry
         self.generator = torch.Generator().manual_seed(seed)
         self._delayed: dict[str, _Delayed] = {}
+        self._hadamard: torch.Tensor | None = None
         self.real_fp8 = real_fp8
 
     def quantize(self, t: torch.Tensor, which: str) -> torch.Tensor:
@@ -117,6 +118,20 @@ class QuantizedGemm:
             fmax = 448.0 if getattr(self.recipe, which).fmt == "e4m3" else 57344.0
             state = self._delayed[which] = _Delayed(fmax, opts.amax_history_len, opts.margin)
         return state
+
+    def wgrad_hadamard(self) -> torch.Tensor | None:
+        """The wgrad GEMM's Hadamard matrix: None for the default 16-point one with fixed
+        signs; random signs are drawn from the layer's stream, one vector per GEMM."""
+        r = self.recipe
+        if r.hadamard_signs == "random":
+            g = self.generator
+            signs = torch.randint(0, 2, (r.hadamard_size,), generator=g, device=g.device) * 2 - 1
+            return hadamard_matrix(torch.float32, r.hadamard_size, signs)
+        if (r.hadamard_size, r.hadamard_signs) == (16, "fixed"):
+            return None
+        if self._hadamard is None:
+            self._hadamard = hadamard_matrix(torch.float32, r.hadamard_size, r.hadamard_signs == "fixed")
+        return self._hadamard
 
     def numeric_state(self) -> dict:
         """What a checkpoint needs to continue this layer's numerics bit for bit: the
@@ -303,9 +318,10 @@ def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quant
     if recipe.wgrad_hp:  # in the reference precision, as the bf16 recipe's wgrad
         return dx, (dy2.t().bfloat16() @ x2.bfloat16()).float()
     dy_w, x_w = ("dy_wgrad" if recipe.dy_wgrad else "dy"), ("x_wgrad" if recipe.x_wgrad else "x")
-    if recipe.hadamard_wgrad:
-        a = gemm.quantize_factored(hadamard_last_dim(dy2.t().contiguous()), dy_w)
-        b = gemm.quantize_factored(hadamard_last_dim(x2.t().contiguous()), x_w)
+    if recipe.hadamard_wgrad:  # one H for both operands, so that it cancels in the product
+        h = gemm.wgrad_hadamard()
+        a = gemm.quantize_factored(hadamard_last_dim(dy2.t().contiguous(), h), dy_w)
+        b = gemm.quantize_factored(hadamard_last_dim(x2.t().contiguous(), h), x_w)
         return dx, _mm(a, b)
     if recipe.dy_wgrad or recipe.x_wgrad:  # a wgrad copy of its own, from the high-precision tensor
         a = gemm.quantize_factored(dy2.t(), dy_w) if recipe.dy_wgrad else gemm.operand_t(dy2, dyq, "dy")

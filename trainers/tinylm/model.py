@@ -1,6 +1,7 @@
 """A small decoder-only transformer (pre-LN, learned positions) whose linear layers in
-the blocks take their GEMM from the run's recipe; embeddings, norms, attention matmuls
-and the LM head stay in the reference precision."""
+the blocks take their GEMM from the run's recipe; embeddings, norms and the LM head stay
+in the reference precision, and the attention matmuls too unless the recipe asks for
+FP8 attention."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from trainers.tinylm.settings import TinyLMSettings
 # name of a linear layer ("blocks.0.qkv") -> its GEMM
 GemmFactory = Callable[[str], LinearFn]
 Residual = Callable[[torch.Tensor], torch.Tensor]
+# (q, k, v, logit cap) -> the attention output: quantized attention matmuls
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "float | None"], torch.Tensor]
+# a block's name ("blocks.0") -> its quantized attention, or None for BF16 autocast
+AttentionFactory = Callable[[str], "Attention | None"]
 
 
 class RecipeLinear(nn.Linear):
@@ -33,8 +38,10 @@ def _norm_or_identity(on: bool, d: int) -> nn.Module:
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: TinyLMSettings, make_gemm: GemmFactory, prefix: str):
+    def __init__(self, cfg: TinyLMSettings, make_gemm: GemmFactory, prefix: str,
+                 attn_fn: Attention | None = None):
         super().__init__()
+        self.attn_fn = attn_fn
         d = cfg.d_model
         self.n_heads = cfg.n_heads
         self.cap = cfg.softmax_cap
@@ -52,6 +59,8 @@ class Block(nn.Module):
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         q, k = self.q_ln(q), self.k_ln(k)
+        if self.attn_fn is not None:
+            return self.attn_fn(q, k, v, self.cap)
         if self.cap is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         t = q.shape[-2]
@@ -72,16 +81,19 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     def __init__(
         self, cfg: TinyLMSettings, vocab: int, gemm: LinearFn | GemmFactory,
-        residual: Residual | None = None, per_layer: bool = False,
+        residual: Residual | None = None, per_layer: bool = False, attention: AttentionFactory | None = None,
     ):
         """`gemm` is one GEMM for every layer, or (per_layer) a factory called with each
         linear layer's name. `residual`, if given, is applied to the residual stream after
-        every block (the residual-quantization ablation)."""
+        every block (the residual-quantization ablation). `attention`, if given, gives each
+        block its quantized attention matmuls (the fp8_attention option)."""
         super().__init__()
         make_gemm: GemmFactory = gemm if per_layer else (lambda _name: gemm)  # type: ignore[assignment]
         self.tok = nn.Embedding(vocab, cfg.d_model)
         self.pos = nn.Embedding(cfg.context, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, make_gemm, f"blocks.{i}") for i in range(cfg.n_layers))
+        attend = attention or (lambda _name: None)
+        self.blocks = nn.ModuleList(Block(cfg, make_gemm, f"blocks.{i}", attend(f"blocks.{i}"))
+                                    for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, vocab, bias=False)
         self.residual = residual

@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_valid
 # The linear layers of each block (trainers/tinylm/model.py), named blocks.<i>.<layer>:
 # the GEMMs a recipe quantizes and its placement (bf16_layers) names.
 LINEAR_LAYERS = ("qkv", "proj", "fc1", "fc2")
+# The attention matmuls of each block (S = Q K^T, O = P V), blocks.<i>.attn_qk|attn_pv:
+# in BF16 unless a recipe's fp8_attention quantizes them; placement names them too.
+ATTENTION_MATMULS = ("attn_qk", "attn_pv")
 
 
 def no_cuda_device() -> bool:
@@ -134,7 +137,7 @@ class TinyLMSettings(BaseModel):
         """A recipe's placement fits the model: its first and last BF16 blocks leave a
         block quantized, and every name or pattern of bf16_layers names a layer."""
         n = int(settings.get("n_layers", cls.model_fields["n_layers"].default))
-        layers = [f"blocks.{i}.{g}" for i in range(n) for g in LINEAR_LAYERS]
+        layers = [f"blocks.{i}.{g}" for i in range(n) for g in (*LINEAR_LAYERS, *ATTENTION_MATMULS)]
         for name, opts in (recipes or {}).items():
             first, last = int(opts.get("bf16_first_blocks", 0)), int(opts.get("bf16_last_blocks", 0))
             if first + last > n:
@@ -146,7 +149,8 @@ class TinyLMSettings(BaseModel):
                 if not any(fnmatch.fnmatchcase(layer, pattern) for layer in layers):
                     raise ValueError(
                         f"recipes.{name}.bf16_layers: {pattern!r} names no layer of this model; its layers are "
-                        f"blocks.<0-{n - 1}>.<{'|'.join(LINEAR_LAYERS)}> (patterns such as *.fc2 match several)"
+                        f"blocks.<0-{n - 1}>.<{'|'.join((*LINEAR_LAYERS, *ATTENTION_MATMULS))}> (patterns such as "
+                        "*.fc2 match several)"
                     )
 
     @model_serializer(mode="wrap")

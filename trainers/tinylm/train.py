@@ -11,8 +11,10 @@ import numpy as np
 import torch
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract.mllog.read import PRECISION_MAP_KEY
+from trainers.layer_map import disclosed_precisions, precision_map
 from trainers.precision.heap import keep_freed_memory
-from trainers.precision.layers import gemm_factory, residual_quantizer, switch_to_bf16
+from trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_to_bf16
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import resolve_recipe
 from trainers.tinylm import checkpoint
@@ -61,6 +63,14 @@ def evaluate(model: TinyLM, eval_set: EvalSet) -> dict[str, float]:
     return metrics
 
 
+def run_precision_map(spec: RunSpec) -> dict:
+    """The run's precision map (trainers/layer_map.py): its recipe on this model, the
+    schedule's switch at the step it happens."""
+    cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
+    recipe = resolve_recipe(spec.recipe, spec.recipe_options)
+    return precision_map(recipe, cfg.n_layers, spec.batch_size * cfg.context, spec.budget.max_tokens)
+
+
 def lr_at(tokens: int, hp: TinyLMHParams) -> float:
     if hp.warmup_tokens and tokens < hp.warmup_tokens:
         return hp.lr * (tokens + 1) / hp.warmup_tokens
@@ -71,17 +81,17 @@ class TinyLMTrainer:
     writes_mllog = False  # the executor writes result.txt from the eval points
 
     def disclosure(self, spec: RunSpec) -> dict[str, object]:
-        """MLPerf's precision and parallelism keys for the run's result file: the
-        recipe's linear GEMMs; attention under BF16 autocast; gradients all-reduced in
-        FP32; data parallel only, each rank a slice of the global batch."""
-        from trainers.recipes import mlperf_precision
-
+        """MLPerf's precision and parallelism keys for the run's result file, and the
+        run's per-layer precision map they derive from (`PRECISION_MAP_KEY`): the lowest
+        format of its linear GEMMs, of its attention matmuls and of its gradient
+        all-reduce (FP32), after placement and over the schedule's phases; data parallel
+        only, each rank a slice of the global batch."""
+        pmap = run_precision_map(spec)
         return {
-            "lowest_numerical_precision_in_linear": mlperf_precision(resolve_recipe(spec.recipe, spec.recipe_options)),
-            "lowest_numerical_precision_in_attn": "bfloat16",
-            "lowest_numerical_precision_in_comm": "fp32",
+            **disclosed_precisions(pmap),
             "tensor_parallelism": 1, "pipeline_parallelism": 1, "context_parallelism": 1, "expert_parallelism": 1,
             "micro_batch_size": spec.batch_size // max(1, spec.world_size),
+            PRECISION_MAP_KEY: pmap,
         }
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
@@ -105,7 +115,7 @@ class TinyLMTrainer:
         telemetry = Telemetry()
         model = TinyLM(
             cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed, dp.rank),
-            residual=residual_quantizer(recipe), per_layer=True,
+            residual=residual_quantizer(recipe), per_layer=True, attention=attention_factory(recipe, cfg.n_layers),
         ).to(device)
         decay, no_decay = [], []
         for name, p in model.named_parameters():

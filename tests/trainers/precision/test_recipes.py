@@ -18,10 +18,12 @@ ISSUE_RECIPES = [
     "bf16", "fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp",
     "fp8_block", "mxfp8", "mxfp4", "nvfp4", "mor",
 ]
+# issue 17's (the recipe lab)
+LAB_RECIPES = ["mxfp4_sr_rht", "mxfp4_dethad"]
 
 
 def test_every_issue_recipe_is_registered_and_frozen():
-    assert sorted(RECIPES) == sorted(ISSUE_RECIPES)
+    assert sorted(RECIPES) == sorted(ISSUE_RECIPES + LAB_RECIPES)
     r = get_recipe("nvfp4")
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.x = None  # type: ignore[misc]
@@ -98,7 +100,7 @@ def test_cli_lists_every_recipe_with_formats_and_options(cli):
     proc = cli("recipes", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {r["name"]: r for r in json.loads(proc.stdout)}
-    assert sorted(rows) == sorted(ISSUE_RECIPES)
+    assert sorted(rows) == sorted(ISSUE_RECIPES + LAB_RECIPES)
     assert rows["fp8_tensorwise"]["x"].startswith("E4M3") and rows["fp8_tensorwise"]["dy"].startswith("E5M2")
     assert "E2M1" in rows["nvfp4"]["w"] and "16x16" in rows["nvfp4"]["w"]
     assert "Hadamard" in rows["nvfp4"]["wgrad"] and rows["fp8_rowwise_gw_hp"]["wgrad"] == "BF16"

@@ -249,6 +249,11 @@ DISCLOSURE_KEYS = (
     "context_parallelism", "expert_parallelism", "micro_batch_size",
 )
 
+# The run's per-layer precision map (trainers/layer_map.py), one event of the header whose
+# value is the map: which GEMM of which layer ran in which format. rcpforge records it per
+# run as the tag `rcpforge.precision_map` (trainers/contract/schema.py).
+PRECISION_MAP_KEY = "rcpforge_precision_map"
+
 
 @dataclass
 class RunFacts:
@@ -263,6 +268,19 @@ class RunFacts:
     stopped_ms: float | None = None
     last_ms: float | None = None
     submission: dict[str, Any] = field(default_factory=dict)
+    precision_map: dict[str, Any] | None = None
+
+
+def facts_tags(facts: RunFacts) -> dict[str, str]:
+    """The tags a run's facts give it: one per disclosure key, and its precision map."""
+    from trainers.contract.schema import MAX_TAG_CHARS, TAG_DISCLOSED, TAG_PRECISION_MAP
+
+    tags = {TAG_DISCLOSED + k: str(v) for k, v in facts.disclosed.items()}
+    if facts.precision_map is not None:
+        text = json.dumps(facts.precision_map, separators=(",", ":"))
+        if len(text) <= MAX_TAG_CHARS:
+            tags[TAG_PRECISION_MAP] = text
+    return tags
 
 
 def events_facts(events: Iterable[dict[str, Any]]) -> RunFacts:
@@ -278,6 +296,8 @@ def events_facts(events: Iterable[dict[str, Any]]) -> RunFacts:
             facts.stopped_ms = at
         elif key in DISCLOSURE_KEYS:
             facts.disclosed[key] = event.get("value")
+        elif key == PRECISION_MAP_KEY and isinstance(event.get("value"), dict):
+            facts.precision_map = event["value"]
         elif isinstance(key, str) and key.startswith("submission_"):
             facts.submission.setdefault(key[len("submission_"):], event.get("value"))
     if facts.started_ms is not None and facts.stopped_ms is not None and facts.stopped_ms >= facts.started_ms:
