@@ -16,7 +16,7 @@
 An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
 rowwise, block, mx, nvfp4, mor), `block` (1-D blocks along the GEMM's contraction) or
 `tile` ([rows, cols], 2-D tiles), `scale` (the scale type: fp32, pow2, floor, rceil,
-nvfp4, nvfp4_clamped; each scaling has a default) and `rounding` (rne, sr). The
+nvfp4, nvfp4_clamped, nvfp4_4over6, nvfp4_rowscaled; each scaling has a default) and `rounding` (rne, sr). The
 definition above is the named `nvfp4` recipe: it trains bit for bit like it. The
 normalized definition (every field, defaults filled in) is the recipe's options, so it
 enters the run key; a named recipe's options are what they always were."""
@@ -46,7 +46,7 @@ _SCALES: dict[str, tuple[str, ...]] = {
     "rowwise": ("pow2", "fp32"),
     "block": ("pow2", "fp32"),
     "mx": ("floor", "rceil"),
-    "nvfp4": ("nvfp4", "nvfp4_clamped"),
+    "nvfp4": ("nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled"),
     "mor": ("fp32",),
 }
 _DEFAULT_BLOCK = {"mx": 32, "nvfp4": 16}
@@ -129,6 +129,8 @@ def _operand(name: str, which: str, raw: Any) -> OperandSpec:
         raise _fail(name, f"{which}.block", "block scaling needs block: N (1xN) or tile: [R, C]")
     if spec.scaling == "mx" and spec.tile is not None:
         raise _fail(name, f"{which}.tile", "MX scales are per 1-D block along the contraction; use block: 32")
+    if spec.scale == "nvfp4_rowscaled" and spec.tile is not None:
+        raise _fail(name, f"{which}.tile", "row-scaled NVFP4 has one global scale per row: use block: 16, not a tile")
     if spec.tile is not None and min(spec.tile) < 1:
         raise _fail(name, f"{which}.tile", f"tile sides are positive, got {list(spec.tile)}")
     if spec.rounding == "sr" and spec.scaling in ("delayed", "mor"):
@@ -178,6 +180,8 @@ def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {o: q.model_dump(mode="json") for o, q in operands.items()}
     out["wgrad"] = wgrad.model_dump(mode="json")
     out.update({k: v for k, v in opts.model_dump(mode="json").items() if k not in unused})
+    if out.get("backward") == "quantized":  # added later (issue 17): the run keys written before stay
+        del out["backward"]
     return out
 
 
@@ -223,6 +227,9 @@ def grammar_lines() -> list[str]:
         "Placement and schedule (every quantized recipe): bf16_first_blocks: K, bf16_last_blocks: K, "
         "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding, attention matmuls and LM head "
         "always are); bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on.",
+        "Backward override (every quantized recipe, named or written): backward: quantized (default: the recipe's "
+        "own dgrad/wgrad operands) | high_precision (dgrad and wgrad on the unquantized BF16 dY, W, x) | "
+        "dequantized (on the forward's dequantized W and x, dY in BF16).",
         "Example (the named nvfp4 written out; it trains bit for bit like it):",
         "  recipes:",
         "    - bf16",
