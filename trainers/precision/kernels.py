@@ -36,7 +36,7 @@ SOURCE = Path(__file__).with_name("qkernel.c")
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-shared", "-fPIC"]
 MODES = {
     "given": 0, "tensor": 1, "fp32": 2, "pow2": 3, "floor": 4, "rceil": 5,
-    "nvfp4": 6, "nvfp4_clamped": 7,
+    "nvfp4": 6, "nvfp4_clamped": 7, "nvfp4_4over6": 8,
 }
 # Above this many elements a multi-threaded torch would beat the single-threaded kernel.
 _MAX_SINGLE_THREAD = 1 << 18

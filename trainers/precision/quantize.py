@@ -235,7 +235,8 @@ def _nvfp4_4over6(
     4; it saturates at 448 for blocks above 2/3 of the tensor's amax); each block keeps
     the candidate whose dequantized values (q * s_b * s_g) have the smaller sum of
     squared error against the input, the 6-candidate on a tie (the paper's reference
-    selection). Stochastic rounding rounds both candidates with the same draws. The
+    selection; the errors are summed in float64, as the fused kernel sums them).
+    Stochastic rounding rounds both candidates with the same draws. The
     6-candidate is plain NVFP4 bit for bit, so no block has more error than under it."""
     s_g = nvfp4_global_scale(amax.amax())
     a = torch.nan_to_num(amax, nan=float(torch.finfo(torch.float32).max))
@@ -246,8 +247,8 @@ def _nvfp4_4over6(
     dims = g.dims if isinstance(g.dims, tuple) else (-1,)
     q6, y6 = _nvfp4_candidate(g, s6, s_g, fmt, rounding, u)
     q4, y4 = _nvfp4_candidate(g, s4, s_g, fmt, rounding, u)
-    err6 = (q6 * s6 * s_g - g.view).square().sum(dims, keepdim=True)
-    err4 = (q4 * s4 * s_g - g.view).square().sum(dims, keepdim=True)
+    err6 = (q6 * s6 * s_g - g.view).double().square().sum(dims, keepdim=True)
+    err4 = (q4 * s4 * s_g - g.view).double().square().sum(dims, keepdim=True)
     four = err4 < err6
     core = torch.where(four, q4 * s4, q6 * s6)
     c = _counts(torch.where(four, y4, y6), fmt, torch.where(four, q4, q6)) if counts else None
@@ -295,6 +296,8 @@ def _fused(
     flat = x.dim() == 2  # the operands of a linear layer: no reshapes (each costs ~1 us)
     x2 = x if flat else x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
+    if scale_mode == "nvfp4_4over6" and not x2.is_contiguous():  # row-major tiles only
+        return None
     if block is None and not nvfp4:
         if scale_mode == "pow2":
             return None

@@ -66,7 +66,7 @@ def ref_4over6(x: torch.Tensor, tile: int | tuple[int, int] = 16) -> torch.Tenso
             a = xb.abs().amax()
             q6 = _ref_candidate(xb, _e4m3(a / 6.0 / s_g), s_g)
             q4 = _ref_candidate(xb, _e4m3(a / 4.0 / s_g), s_g)
-            four = ((q4 - xb) ** 2).sum() < ((q6 - xb) ** 2).sum()
+            four = ((q4 - xb).double() ** 2).sum() < ((q6 - xb).double() ** 2).sum()
             out[i:i + r, j:j + c] = q4 if four else q6
     return out
 
