@@ -137,9 +137,6 @@ def _operand(name: str, which: str, raw: Any) -> OperandSpec:
         raise _fail(name, f"{which}.rounding", f"{spec.scaling} scaling rounds to nearest; remove rounding: sr")
     if spec.format == "e2m1" and spec.scaling not in ("mx", "nvfp4", "block"):
         raise _fail(name, f"{which}.scaling", "E2M1 needs block scales; use scaling: mx, nvfp4 or block")
-    if which == "w_dgrad" and (spec.scaling == "rowwise" or spec.block is not None):
-        raise _fail(name, which, "W's dgrad copy is quantized once and transposed: use a scaling that does not "
-                    "depend on orientation (tensorwise, delayed, channelwise, tile, mor per tensor)")
     block = spec.block if spec.block is not None else (None if spec.tile else _DEFAULT_BLOCK.get(spec.scaling))
     return spec.model_copy(update={"scale": spec.scale or scales[0], "block": block})
 
@@ -215,8 +212,9 @@ def grammar_lines() -> list[str]:
     )
     return [
         "A recipe written in the campaign file: a name of your own (not a named recipe's) with its GEMM operands "
-        "x, w (forward) and dy (dgrad, wgrad); where they differ w_dgrad (W's dgrad copy, an orientation-free "
-        "scaling), x_wgrad and dy_wgrad (the wgrad GEMM's copies, quantized again from the high-precision "
+        "x, w (forward) and dy (dgrad, wgrad); where they differ w_dgrad (W's dgrad copy, from the FP32 W; "
+        "rowwise and 1-D blocks along W's output features, dgrad's contraction), x_wgrad and dy_wgrad (the "
+        "wgrad GEMM's copies, quantized again from the high-precision "
         "tensors), and wgrad: {precision: quantized|bf16, transform: none|hadamard}.",
         "An operand: format e4m3|e5m2|e2m1, scaling (default tensorwise), block: N (1xN along the contraction) or "
         "tile: [R, C], scale (the first listed is the default), rounding rne|sr (default rne).",

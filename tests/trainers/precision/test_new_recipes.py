@@ -272,6 +272,11 @@ WRITTEN = {
         "dy": {**NV, "rounding": "sr"}, "w_dgrad": {**NV, "tile": [16, 16]}, "x_wgrad": NV,
         "wgrad": {"transform": "hadamard"},
     },
+    # W's dgrad copy in 1-D blocks: quantized along W's output features (dgrad's contraction)
+    "nvfp4_fwd_mxfp8_bwd": {
+        "x": NV, "w": {**NV, "tile": [16, 16]}, "dy": {"format": "e4m3", "scaling": "mx"},
+        "w_dgrad": {"format": "e4m3", "scaling": "mx"}, "x_wgrad": {"format": "e4m3", "scaling": "mx"},
+    },
 }
 
 
@@ -283,10 +288,25 @@ def test_a_written_recipe_equal_to_a_named_new_one_gives_the_same_gemm_results(n
     x, w, dy = _operands(seed=21)
     got, want = _run_gemm(mine, x, w, dy, seed=5), _run_gemm(named, x, w, dy, seed=5)
     assert all(_same_bits(a, b) for a, b in zip(got, want, strict=True))
-    # and the definition matters: plain NVFP4 scales differ
-    other = dict(WRITTEN[name], x={**NV})
+    # and the definition matters: another scale type for x differs
+    other = dict(WRITTEN[name], x={**NV, "scale": "nvfp4_clamped"})
     plain = resolve_recipe("mine", validate_recipe_options("mine", other))
     assert not same_gemms(plain, named)
+
+
+def test_a_written_recipe_equal_to_a_named_new_one_trains_bit_identically():
+    data = tiny_campaign(
+        recipes=["nvfp4_4over6", {"my_4over6": WRITTEN["nvfp4_4over6"]}], seeds=1,
+        budget={"max_tokens": 512, "eval_every_tokens": 256},
+        target={"metric": "eval_excess_loss", "mode": "min", "value": -1.0},
+        hparams={16: {"lr": 0.01, "warmup_tokens": 256}, 64: {"lr": 0.02, "warmup_tokens": 256}},
+    )
+    curves = {}
+    for spec in (s for s in expand(parse_campaign(data)) if s.batch_size == 16):
+        rec = Recorder()
+        TinyLMTrainer().train(spec, rec)
+        curves[spec.recipe] = [p.metrics["eval_loss"] for p in rec.points]
+    assert len(curves["my_4over6"]) == 2 and curves["my_4over6"] == curves["nvfp4_4over6"]
 
 
 def test_a_written_rowscaled_operand_refuses_a_tile():
