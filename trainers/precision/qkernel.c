@@ -31,6 +31,8 @@ enum Mode {
     NVFP4 = 6,          /* E4M3 block scale s_b under the FP32 global s_g: y = x / (s_b s_g), core = q * s_b */
     NVFP4_CLAMPED = 7,  /* the same with s_b >= 2^-6 */
     NVFP4_4OVER6 = 8,   /* NVFP4 with s_b to 6 or to 4 per tile, the smaller squared error (quantize._nvfp4_4over6) */
+    NVFP4_ROWSCALED = 9,  /* 1-D blocks, an encode scale S per row: s_b = e4m3(amax_b / 6 * S), y = x / (s_b / S),
+                           * core = q * s_b, S to scales[row] (quantize._nvfp4_rowscaled) */
 };
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -83,6 +85,7 @@ typedef struct {
     int mode, emax_elem;
     uint32_t emin_bits, offset, mshift;
     float nv_max;  /* the E2M1 value an NVFP4 block scale maps the block amax to: 6 (or 4) */
+    float s_row;   /* NVFP4_ROWSCALED: the current row's encode scale S */
 } Ctx;
 
 /* The scale of one block from its amax bits (block modes): y = x * pre (in 0) or
@@ -112,6 +115,13 @@ static inline int block_scale(const Ctx *k, uint32_t ab, float *pre, float *post
     }
     /* scaling.nvfp4_block_scale: a NaN or inf amax counts as the float32 max */
     a = (isnan(a) || isinf(a)) ? (float)F32_MAX : a;
+    if (k->mode == NVFP4_ROWSCALED) {  /* quantize._nvfp4_rowscaled */
+        float s_b = rne((a / 6.0f) * k->s_row, 448.0f, (uint32_t)(-6 + 127) << 23,
+                        ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
+        float d = s_b / k->s_row;
+        *pre = d == 0.0f ? INFINITY : d, *post = s_b;
+        return 1;
+    }
     float s_b = rne((a / k->nv_max) / k->s_g32, 448.0f, (uint32_t)(-6 + 127) << 23,
                     ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
     if (k->mode == NVFP4_CLAMPED && s_b < 0.015625f) s_b = 0.015625f;
@@ -249,7 +259,7 @@ static Ctx setup(const float *x, int64_t rows, int64_t cols, int mode, float fma
                  int mbits, int emax_elem, float given, double *info, float *s_tensor) {
     Ctx k = {fmax, 1.0f, (float)((double)fmax / F32_MAX), mode, emax_elem,
              (uint32_t)(emin + 127) << 23, ((uint32_t)(23 - mbits) << 23) + HALF_MANTISSA,
-             (uint32_t)mbits << 23, 6.0f};
+             (uint32_t)mbits << 23, 6.0f, 1.0f};
     float amax_all = mode == GIVEN || mode == TENSOR || mode >= NVFP4
                          ? amax_float(tile_amax(x, cols, 0, rows, 0, cols)) : NAN;
     info[0] = amax_all;
@@ -282,6 +292,11 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
     const int64_t tiles_per_row = (cols + bc - 1) / bc;
     for (int64_t r0 = 0; r0 < rows; r0 += br) {
         int64_t r1 = r0 + br < rows ? r0 + br : rows;
+        if (mode == NVFP4_ROWSCALED) {  /* quantize.nvfp4_row_encode_scale (br is 1) */
+            float a = amax_float(tile_amax(x, cols, r0, r1, 0, cols));
+            k.s_row = (isfinite(a) && a > 0.0f) ? (1.0f / a) * 2688.0f : 1.0f;  /* torch's `2688 / t` */
+            scales[r0] = k.s_row;
+        }
         for (int64_t c0 = 0; c0 < cols; c0 += bc) {
             int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
             float pre = s_tensor, post = 1.0f;
@@ -294,7 +309,7 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
             } else if (mode > TENSOR) {
                 in = block_scale(&k, tile_amax(x, cols, r0, r1, c0, c1), &pre, &post);
                 out = in ? 2 : 1;
-                if (scales) {  /* factored: core = q, the caller applies the scales */
+                if (scales && mode != NVFP4_ROWSCALED) {  /* factored: core = q, the caller applies the scales */
                     scales[(r0 / br) * tiles_per_row + c0 / bc] = post;
                     out = 0;
                 }

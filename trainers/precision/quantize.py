@@ -296,8 +296,10 @@ def _fused(
     flat = x.dim() == 2  # the operands of a linear layer: no reshapes (each costs ~1 us)
     x2 = x if flat else x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
-    if scale_mode == "nvfp4_4over6" and not x2.is_contiguous():  # row-major tiles only
+    if scale_mode in ("nvfp4_4over6", "nvfp4_rowscaled") and not x2.is_contiguous():  # row-major tiles only
         return None
+    if scale_mode == "nvfp4_rowscaled" and isinstance(block, tuple):
+        return None  # the torch path says why not
     if block is None and not nvfp4:
         if scale_mode == "pow2":
             return None
@@ -328,6 +330,9 @@ def _fused(
         half = half.view(x.shape) if half is not None else None
     if mode == "tensor":
         return Quantized(core, divisor=r.scale, _bf16=half)
+    if mode == "nvfp4_rowscaled":
+        assert r.scales is not None
+        return Quantized(core, row_div=r.scales.view(*x.shape[:-1], 1), _bf16=half)
     if nvfp4:
         return Quantized(core, multiplier=r.scale, _bf16=half)
     if factored:
