@@ -157,23 +157,30 @@ class Nvfp4VariantOptions(OperandOptions):
         )
 
 
-class HybridOptions(OperandOptions):
-    """The hybrid per-direction recipes: one format for the forward GEMM's x and W,
-    another for dY and the dgrad/wgrad copies of W and x. The MXFP8 side's E8M0 scale
-    rule; the NVFP4 side as the nvfp4 recipe (SR on dY, the random Hadamard on the
-    wgrad copies; W's dgrad copy in 16x16 tiles, W's forward copy 16x16 with weight_2d)."""
+class Mxfp8FwdNvfp4BwdOptions(OperandOptions):
+    """mxfp8_fwd_nvfp4_bwd: the MXFP8 forward's E8M0 scale rule; the NVFP4 backward as
+    the nvfp4 recipe's (SR on dY, the random Hadamard on the wgrad copies; W's dgrad copy
+    in 16x16 tiles)."""
 
     scale_mode: Literal["floor", "rceil"] = "floor"
-    stochastic_rounding: bool = True  # NVFP4 dY only
-    hadamard: bool = True  # NVFP4 wgrad copies only
-    weight_2d: bool = True  # NVFP4 forward W only
+    stochastic_rounding: bool = True  # on dY
+    hadamard: bool = True  # on the wgrad copies of x and dY
 
     def operands(self, recipe: RecipeConfig) -> RecipeConfig:
         mx = replace(_MX8, scale_mode=self.scale_mode)
-        nv_dy = replace(_NV, rounding="sr" if self.stochastic_rounding else "rne")
-        if recipe.x is not None and recipe.x.scaling == "mx":  # mxfp8_fwd_nvfp4_bwd
-            return replace(recipe, x=mx, w=mx, dy=nv_dy, w_dgrad=replace(_NV, block=(16, 16)), x_wgrad=_NV,
-                           hadamard_wgrad=self.hadamard)
+        return replace(recipe, x=mx, w=mx, dy=replace(_NV, rounding="sr" if self.stochastic_rounding else "rne"),
+                       w_dgrad=replace(_NV, block=(16, 16)), x_wgrad=_NV, hadamard_wgrad=self.hadamard)
+
+
+class Nvfp4FwdMxfp8BwdOptions(OperandOptions):
+    """nvfp4_fwd_mxfp8_bwd: the NVFP4 forward's W blocks (16x16 with weight_2d, else
+    1x16); the MXFP8 backward's E8M0 scale rule."""
+
+    scale_mode: Literal["floor", "rceil"] = "floor"
+    weight_2d: bool = True  # 16x16 forward W blocks
+
+    def operands(self, recipe: RecipeConfig) -> RecipeConfig:
+        mx = replace(_MX8, scale_mode=self.scale_mode)
         return replace(recipe, x=_NV, w=replace(_NV, block=(16, 16) if self.weight_2d else 16), dy=mx,
                        w_dgrad=mx, x_wgrad=mx, hadamard_wgrad=False)
 
@@ -336,7 +343,9 @@ RECIPES: dict[str, RecipeConfig] = {
             "(E2M1, x and dY 1x16, W 16x16, SR on dY, Hadamard on wgrad), each block (tile) quantized "
             "twice under the same FP32 global scale amax/(448*6), with its E4M3 block scale mapping the "
             "block amax to 6 and to 4 (e4m3_rne(amax_b/4/s_g), saturating at 448); the candidate with "
-            "the smaller sum of squared dequantized error is kept (6 on a tie)",
+            "the smaller sum of squared dequantized error is kept (6 on a tie); the 6-candidate is plain "
+            "NVFP4 bit for bit (the paper's reference code instead lowers the global scale's E4M3 max to 256 "
+            "so the 4-candidate never saturates)",
             x=replace(_NV, scale_mode="nvfp4_4over6"), w=replace(_NV, block=(16, 16), scale_mode="nvfp4_4over6"),
             dy=replace(_NV, rounding="sr", scale_mode="nvfp4_4over6"), hadamard_wgrad=True,
             options=Nvfp4VariantOptions,
@@ -357,14 +366,14 @@ RECIPES: dict[str, RecipeConfig] = {
             "(E4M3 1x32, E8M0); dY in NVFP4 1x16 with SR, W's dgrad copy NVFP4 16x16, the wgrad copies "
             "of x and dY NVFP4 1x16 after the 16-point random Hadamard",
             x=_MX8, w=_MX8, dy=replace(_NV, rounding="sr"), w_dgrad=replace(_NV, block=(16, 16)), x_wgrad=_NV,
-            hadamard_wgrad=True, options=HybridOptions,
+            hadamard_wgrad=True, options=Mxfp8FwdNvfp4BwdOptions,
         ),
         RecipeConfig(
             "nvfp4_fwd_mxfp8_bwd",
             "Hybrid per direction (TransformerEngine's nvfp4_fwd_mxfp8_bwd): forward x 1x16 and W 16x16 "
             "in NVFP4 (two-level); dY, W's dgrad copy and the wgrad copies of x and dY in MXFP8 (E4M3 "
             "1x32 along each GEMM's contraction, E8M0), each quantized from the high-precision tensor",
-            x=_NV, w=replace(_NV, block=(16, 16)), dy=_MX8, w_dgrad=_MX8, x_wgrad=_MX8, options=HybridOptions,
+            x=_NV, w=replace(_NV, block=(16, 16)), dy=_MX8, w_dgrad=_MX8, x_wgrad=_MX8, options=Nvfp4FwdMxfp8BwdOptions,
         ),
         RecipeConfig(
             "mor", "Mixture of Representations: E4M3 or BF16 per tensor/block by relative error",

@@ -237,7 +237,10 @@ def _nvfp4_4over6(
     squared error against the input, the 6-candidate on a tie (the paper's reference
     selection; the errors are summed in float64, as the fused kernel sums them).
     Stochastic rounding rounds both candidates with the same draws. The
-    6-candidate is plain NVFP4 bit for bit, so no block has more error than under it."""
+    6-candidate is plain NVFP4 bit for bit, so no block has more error than under it.
+    Unlike the paper's reference code (fouroversix `quantize_to_fp4`), which takes the
+    global scale as amax/(256*6) so that the 4-candidate's scale (at most 384) always
+    fits E4M3, the global scale here stays plain NVFP4's."""
     s_g = nvfp4_global_scale(amax.amax())
     a = torch.nan_to_num(amax, nan=float(torch.finfo(torch.float32).max))
     s6 = nvfp4_block_scale(amax, s_g, clamp=False)

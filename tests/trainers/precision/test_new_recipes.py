@@ -224,6 +224,11 @@ def test_hybrid_recipes_put_each_direction_in_its_format():
     assert {q.scaling for q in (b.dy, b.w_dgrad, b.x_wgrad)} == {"mx"} and not b.hadamard_wgrad
     assert resolve_recipe("nvfp4_fwd_mxfp8_bwd", {"scale_mode": "rceil"}).w_dgrad.scale_mode == "rceil"
     assert not resolve_recipe("mxfp8_fwd_nvfp4_bwd", {"hadamard": False}).hadamard_wgrad
+    # an option of the other direction's format is not one of these (it would change nothing)
+    with pytest.raises(RecipeError, match="hadamard"):
+        resolve_recipe("nvfp4_fwd_mxfp8_bwd", {"hadamard": False})
+    with pytest.raises(RecipeError, match="weight_2d"):
+        resolve_recipe("mxfp8_fwd_nvfp4_bwd", {"weight_2d": False})
 
 
 def _run_gemm(recipe, x, w, dy, seed=0):
