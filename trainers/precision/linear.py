@@ -5,7 +5,9 @@ master weights and FP32 accumulation.
 Every operand copy is quantized along its GEMM's contraction dimension: scalings that
 do not depend on the orientation (tensorwise, delayed, channelwise, 2-D tiles, MoR per
 tensor) are quantized once and reused transposed; the others (rowwise, 1-D blocks, MX,
-NVFP4 1x16) quantize the transposed copy again from the high-precision tensor."""
+NVFP4 1x16) quantize the transposed copy again from the high-precision tensor (W's own
+dgrad copy, `w_dgrad`, too). A recipe's `backward` option overrides the dgrad and wgrad
+operands (`_backward_override`)."""
 
 from __future__ import annotations
 
