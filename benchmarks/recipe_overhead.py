@@ -30,9 +30,12 @@ from trainers.tinylm.settings import MarkovData, TinyLMSettings
 
 FP8 = ["fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp", "fp8_block", "mxfp8", "mor"]
 FP4 = ["mxfp4", "mxfp4_sr_rht", "mxfp4_dethad", "nvfp4"]
+# issue 17's recipes: each has NVFP4 in at least one direction, so FP4-class (<= 2.5x)
+FP4 += ["nvfp4_4over6", "nvfp4_rowscaled", "mxfp8_fwd_nvfp4_bwd", "nvfp4_fwd_mxfp8_bwd"]
 # option variants timed beside the defaults: (row label, recipe, options)
 VARIANTS = [("fp8_block use_f32_scales", "fp8_block", {"use_f32_scales": True}),
             ("fp8_tensorwise fp8_attention", "fp8_tensorwise", {"fp8_attention": True})]
+VARIANTS += [(f"nvfp4 backward {b}", "nvfp4", {"backward": b}) for b in ("high_precision", "dequantized")]
 TORCHAO = "torchao_float8_emulated"
 
 

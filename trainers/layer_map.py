@@ -80,9 +80,14 @@ def linear_gemms(recipe: RecipeConfig) -> dict[str, str]:
     """The formats of a quantized linear layer's three GEMMs under the recipe."""
     if recipe.is_reference:
         return dict.fromkeys(GEMMS, BF16)
+    fprop = _product(recipe.x, recipe.w)
+    backward = recipe.opts.backward  # the backward override: dgrad and wgrad on other operands
+    if backward == "high_precision":  # on the unquantized BF16 dY, W and x
+        return {"fprop": fprop, "dgrad": BF16, "wgrad": BF16}
+    if backward == "dequantized":  # dY in BF16, W and x as the forward quantized them
+        return {"fprop": fprop, "dgrad": _product(None, recipe.w), "wgrad": _product(None, recipe.x)}
     wgrad = BF16 if recipe.wgrad_hp else _product(recipe.dy_wgrad or recipe.dy, recipe.x_wgrad or recipe.x)
-    return {"fprop": _product(recipe.x, recipe.w), "dgrad": _product(recipe.dy, recipe.w_dgrad or recipe.w),
-            "wgrad": wgrad}
+    return {"fprop": fprop, "dgrad": _product(recipe.dy, recipe.w_dgrad or recipe.w), "wgrad": wgrad}
 
 
 def quantized_attention(recipe: RecipeConfig) -> bool:

@@ -27,7 +27,7 @@ ElementFormat = Literal["e4m3", "e5m2", "e2m1"]
 # mx: E8M0 scales per 1x32 block; nvfp4: E4M3 block scales under an FP32 global scale;
 # mor: E4M3 or BF16, chosen per tensor or per block by relative error.
 Scaling = Literal["tensorwise", "delayed", "channelwise", "rowwise", "block", "mx", "nvfp4", "mor"]
-ScaleMode = Literal["fp32", "pow2", "floor", "rceil", "nvfp4", "nvfp4_clamped"]
+ScaleMode = Literal["fp32", "pow2", "floor", "rceil", "nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled"]
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,16 @@ class RecipeOptions(BaseModel):
     # GEMMs: E4M3 operands with tensorwise current scaling, E5M2 gradients
     # (trainers/precision/attention.py); off: BF16 autocast, as before the option existed.
     fp8_attention: bool = False
+    # The backward override (TransformerEngine's): quantized (the recipe's own dgrad and
+    # wgrad operands), high_precision (both GEMMs on the unquantized BF16 dY, W and x) or
+    # dequantized (on the forward's quantized-then-dequantized W and x, dY in BF16).
+    backward: Literal["quantized", "high_precision", "dequantized"] = "quantized"
 
 
 # Options every recipe got after run keys existed: left out of a named recipe's options
 # at their defaults, so its run keys stay what they were (bf16_last_blocks was an FP4 option).
 ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None,
-               "fp8_attention": False}
+               "fp8_attention": False, "backward": "quantized"}
 
 
 class Fp4Options(RecipeOptions):
@@ -127,6 +131,62 @@ class MorOptions(RecipeOptions):
     threshold: float = Field(0.05, gt=0.0)  # max relative error ||Q - T|| / ||T|| kept in FP8
     granularity: Literal["tensor", "block"] = "tensor"
     block_size: int = Field(128, ge=2)
+
+
+# --- issue 17: the recipes that build their operands from their options --------------
+
+
+class OperandOptions(Fp4Options):
+    """Options of a recipe whose operands follow from its option values (`operands`)."""
+
+    def operands(self, recipe: RecipeConfig) -> RecipeConfig:
+        raise NotImplementedError
+
+
+class Nvfp4VariantOptions(OperandOptions):
+    """nvfp4_4over6 and nvfp4_rowscaled: the nvfp4 recipe's options (block scales as
+    TransformerEngine, subnormal: no scale_clamp), applied to the named variant's own
+    scale types (x's and W's and dY's `scale_mode` as the entry gives them)."""
+
+    stochastic_rounding: bool = True  # on dY only
+    hadamard: bool = True  # 16-point random Hadamard on the wgrad copies of x and dY
+    weight_2d: bool = True  # 16x16 weight blocks, so Q(W)^T == Q(W^T)
+
+    def operands(self, recipe: RecipeConfig) -> RecipeConfig:
+        assert recipe.x is not None and recipe.w is not None and recipe.dy is not None
+        return replace(
+            recipe, w=replace(recipe.w, block=(16, 16) if self.weight_2d else 16),
+            dy=replace(recipe.dy, rounding="sr" if self.stochastic_rounding else "rne"),
+            hadamard_wgrad=self.hadamard,
+        )
+
+
+class Mxfp8FwdNvfp4BwdOptions(OperandOptions):
+    """mxfp8_fwd_nvfp4_bwd: the MXFP8 forward's E8M0 scale rule; the NVFP4 backward as
+    the nvfp4 recipe's (SR on dY, the random Hadamard on the wgrad copies; W's dgrad copy
+    in 16x16 tiles)."""
+
+    scale_mode: Literal["floor", "rceil"] = "floor"
+    stochastic_rounding: bool = True  # on dY
+    hadamard: bool = True  # on the wgrad copies of x and dY
+
+    def operands(self, recipe: RecipeConfig) -> RecipeConfig:
+        mx = replace(_MX8, scale_mode=self.scale_mode)
+        return replace(recipe, x=mx, w=mx, dy=replace(_NV, rounding="sr" if self.stochastic_rounding else "rne"),
+                       w_dgrad=replace(_NV, block=(16, 16)), x_wgrad=_NV, hadamard_wgrad=self.hadamard)
+
+
+class Nvfp4FwdMxfp8BwdOptions(OperandOptions):
+    """nvfp4_fwd_mxfp8_bwd: the NVFP4 forward's W blocks (16x16 with weight_2d, else
+    1x16); the MXFP8 backward's E8M0 scale rule."""
+
+    scale_mode: Literal["floor", "rceil"] = "floor"
+    weight_2d: bool = True  # 16x16 forward W blocks
+
+    def operands(self, recipe: RecipeConfig) -> RecipeConfig:
+        mx = replace(_MX8, scale_mode=self.scale_mode)
+        return replace(recipe, x=_NV, w=replace(_NV, block=(16, 16) if self.weight_2d else 16), dy=mx,
+                       w_dgrad=mx, x_wgrad=mx, hadamard_wgrad=False)
 
 
 @dataclass(frozen=True)
@@ -177,6 +237,8 @@ class RecipeConfig:
     def resolve(self, options: dict[str, Any] | None = None) -> RecipeConfig:
         """This recipe with its options applied (validated; raises RecipeError)."""
         opts = _parse_options(self, options or {})
+        if isinstance(opts, OperandOptions):  # the recipes that build their operands from their options
+            return replace(opts.operands(self), settings=opts)
         x, w, dy, had = self.x, self.w, self.dy, self.hadamard_wgrad
         o = opts.model_dump()
         if "scale_mode" in o:
@@ -206,12 +268,19 @@ class RecipeConfig:
         if self.hadamard_wgrad and not self.wgrad_hp:
             kind = {"fixed": "random", "random": "random (signs drawn per GEMM)", "none": "deterministic"}
             wgrad += f", {self.hadamard_size}-point {kind[self.hadamard_signs]} Hadamard"
+        w = fmt(self.w) + (f"; dgrad copy {fmt(self.w_dgrad)}" if self.w_dgrad else "")
+        dy = fmt(self.dy)
+        if not self.is_reference and self.opts.backward != "quantized":  # issue 17: the backward override
+            hp = self.opts.backward == "high_precision"
+            w = fmt(self.w) + ("; dgrad on BF16 W" if hp else "; dgrad on the forward's dequantized W")
+            dy = f"BF16 ({self.opts.backward} backward)"
+            wgrad = "BF16" if hp else "dY BF16, x the forward's dequantized copy"
         return {
             "name": self.name,
             "description": self.description,
             "x": fmt(self.x),
-            "w": fmt(self.w) + (f"; dgrad copy {fmt(self.w_dgrad)}" if self.w_dgrad else ""),
-            "dy": fmt(self.dy),
+            "w": w,
+            "dy": dy,
             "wgrad": wgrad,
             "options": {k: v for k, v in self.opts.model_dump(mode="json").items()
                         if not (self.is_reference and k in ADDED_LATER)},  # nothing to place in bf16
@@ -299,6 +368,45 @@ RECIPES: dict[str, RecipeConfig] = {
             "nvfp4", "NVFP4: E2M1, E4M3 scales per 1x16 (W 16x16) under an FP32 global scale",
             x=_NV, w=replace(_NV, block=(16, 16)), dy=replace(_NV, rounding="sr"),
             hadamard_wgrad=True, options=Nvfp4Options,
+        ),
+        # --- issue 17: the field's newer NVFP4 recipes (NUMERICS.md terms) ---
+        RecipeConfig(
+            "nvfp4_4over6",
+            "NVFP4 'Four Over Six' (arXiv 2512.02010; TransformerEngine's 4over6): nvfp4's operands "
+            "(E2M1, x and dY 1x16, W 16x16, SR on dY, Hadamard on wgrad), each block (tile) quantized "
+            "twice under the same FP32 global scale amax/(448*6), with its E4M3 block scale mapping the "
+            "block amax to 6 and to 4 (e4m3_rne(amax_b/4/s_g), saturating at 448); the candidate with "
+            "the smaller sum of squared dequantized error is kept (6 on a tie); the 6-candidate is plain "
+            "NVFP4 bit for bit (the paper's reference code instead lowers the global scale's E4M3 max to 256 "
+            "so the 4-candidate never saturates)",
+            x=replace(_NV, scale_mode="nvfp4_4over6"), w=replace(_NV, block=(16, 16), scale_mode="nvfp4_4over6"),
+            dy=replace(_NV, rounding="sr", scale_mode="nvfp4_4over6"), hadamard_wgrad=True,
+            options=Nvfp4VariantOptions,
+        ),
+        RecipeConfig(
+            "nvfp4_rowscaled",
+            "NVFP4 with row-scaled activations (TransformerEngine's row-scaled NVFP4 x): as nvfp4, "
+            "but each copy of x (forward: per token; wgrad: per feature, after the Hadamard) has one "
+            "FP32 global encode scale per row along its GEMM's contraction, S = 448*6/amax(row), "
+            "block scale e4m3_rne(amax_b/6*S), element e2m1_rne(x/(s_b/S)), dequantized q*s_b/S; "
+            "W and dY keep the per-tensor global scale",
+            x=replace(_NV, scale_mode="nvfp4_rowscaled"), w=replace(_NV, block=(16, 16)),
+            dy=replace(_NV, rounding="sr"), hadamard_wgrad=True, options=Nvfp4VariantOptions,
+        ),
+        RecipeConfig(
+            "mxfp8_fwd_nvfp4_bwd",
+            "Hybrid per direction (TransformerEngine's mxfp8_fwd_nvfp4_bwd): forward x and W in MXFP8 "
+            "(E4M3 1x32, E8M0); dY in NVFP4 1x16 with SR, W's dgrad copy NVFP4 16x16, the wgrad copies "
+            "of x and dY NVFP4 1x16 after the 16-point random Hadamard",
+            x=_MX8, w=_MX8, dy=replace(_NV, rounding="sr"), w_dgrad=replace(_NV, block=(16, 16)), x_wgrad=_NV,
+            hadamard_wgrad=True, options=Mxfp8FwdNvfp4BwdOptions,
+        ),
+        RecipeConfig(
+            "nvfp4_fwd_mxfp8_bwd",
+            "Hybrid per direction (TransformerEngine's nvfp4_fwd_mxfp8_bwd): forward x 1x16 and W 16x16 "
+            "in NVFP4 (two-level); dY, W's dgrad copy and the wgrad copies of x and dY in MXFP8 (E4M3 "
+            "1x32 along each GEMM's contraction, E8M0), each quantized from the high-precision tensor",
+            x=_NV, w=replace(_NV, block=(16, 16)), dy=_MX8, w_dgrad=_MX8, x_wgrad=_MX8, options=Nvfp4FwdMxfp8BwdOptions,
         ),
         RecipeConfig(
             "mor", "Mixture of Representations: E4M3 or BF16 per tensor/block by relative error",
@@ -412,7 +520,7 @@ def same_gemms(a: RecipeConfig, b: RecipeConfig) -> bool:
     """Whether two recipes quantize every GEMM operand alike (whatever their names)."""
     def gemms(r: RecipeConfig) -> tuple:
         return (r.x, r.w, r.dy, r.w_dgrad, r.x_wgrad, r.dy_wgrad, r.wgrad_hp, r.hadamard_wgrad,
-                r.hadamard_wgrad and (r.hadamard_size, r.hadamard_signs))
+                r.hadamard_wgrad and (r.hadamard_size, r.hadamard_signs), r.opts.backward)
 
     return gemms(a) == gemms(b)
 

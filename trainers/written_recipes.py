@@ -16,7 +16,7 @@
 An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
 rowwise, block, mx, nvfp4, mor), `block` (1-D blocks along the GEMM's contraction) or
 `tile` ([rows, cols], 2-D tiles), `scale` (the scale type: fp32, pow2, floor, rceil,
-nvfp4, nvfp4_clamped; each scaling has a default) and `rounding` (rne, sr). The
+nvfp4, nvfp4_clamped, nvfp4_4over6, nvfp4_rowscaled; each scaling has a default) and `rounding` (rne, sr). The
 definition above is the named `nvfp4` recipe: it trains bit for bit like it. The
 normalized definition (every field, defaults filled in) is the recipe's options, so it
 enters the run key; a named recipe's options are what they always were."""
@@ -46,7 +46,7 @@ _SCALES: dict[str, tuple[str, ...]] = {
     "rowwise": ("pow2", "fp32"),
     "block": ("pow2", "fp32"),
     "mx": ("floor", "rceil"),
-    "nvfp4": ("nvfp4", "nvfp4_clamped"),
+    "nvfp4": ("nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled"),
     "mor": ("fp32",),
 }
 _DEFAULT_BLOCK = {"mx": 32, "nvfp4": 16}
@@ -55,7 +55,7 @@ _SCALING_OPTIONS = (("amax_history_len", "delayed"), ("margin", "delayed"), ("th
 _FORMATS = {"delayed": ("e4m3", "e5m2"), "nvfp4": ("e2m1",), "mor": ("e4m3",)}
 # options a written recipe got after its definitions entered run keys: left out at their
 # defaults, so those keys stay what they were
-_ADDED_LATER = {"fp8_attention": False}
+_ADDED_LATER = {"fp8_attention": False, "backward": "quantized"}
 
 
 class _Strict(BaseModel):
@@ -132,15 +132,14 @@ def _operand(name: str, which: str, raw: Any) -> OperandSpec:
         raise _fail(name, f"{which}.block", "block scaling needs block: N (1xN) or tile: [R, C]")
     if spec.scaling == "mx" and spec.tile is not None:
         raise _fail(name, f"{which}.tile", "MX scales are per 1-D block along the contraction; use block: 32")
+    if spec.scale == "nvfp4_rowscaled" and spec.tile is not None:
+        raise _fail(name, f"{which}.tile", "row-scaled NVFP4 has one global scale per row: use block: 16, not a tile")
     if spec.tile is not None and min(spec.tile) < 1:
         raise _fail(name, f"{which}.tile", f"tile sides are positive, got {list(spec.tile)}")
     if spec.rounding == "sr" and spec.scaling in ("delayed", "mor"):
         raise _fail(name, f"{which}.rounding", f"{spec.scaling} scaling rounds to nearest; remove rounding: sr")
     if spec.format == "e2m1" and spec.scaling not in ("mx", "nvfp4", "block"):
         raise _fail(name, f"{which}.scaling", "E2M1 needs block scales; use scaling: mx, nvfp4 or block")
-    if which == "w_dgrad" and (spec.scaling == "rowwise" or spec.block is not None):
-        raise _fail(name, which, "W's dgrad copy is quantized once and transposed: use a scaling that does not "
-                    "depend on orientation (tensorwise, delayed, channelwise, tile, mor per tensor)")
     block = spec.block if spec.block is not None else (None if spec.tile else _DEFAULT_BLOCK.get(spec.scaling))
     return spec.model_copy(update={"scale": spec.scale or scales[0], "block": block})
 
@@ -215,8 +214,9 @@ def grammar_lines() -> list[str]:
     )
     return [
         "A recipe written in the campaign file: a name of your own (not a named recipe's) with its GEMM operands "
-        "x, w (forward) and dy (dgrad, wgrad); where they differ w_dgrad (W's dgrad copy, an orientation-free "
-        "scaling), x_wgrad and dy_wgrad (the wgrad GEMM's copies, quantized again from the high-precision "
+        "x, w (forward) and dy (dgrad, wgrad); where they differ w_dgrad (W's dgrad copy, from the FP32 W; "
+        "rowwise and 1-D blocks along W's output features, dgrad's contraction), x_wgrad and dy_wgrad (the "
+        "wgrad GEMM's copies, quantized again from the high-precision "
         "tensors), and wgrad: {precision: quantized|bf16, transform: none|hadamard}.",
         "An operand: format e4m3|e5m2|e2m1, scaling (default tensorwise), block: N (1xN along the contraction) or "
         "tile: [R, C], scale (the first listed is the default), rounding rne|sr (default rne).",
@@ -228,6 +228,9 @@ def grammar_lines() -> list[str]:
         "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding and LM head always are); "
         "bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on; fp8_attention: true runs the "
         "attention matmuls (blocks.<i>.attn_qk, attn_pv; else BF16) in FP8: E4M3, E5M2 gradients, per tensor.",
+        "Backward override (every quantized recipe, named or written): backward: quantized (default: the recipe's "
+        "own dgrad/wgrad operands) | high_precision (dgrad and wgrad on the unquantized BF16 dY, W, x) | "
+        "dequantized (on the forward's dequantized W and x, dY in BF16).",
         "Example (the named nvfp4 written out; it trains bit for bit like it):",
         "  recipes:",
         "    - bf16",

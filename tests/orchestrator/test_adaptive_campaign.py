@@ -63,7 +63,7 @@ def _ledger_cells(campaign) -> dict:
         tags = run.data.tags
         seeds.setdefault((tags["rcpforge.recipe"], int(tags["rcpforge.batch_size"])), []).append(
             int(tags["rcpforge.seed"]))
-    return seeds
+    return {cell: sorted(cell_seeds) for cell, cell_seeds in seeds.items()}  # a seed twice shows twice
 
 
 def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):

@@ -49,6 +49,18 @@ def test_the_map_of_bf16_and_of_an_fp8_recipe():
     assert _layers("nvfp4")["blocks.0.fc1"] == ["nvfp4"] * 3
 
 
+def test_the_map_of_the_hybrids_and_of_the_backward_override():
+    """Per-direction recipes show each direction's format; the backward override moves
+    dgrad and wgrad to BF16 operands (high_precision) or to BF16 dY times the forward's
+    quantized copies (dequantized); the disclosure keeps the forward's lowest format."""
+    assert _layers("mxfp8_fwd_nvfp4_bwd")["blocks.0.fc1"] == ["mxfp8", "nvfp4", "nvfp4"]
+    assert _layers("nvfp4_fwd_mxfp8_bwd")["blocks.0.fc1"] == ["nvfp4", "mxfp8", "mxfp8"]
+    assert _layers("nvfp4", {"backward": "high_precision"})["blocks.0.fc1"] == ["nvfp4", "bf16", "bf16"]
+    assert _layers("nvfp4", {"backward": "dequantized"})["blocks.0.fc1"] == ["nvfp4", "bf16 x nvfp4", "bf16 x nvfp4"]
+    pmap = precision_map(resolve_recipe("fp8_tensorwise", {"backward": "high_precision"}), 2)
+    assert disclosed_precisions(pmap)["lowest_numerical_precision_in_linear"] == "fp8"
+
+
 def test_placement_by_first_blocks_and_by_layer_names():
     first = _layers("fp8_tensorwise", {"bf16_first_blocks": 1})
     assert all(v == BF16 for n, v in first.items() if n.startswith("blocks.0."))

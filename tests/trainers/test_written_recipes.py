@@ -121,7 +121,7 @@ def _error(recipes, **overrides) -> str:
     ({"x": FP8["x"]}, ["recipes.lab.w", "add w, dy"]),
     ({**FP8, "margin": 2}, ["recipes.lab.margin", "delayed operands"]),
     ({**FP8, "wgrad": {"precision": "bf16", "transform": "hadamard"}}, ["recipes.lab.wgrad.transform"]),
-    ({**FP8, "w_dgrad": {"format": "e4m3", "scaling": "rowwise"}}, ["recipes.lab.w_dgrad", "orientation"]),
+    ({**FP8, "w_dgrad": {"format": "e4m3", "scaling": "mx", "tile": [32, 32]}}, ["recipes.lab.w_dgrad.tile"]),
 ])
 def test_a_bad_written_recipe_is_one_line_naming_recipe_operand_and_field(definition, says):
     message = _error(["bf16", {"lab": definition}])

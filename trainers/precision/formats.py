@@ -101,9 +101,15 @@ def _or_sign(r: torch.Tensor, y: torch.Tensor) -> None:
 def stochastic_round(y: torch.Tensor, f: ElementFormat, generator: torch.Generator | None) -> torch.Tensor:
     """Round to one of the two neighbouring grid points with probability proportional to
     closeness, so the expected value is y (before saturation)."""
+    u = torch.rand(y.shape, generator=generator, dtype=torch.float32, device=y.device)
+    return stochastic_round_with(y, f, u)
+
+
+def stochastic_round_with(y: torch.Tensor, f: ElementFormat, u: torch.Tensor) -> torch.Tensor:
+    """stochastic_round with the uniform draws given (one per element of y): two
+    candidate quantizations of one tensor (4-over-6) round with the same draws."""
     a = y.abs()
     ulp = _spacing(a, f, -(f.mbits << 23))
-    u = torch.rand(a.shape, generator=generator, dtype=torch.float32, device=a.device)
     q = a.div_(ulp).add_(u).floor_().mul_(ulp).clamp_(max=f.max)  # in a's memory
     _or_sign(q, y)  # q >= +0: the same as copysign
     return q

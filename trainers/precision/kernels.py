@@ -36,7 +36,7 @@ SOURCE = Path(__file__).with_name("qkernel.c")
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-shared", "-fPIC"]
 MODES = {
     "given": 0, "tensor": 1, "fp32": 2, "pow2": 3, "floor": 4, "rceil": 5,
-    "nvfp4": 6, "nvfp4_clamped": 7,
+    "nvfp4": 6, "nvfp4_clamped": 7, "nvfp4_4over6": 8, "nvfp4_rowscaled": 9,
 }
 # Above this many elements a multi-threaded torch would beat the single-threaded kernel.
 _MAX_SINGLE_THREAD = 1 << 18
@@ -170,6 +170,9 @@ def fused_quantize(
     core = torch.empty_like(x)
     half = torch.empty_like(x, dtype=torch.bfloat16) if bf16 else None
     scales = torch.empty((-(-rows // tile[0]), -(-cols // tile[1]))) if factored else None
+    if mode == "nvfp4_rowscaled":  # the encode scale of each row (1-D blocks)
+        assert tile[0] == 1
+        scales = torch.empty((rows, 1))
     info = (ctypes.c_double * 2)(0.0, 1.0)
     lib.rcpf_quantize(
         x.data_ptr(), rows, cols, tile[0], tile[1], MODES[mode], f.max, f.emin, f.mbits, f.emax,

@@ -5,7 +5,9 @@ master weights and FP32 accumulation.
 Every operand copy is quantized along its GEMM's contraction dimension: scalings that
 do not depend on the orientation (tensorwise, delayed, channelwise, 2-D tiles, MoR per
 tensor) are quantized once and reused transposed; the others (rowwise, 1-D blocks, MX,
-NVFP4 1x16) quantize the transposed copy again from the high-precision tensor."""
+NVFP4 1x16) quantize the transposed copy again from the high-precision tensor (W's own
+dgrad copy, `w_dgrad`, too). A recipe's `backward` option overrides the dgrad and wgrad
+operands (`_backward_override`)."""
 
 from __future__ import annotations
 
@@ -304,10 +306,29 @@ def _mm(a: Quantized, b: Quantized, bias: torch.Tensor | None = None) -> torch.T
     return out if bias is None else out + bias.float()
 
 
+def _backward_override(backward: str, dy2, x2, w, xq: Quantized, wq: Quantized):
+    """TransformerEngine's backward override. high_precision: dgrad and wgrad on the
+    unquantized tensors in BF16 (dY, W and x rounded to BF16, FP32 accumulation, the
+    output rounded to BF16: the bf16 recipe's backward GEMMs). dequantized: on the
+    forward's quantized-then-dequantized W and x (reused transposed, whatever the
+    scaling: no fresh quantization along the other dimension) and dY in BF16 (no
+    quantization of dY)."""
+    dy_h = dy2.bfloat16()
+    if backward == "high_precision":
+        return (dy_h @ w.bfloat16()).float(), (dy_h.t() @ x2.bfloat16()).float()
+    dyq = Quantized(dy_h.float(), _bf16=dy_h)
+    return _mm(dyq, wq.t()), _mm(dyq.t(), xq.t())
+
+
 def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quantized):
     recipe = gemm.recipe
+    backward = recipe.opts.backward
+    if backward != "quantized":
+        return _backward_override(backward, dy2, x2, w, xq, wq)
     # dgrad dX = dY . W contracts over the output features: W's copy has them last
-    if recipe.w_dgrad is not None:  # quantized its own way (orientation-free scalings)
+    if recipe.w_dgrad is not None and recipe.w_dgrad.per_gemm:  # along the output features, from W
+        dyq, wt = gemm.quantize_factored(dy2, "dy"), gemm.quantize_factored(w.t(), "w_dgrad")
+    elif recipe.w_dgrad is not None:  # quantized its own way (orientation-free scalings)
         dyq, wt = gemm.quantize_factored(dy2, "dy"), gemm.quantize_factored(w, "w_dgrad").t()
     elif recipe.w.per_gemm:
         dyq, wt = gemm.quantize_pair(dy2, "dy", w.t(), "w")

@@ -30,6 +30,9 @@ enum Mode {
     MX_RCEIL = 5,       /* E8M0 d = 2^ceil(log2(amax / fmax)) */
     NVFP4 = 6,          /* E4M3 block scale s_b under the FP32 global s_g: y = x / (s_b s_g), core = q * s_b */
     NVFP4_CLAMPED = 7,  /* the same with s_b >= 2^-6 */
+    NVFP4_4OVER6 = 8,   /* NVFP4 with s_b to 6 or to 4 per tile, the smaller squared error (quantize._nvfp4_4over6) */
+    NVFP4_ROWSCALED = 9,  /* 1-D blocks, an encode scale S per row: s_b = e4m3(amax_b / 6 * S), y = x / (s_b / S),
+                           * core = q * s_b, S to scales[row] (quantize._nvfp4_rowscaled) */
 };
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -81,6 +84,8 @@ typedef struct {
     float fmax, s_g32, fp32_floor;
     int mode, emax_elem;
     uint32_t emin_bits, offset, mshift;
+    float nv_max;  /* the E2M1 value an NVFP4 block scale maps the block amax to: 6 (or 4) */
+    float s_row;   /* NVFP4_ROWSCALED: the current row's encode scale S */
 } Ctx;
 
 /* The scale of one block from its amax bits (block modes): y = x * pre (in 0) or
@@ -110,7 +115,14 @@ static inline int block_scale(const Ctx *k, uint32_t ab, float *pre, float *post
     }
     /* scaling.nvfp4_block_scale: a NaN or inf amax counts as the float32 max */
     a = (isnan(a) || isinf(a)) ? (float)F32_MAX : a;
-    float s_b = rne((a / 6.0f) / k->s_g32, 448.0f, (uint32_t)(-6 + 127) << 23,
+    if (k->mode == NVFP4_ROWSCALED) {  /* quantize._nvfp4_rowscaled */
+        float s_b = rne((a / 6.0f) * k->s_row, 448.0f, (uint32_t)(-6 + 127) << 23,
+                        ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
+        float d = s_b / k->s_row;
+        *pre = d == 0.0f ? INFINITY : d, *post = s_b;
+        return 1;
+    }
+    float s_b = rne((a / k->nv_max) / k->s_g32, 448.0f, (uint32_t)(-6 + 127) << 23,
                     ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
     if (k->mode == NVFP4_CLAMPED && s_b < 0.015625f) s_b = 0.015625f;
     float d = s_b * k->s_g32;
@@ -145,19 +157,117 @@ static inline __attribute__((always_inline)) void tile(
     }
 }
 
+/* The squared error of one candidate over a tile, in double (quantize._nvfp4_4over6:
+ * the float32 difference between (q * s_b) * s_g and x, squared and summed in double). */
+#define ERR_CHUNK 64
+static double tile_err(const Ctx *k, const float *x, const float *u, int64_t cols, int64_t r0,
+                       int64_t r1, int64_t c0, int64_t c1, float pre, float post) {
+    double e = 0.0;
+    float d[ERR_CHUNK];
+    const float s_g = k->s_g32;
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t j0 = c0; j0 < c1; j0 += ERR_CHUNK) {
+            const int64_t m = c1 - j0 < ERR_CHUNK ? c1 - j0 : ERR_CHUNK;
+            const float *xi = x + i * cols + j0;
+            /* the float differences first (a loop the compiler vectorizes), then their
+             * squares summed in double in element order */
+            if (u) {
+                const float *ui = u + i * cols + j0;
+                for (int64_t t = 0; t < m; t++)
+                    d[t] = (sround(xi[t] / pre, ui[t], k->fmax, k->emin_bits, k->mshift) * post) * s_g - xi[t];
+            } else {
+                for (int64_t t = 0; t < m; t++)
+                    d[t] = (rne(xi[t] / pre, k->fmax, k->emin_bits, k->offset) * post) * s_g - xi[t];
+            }
+            for (int64_t t = 0; t < m; t++) e += (double)d[t] * (double)d[t];
+        }
+    return e;
+}
+
+/* The tile's two NVFP4 candidates: the block scales mapping its amax to 6 and to 4. */
+static inline void four_over_six_scales(const Ctx *k, const float *x, int64_t cols, int64_t r0, int64_t r1,
+                                        int64_t c0, int64_t c1, float *p6, float *s6, float *p4, float *s4) {
+    uint32_t ab = tile_amax(x, cols, r0, r1, c0, c1);
+    Ctx k4 = *k;
+    k4.nv_max = 4.0f;
+    block_scale(k, ab, p6, s6);
+    block_scale(&k4, ab, p4, s4);
+}
+
+/* 4-over-6: the tile's NVFP4 scales mapping its amax to 6 and to 4; the one with the
+ * smaller squared error (6 on a tie or a NaN). Returns block_scale's `in` (1). */
+static int four_over_six(const Ctx *k, const float *x, const float *u, int64_t cols, int64_t r0,
+                         int64_t r1, int64_t c0, int64_t c1, float *pre, float *post) {
+    float p6, s6, p4, s4;
+    four_over_six_scales(k, x, cols, r0, r1, c0, c1, &p6, &s6, &p4, &s4);
+    /* equal scales (the 4-candidate's saturated at 448): the same candidate twice, 6 kept */
+    int four = s4 != s6 && tile_err(k, x, u, cols, r0, r1, c0, c1, p4, s4) < tile_err(k, x, u, cols, r0, r1, c0, c1, p6, s6);
+    *pre = four ? p4 : p6, *post = four ? s4 : s6;
+    return 1;
+}
+
+/* 4-over-6 for a tile of at most 256 elements, in one pass: both candidates' cores
+ * (q * s_b) and float differences into buffers, their squared errors summed in double in
+ * element order, the kept core written out. Returns 0 if the tile is larger. */
+#define SMALL_TILE 256
+static inline __attribute__((always_inline)) int four_over_six_tile(
+    const Ctx *k, const float *x, const float *u, float *core, int64_t cols,
+    int64_t r0, int64_t r1, int64_t c0, const int64_t w) {
+    float p6, s6, p4, s4;
+    four_over_six_scales(k, x, cols, r0, r1, c0, c0 + w, &p6, &s6, &p4, &s4);
+    const float s_g = k->s_g32;
+    float c6[SMALL_TILE], c4[SMALL_TILE], d6[SMALL_TILE], d4[SMALL_TILE];
+    int64_t n = 0;
+    for (int64_t i = r0; i < r1; i++, n += w) {
+        const float *xi = x + i * cols + c0;
+        if (u) {
+            const float *ui = u + i * cols + c0;
+            for (int64_t t = 0; t < w; t++) {
+                c6[n + t] = sround(xi[t] / p6, ui[t], k->fmax, k->emin_bits, k->mshift) * s6;
+                c4[n + t] = sround(xi[t] / p4, ui[t], k->fmax, k->emin_bits, k->mshift) * s4;
+            }
+        } else {
+            for (int64_t t = 0; t < w; t++) {
+                c6[n + t] = rne(xi[t] / p6, k->fmax, k->emin_bits, k->offset) * s6;
+                c4[n + t] = rne(xi[t] / p4, k->fmax, k->emin_bits, k->offset) * s4;
+            }
+        }
+        for (int64_t t = 0; t < w; t++) {
+            d6[n + t] = c6[n + t] * s_g - xi[t];
+            d4[n + t] = c4[n + t] * s_g - xi[t];
+        }
+    }
+    double e6 = 0.0, e4 = 0.0;
+    for (int64_t t = 0; t < n; t++) {
+        e6 += (double)d6[t] * (double)d6[t];
+        e4 += (double)d4[t] * (double)d4[t];
+    }
+    const float *c = s4 != s6 && e4 < e6 ? c4 : c6;
+    for (int64_t i = r0, m = 0; i < r1; i++, m += w) memcpy(core + i * cols + c0, c + m, w * sizeof(float));
+    return 1;
+}
+
+static int four_over_six_small(const Ctx *k, const float *x, const float *u, float *core, int64_t cols,
+                               int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if ((r1 - r0) * (c1 - c0) > SMALL_TILE) return 0;
+    if (c1 - c0 == 16)  /* NVFP4's blocks and tiles: a loop of constant length */
+        return four_over_six_tile(k, x, u, core, cols, r0, r1, c0, 16);
+    return four_over_six_tile(k, x, u, core, cols, r0, r1, c0, c1 - c0);
+}
+
 static Ctx setup(const float *x, int64_t rows, int64_t cols, int mode, float fmax, int emin,
                  int mbits, int emax_elem, float given, double *info, float *s_tensor) {
     Ctx k = {fmax, 1.0f, (float)((double)fmax / F32_MAX), mode, emax_elem,
              (uint32_t)(emin + 127) << 23, ((uint32_t)(23 - mbits) << 23) + HALF_MANTISSA,
-             (uint32_t)mbits << 23};
-    float amax_all = mode == GIVEN || mode == TENSOR || mode == NVFP4 || mode == NVFP4_CLAMPED
+             (uint32_t)mbits << 23, 6.0f, 1.0f};
+    float amax_all = mode == GIVEN || mode == TENSOR || mode >= NVFP4
                          ? amax_float(tile_amax(x, cols, 0, rows, 0, cols)) : NAN;
     info[0] = amax_all;
     *s_tensor = given;
     if (mode == TENSOR) {  /* scaling.tensor_scale */
         *s_tensor = (isfinite(amax_all) && amax_all > 0) ? fmax / amax_all : 1.0f;
         info[1] = *s_tensor;
-    } else if (mode == NVFP4 || mode == NVFP4_CLAMPED) {  /* scaling.nvfp4_global_scale */
+    } else if (mode >= NVFP4) {  /* scaling.nvfp4_global_scale */
         double s_g = (isfinite(amax_all) && amax_all > 0) ? (double)amax_all / (448.0 * 6.0) : 1.0;
         info[1] = s_g;
         k.s_g32 = (float)s_g;
@@ -182,14 +292,24 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
     const int64_t tiles_per_row = (cols + bc - 1) / bc;
     for (int64_t r0 = 0; r0 < rows; r0 += br) {
         int64_t r1 = r0 + br < rows ? r0 + br : rows;
+        if (mode == NVFP4_ROWSCALED) {  /* quantize.nvfp4_row_encode_scale (br is 1) */
+            float a = amax_float(tile_amax(x, cols, r0, r1, 0, cols));
+            k.s_row = (isfinite(a) && a > 0.0f) ? (1.0f / a) * 2688.0f : 1.0f;  /* torch's `2688 / t` */
+            scales[r0] = k.s_row;
+        }
         for (int64_t c0 = 0; c0 < cols; c0 += bc) {
             int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
             float pre = s_tensor, post = 1.0f;
             int in = 0, out = 0;
-            if (mode > TENSOR) {
+            if (mode == NVFP4_4OVER6 && four_over_six_small(&k, x, u, core, cols, r0, r1, c0, c1)) {
+                continue;
+            } else if (mode == NVFP4_4OVER6) {
+                in = four_over_six(&k, x, u, cols, r0, r1, c0, c1, &pre, &post);
+                out = 2;
+            } else if (mode > TENSOR) {
                 in = block_scale(&k, tile_amax(x, cols, r0, r1, c0, c1), &pre, &post);
                 out = in ? 2 : 1;
-                if (scales) {  /* factored: core = q, the caller applies the scales */
+                if (scales && mode != NVFP4_ROWSCALED) {  /* factored: core = q, the caller applies the scales */
                     scales[(r0 / br) * tiles_per_row + c0 / bc] = post;
                     out = 0;
                 }

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 import torch
 
 from trainers.precision import kernels
-from trainers.precision.formats import ElementFormat, get_format, round_inplace_ok, round_to_format
+from trainers.precision.formats import (
+    ElementFormat,
+    get_format,
+    round_inplace_ok,
+    round_to_format,
+    stochastic_round_with,
+)
 from trainers.precision.scaling import (
     Block,
     Grouped,
@@ -20,7 +26,7 @@ from trainers.precision.scaling import (
     tensor_scale,
 )
 
-SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped")
+SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled")
 
 
 @dataclass
@@ -188,6 +194,10 @@ def fake_quant_factored(
             tiles = s.view(g.view.shape[0], g.view.shape[-2]) if g.dims == -1 else s.view(s.shape[0], s.shape[2])
             return Quantized(g.restore(q), **_tile_factors(tiles, tile, x.shape)), c
         return Quantized(g.restore(q.div_(s)), exact=scale_mode == "pow2"), c
+    if scale_mode == "nvfp4_4over6":
+        return _nvfp4_4over6(g, amax, fmt, rounding, generator, counts)
+    if scale_mode == "nvfp4_rowscaled":
+        return _nvfp4_rowscaled(x, g, amax, fmt, rounding, generator, counts)
     if nvfp4:
         s_g = nvfp4_global_scale(amax.amax())
         s_b = nvfp4_block_scale(amax, s_g, clamp=scale_mode == "nvfp4_clamped")
@@ -201,6 +211,80 @@ def fake_quant_factored(
     return Quantized(g.restore(q.mul_(d))), c
 
 
+# --- issue 17: NVFP4 4-over-6 and row-scaled NVFP4 -----------------------------------
+
+
+def _nvfp4_candidate(g: Grouped, s_b: torch.Tensor, s_g: float, fmt: str, rounding: str,
+                     u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One NVFP4 quantization of the blocks under block scales s_b: (the rounded grid
+    values, their scaled inputs y)."""
+    d = s_b * s_g
+    y = g.view / d.masked_fill_(d == 0, float("inf"))
+    if rounding == "sr":
+        assert u is not None
+        return stochastic_round_with(y, get_format(fmt), u), y
+    return round_to_format(y, fmt), y
+
+
+def _nvfp4_4over6(
+    g: Grouped, amax: torch.Tensor, fmt: str, rounding: str, generator: torch.Generator | None, counts: bool,
+) -> tuple[Quantized, Counts | None]:
+    """NVFP4 "Four Over Six" (arXiv 2512.02010): each block (or tile) quantized under the
+    NVFP4 global scale s_g = amax/(448*6) twice, with the E4M3 block scale of plain NVFP4,
+    e4m3_rne(amax_b/6/s_g), and with e4m3_rne(amax_b/4/s_g) (which maps the block amax to
+    4; it saturates at 448 for blocks above 2/3 of the tensor's amax); each block keeps
+    the candidate whose dequantized values (q * s_b * s_g) have the smaller sum of
+    squared error against the input, the 6-candidate on a tie (the paper's reference
+    selection; the errors are summed in float64, as the fused kernel sums them).
+    Stochastic rounding rounds both candidates with the same draws. The
+    6-candidate is plain NVFP4 bit for bit, so no block has more error than under it.
+    Unlike the paper's reference code (fouroversix `quantize_to_fp4`), which takes the
+    global scale as amax/(256*6) so that the 4-candidate's scale (at most 384) always
+    fits E4M3, the global scale here stays plain NVFP4's."""
+    s_g = nvfp4_global_scale(amax.amax())
+    a = torch.nan_to_num(amax, nan=float(torch.finfo(torch.float32).max))
+    s6 = nvfp4_block_scale(amax, s_g, clamp=False)
+    s4 = round_inplace_ok(a / 4.0 / s_g, "e4m3")
+    u = (torch.rand(g.view.shape, generator=generator, dtype=torch.float32, device=g.view.device)
+         if rounding == "sr" else None)
+    dims = g.dims if isinstance(g.dims, tuple) else (-1,)
+    q6, y6 = _nvfp4_candidate(g, s6, s_g, fmt, rounding, u)
+    q4, y4 = _nvfp4_candidate(g, s4, s_g, fmt, rounding, u)
+    err6 = (q6 * s6 * s_g - g.view).double().square().sum(dims, keepdim=True)
+    err4 = (q4 * s4 * s_g - g.view).double().square().sum(dims, keepdim=True)
+    four = err4 < err6
+    core = torch.where(four, q4 * s4, q6 * s6)
+    c = _counts(torch.where(four, y4, y6), fmt, torch.where(four, q4, q6)) if counts else None
+    return Quantized(g.restore(core), multiplier=s_g), c
+
+
+def nvfp4_row_encode_scale(amax_row: torch.Tensor) -> torch.Tensor:
+    """The row-scaled NVFP4 global encode scale S = 448*6 / amax(row) in float32, 1 for
+    an amax of 0, inf or NaN (TransformerEngine's encode-scale convention, per row)."""
+    ok = torch.isfinite(amax_row) & (amax_row > 0)
+    return torch.where(ok, 2688.0 / torch.where(ok, amax_row, 1.0), 1.0)
+
+
+def _nvfp4_rowscaled(
+    x: torch.Tensor, g: Grouped, amax: torch.Tensor, fmt: str, rounding: str,
+    generator: torch.Generator | None, counts: bool,
+) -> tuple[Quantized, Counts | None]:
+    """NVFP4 with one FP32 global scale per row (along the last dimension) instead of one
+    per tensor: S = 448*6/amax(row), block scale s_b = e4m3_rne(amax_b / 6 * S) (may go
+    subnormal, as TransformerEngine), element q = e2m1(x / (s_b / S)), dequantized
+    q * s_b / S. The core q * s_b is BF16-exact and S a per-row divisor, so a GEMM that
+    contracts along the rows applies S to its output."""
+    if isinstance(g.block, tuple):
+        raise ValueError("row-scaled NVFP4 takes 1-D blocks (block=16), not 2-D tiles")
+    s = nvfp4_row_encode_scale(amax.amax(dim=1, keepdim=True))  # (rows, 1, 1)
+    a = torch.nan_to_num(amax, nan=float(torch.finfo(torch.float32).max))
+    s_b = round_inplace_ok(a / 6.0 * s, "e4m3")
+    d = s_b / s
+    y = g.view / d.masked_fill_(d == 0, float("inf"))
+    q, c = _round(y, fmt, rounding, generator, counts)
+    return Quantized(g.restore(q.mul_(s_b)), row_div=s.reshape(*x.shape[:-1], 1)), c
+
+
 def _fused(
     x: torch.Tensor, f: ElementFormat, block: Block, scale_mode: str, rounding: str,
     generator: torch.Generator | None, nvfp4: bool,
@@ -210,11 +294,15 @@ def _fused(
     is not 2-D)."""
     if x.dim() == 0 or (isinstance(block, tuple) and x.dim() != 2):
         return None
-    if rounding not in ("rne", "sr"):
+    if rounding not in ("rne", "sr") or scale_mode not in kernels.MODES:
         return None
     flat = x.dim() == 2  # the operands of a linear layer: no reshapes (each costs ~1 us)
     x2 = x if flat else x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
+    if scale_mode in ("nvfp4_4over6", "nvfp4_rowscaled") and not x2.is_contiguous():  # row-major tiles only
+        return None
+    if scale_mode == "nvfp4_rowscaled" and isinstance(block, tuple):
+        return None  # the torch path says why not
     if block is None and not nvfp4:
         if scale_mode == "pow2":
             return None
@@ -245,6 +333,9 @@ def _fused(
         half = half.view(x.shape) if half is not None else None
     if mode == "tensor":
         return Quantized(core, divisor=r.scale, _bf16=half)
+    if mode == "nvfp4_rowscaled":
+        assert r.scales is not None
+        return Quantized(core, row_div=r.scales.view(*x.shape[:-1], 1), _bf16=half)
     if nvfp4:
         return Quantized(core, multiplier=r.scale, _bf16=half)
     if factored:
@@ -295,8 +386,10 @@ def quantize(
     scale_mode (block scales): `floor` (OCP MX E8M0), `rceil` (NVIDIA MX E8M0), `fp32`
     (per-block `fmax / amax`), `pow2` (that rounded down to a power of two), `nvfp4`
     (two-level: FP32 global, E4M3 block scales, may go subnormal), `nvfp4_clamped`
-    (block scales at least 2^-6, as torchao). With block=None only `pow2` changes the
-    tensorwise scale, and the nvfp4 modes use one block scale per row.
+    (block scales at least 2^-6, as torchao), `nvfp4_4over6` (each block scaled to 6 or to
+    4, whichever has less squared error; arXiv 2512.02010), `nvfp4_rowscaled` (one FP32
+    global scale per row instead of per tensor; 1-D blocks). With block=None only `pow2`
+    changes the tensorwise scale, and the nvfp4 modes use one block scale per row.
     rounding: `rne`, or `sr` (stochastic, seeded by `seed`).
     """
     generator = torch.Generator().manual_seed(seed) if seed is not None else None

@@ -18,6 +18,7 @@ MODES = [  # (block, scale_mode) as the recipes and the public quantize use them
     (32, "floor"), (32, "rceil"), (20, "floor"),
     (16, "nvfp4"), (16, "nvfp4_clamped"), ((16, 16), "nvfp4"),
     (128, "fp32"), (7, "fp32"), (64, "pow2"), ((128, 128), "fp32"),
+    (16, "nvfp4_4over6"), ((16, 16), "nvfp4_4over6"), (16, "nvfp4_rowscaled"),  # issue 17
 ]
 
 
