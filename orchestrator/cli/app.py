@@ -47,13 +47,13 @@ def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False):
 
 def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
     """One line naming the URI and the fix for a tracking URI that cannot work here, or
-    (with `probe`) a tracking server that does not answer soon."""
-    from orchestrator.tracking import TrackingUnavailable, TrackingUriError, check_tracking_uri, probe_server
+    (with `probe`) a tracking server or database server that does not answer soon."""
+    from orchestrator.tracking import TrackingUnavailable, TrackingUriError, check_tracking_uri, probe_store
 
     try:
         check_tracking_uri(uri)
         if probe:
-            probe_server(uri)
+            probe_store(uri)
     except TrackingUriError as err:
         fail(f"{field} {escape(str(err))}")
     except TrackingUnavailable as err:

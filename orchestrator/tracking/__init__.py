@@ -19,12 +19,12 @@ from orchestrator.tracking.client import (
     TrackingUriError,
     _RetryingClient,
     check_tracking_uri,
-    probe_server,
+    probe_store,
     sqlite_uri,
 )
 from orchestrator.tracking.run_log import RunLog
 from orchestrator.tracking.store import ImportedRun, LedgerEntry, Tracking, mark_preempted, run_params, spec_tags
 
 __all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "ImportedRun", "LedgerEntry", "RunLog", "Tracking", "TrackingUnavailable",
-           "TrackingUriError", "_RetryingClient", "check_tracking_uri", "mark_preempted", "probe_server", "run_params",
+           "TrackingUriError", "_RetryingClient", "check_tracking_uri", "mark_preempted", "probe_store", "run_params",
            "sqlite_uri", "spec_tags"]

@@ -38,9 +38,27 @@ class TrackingUnavailable(RuntimeError):
     """The tracking store stayed unreachable for the whole retry window."""
 
 
+# Python errors that say the call itself is wrong (a bug, bad data), never the store's state.
+_PROGRAMMING = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, NotImplementedError)
+
+
 def _transient(err: Exception) -> bool:
-    code = getattr(err, "error_code", None)
-    return code not in _PERMANENT and not isinstance(err, TrackingUnavailable)
+    """Whether waiting can help: not an MLflow refusal of the request, not a programming
+    error, and not a database's refusal of the data (a constraint, a bad statement),
+    which MLflow's SQL store reports as INTERNAL_ERROR like a lost connection; the
+    cause is in the exception's chain."""
+    from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
+
+    if isinstance(err, TrackingUnavailable) or getattr(err, "error_code", None) in _PERMANENT:
+        return False
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (*_PROGRAMMING, IntegrityError, DataError, ProgrammingError)):
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return True
 
 
 def _first_line(err: Exception) -> str:
@@ -190,14 +208,20 @@ def _sqlite_folder_problem(db: Path) -> str | None:
 READ_RETRY_S = 10.0
 
 
-def probe_server(uri: str, retry_s: float | None = None) -> None:
-    """One cheap call to a tracking server, retried for `retry_s` (READ_RETRY_S) at most; a
-    store that does not answer raises TrackingUnavailable naming it, the wait and the fix."""
-    from trainers.contract.uri import SERVER_SCHEMES, redact_uri
+def probe_store(uri: str, retry_s: float | None = None) -> None:
+    """One cheap call to a tracking server, or one connection to a database server,
+    retried for `retry_s` (READ_RETRY_S) at most; a store that does not answer raises
+    TrackingUnavailable naming it, the wait and the fix. (MLflow itself retries a database
+    connection for about 100 s, then prints its traceback.) A SQLite file needs no probe."""
+    from trainers.contract.uri import DATABASE_SCHEMES, SERVER_SCHEMES, redact_uri
 
-    if uri.split(":", 1)[0].lower() not in SERVER_SCHEMES:
-        return
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
     retry_s = READ_RETRY_S if retry_s is None else retry_s
+    if scheme in DATABASE_SCHEMES and scheme != "sqlite":
+        _probe_database(uri, retry_s)
+        return
+    if scheme not in SERVER_SCHEMES:
+        return
     client = retrying_client(uri, retry_s, log_retries=False)  # its one line says it all
     try:
         client.search_experiments(max_results=1)
@@ -210,3 +234,34 @@ def probe_server(uri: str, retry_s: float | None = None) -> None:
     except Exception as err:  # noqa: BLE001 - a refusal (a login needed, not an MLflow server): said in one line
         raise TrackingUnavailable(f"tracking server {redact_uri(uri)} refused a first call: {_first_line(err)}; "
                                   "check tracking.uri and its credentials") from None
+
+
+def _probe_database(uri: str, retry_s: float) -> None:
+    """Connect to the database server once (each try waits a few seconds at most), again
+    until `retry_s` has passed; then one line with the driver's own reason."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from trainers.contract.uri import redact_uri
+
+    deadline = time.monotonic() + retry_s
+    timeout = max(1, min(5, int(retry_s)))
+    # psycopg, psycopg2, pymysql and mysqlclient all take connect_timeout (seconds)
+    engine = create_engine(uri, poolclass=NullPool, connect_args={"connect_timeout": timeout})
+    try:
+        while True:
+            try:
+                with engine.connect():
+                    return
+            except Exception as err:  # noqa: BLE001 - any refusal is said in one line below
+                cause = getattr(err, "orig", None) or err
+                if time.monotonic() + 1.0 > deadline:
+                    reason = " ".join(str(cause).split())[:300]
+                    raise TrackingUnavailable(
+                        f"tracking database {redact_uri(uri)} did not accept a connection within {retry_s:g} s "
+                        f"({type(cause).__name__}: {redact_uri(reason)}); check tracking.uri (host, port, "
+                        "database name, user and password) or start the database"
+                    ) from None
+                time.sleep(1.0)
+    finally:
+        engine.dispose()

@@ -229,6 +229,14 @@ def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_
         assert stored.read_text() == f":::MLLOG {spec.run_key}\n"
 
 
+def test_the_read_commands_probe_answers_on_every_store(store):
+    """What `status` and the other read commands try first (a server's call, a database
+    server's connection) passes on a store that is up: a PostgreSQL URI with its password."""
+    from orchestrator.tracking import probe_store
+
+    probe_store(store.uri, retry_s=5)
+
+
 def test_runs_made_ahead_in_bulk_start_in_one_write_with_nothing_read_back(store, tmp_path, monkeypatch):
     """A local campaign on a database store makes its next runs in bulk, SCHEDULED, ahead
     of their launch: a worker's first start of one reads nothing back and writes its

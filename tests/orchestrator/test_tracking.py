@@ -63,6 +63,39 @@ def test_a_wrong_request_is_not_retried():
     assert flaky.calls == 1
 
 
+def test_a_database_refusing_the_data_and_a_bug_are_not_retried(tmp_path):
+    """MLflow's SQL store reports a constraint violation as INTERNAL_ERROR, as it does a
+    lost connection: the database's own error in the chain says which (a real SQLite
+    UNIQUE violation here); a programming error is not waited on either; a locked
+    database still is."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with engine.begin() as db:
+        db.execute(text("create table t (k integer primary key)"))
+        db.execute(text("insert into t values (1)"))
+
+    def duplicate():
+        try:
+            with engine.begin() as db:
+                db.execute(text("insert into t values (1)"))
+        except Exception as err:
+            raise MlflowException(err, "INTERNAL_ERROR") from None  # as SqlAlchemyStore wraps it (no __cause__)
+
+    for error_call in (duplicate, lambda: {}["missing"]):
+        calls = []
+        client = _RetryingClient(object(), URI, retry_s=60, first_delay_s=0.001)
+        with pytest.raises((MlflowException, KeyError)):
+            client.retry("a call", lambda f=error_call, c=calls: (c.append(1), f()))
+        assert calls == [1]
+    locked = _Flaky(2, MlflowException(sqlite3.OperationalError("database is locked"), "INTERNAL_ERROR"))
+    assert _RetryingClient(locked, URI, retry_s=60, first_delay_s=0.001).log_batch("r1") == "r1"
+    assert locked.calls == 3
+
+
 class _LostAnswer:
     """A client whose first create_run reaches the store but whose answer is lost, as
     when a tracking server is stopped mid-request."""
@@ -243,13 +276,20 @@ def test_a_bad_tracking_uri_is_one_line_naming_it_and_the_fix_from_every_command
     assert not (tmp_path / "afile").is_dir() and not list(tmp_path.glob("**/*.db"))
 
 
-def test_status_gives_an_unreachable_server_a_short_wait_not_the_campaigns_retry_window(tmp_path, monkeypatch):
-    """A mistyped server URL: `status` says so in one line after READ_RETRY_S (1 s here),
-    not after the campaign's tracking.retry_s (600 s), which `run` keeps."""
+@pytest.mark.parametrize("uri,says", [
+    ("http://127.0.0.1:1", "tracking server http://127.0.0.1:1 did not answer within 1 s"),
+    # MLflow alone retries a database for about 100 s, then prints its traceback
+    ("postgresql+psycopg2://u:pw-secret@127.0.0.1:1/db",
+     "tracking database postgresql+psycopg2://u:***@127.0.0.1:1/db did not accept a connection within 1 s"),
+])
+def test_status_gives_an_unreachable_store_a_short_wait_not_the_campaigns_retry_window(tmp_path, monkeypatch,
+                                                                                      uri, says):
+    """A mistyped server URL or database host: `status` says so in one line after
+    READ_RETRY_S (1 s here), not after the campaign's tracking.retry_s (600 s), which
+    `run` keeps."""
     import orchestrator.tracking.client as client_mod
 
     monkeypatch.setattr(client_mod, "READ_RETRY_S", 1.0)
-    path = write_campaign(tmp_path, tiny_campaign(tracking={"uri": "http://127.0.0.1:1", "retry_s": 600}))
-    line = one_line_usage_error(invoke("status", str(path)),
-                                 "tracking server http://127.0.0.1:1 did not answer within 1 s", "tracking.uri")
-    assert "600" not in line
+    path = write_campaign(tmp_path, tiny_campaign(tracking={"uri": uri, "retry_s": 600}))
+    line = one_line_usage_error(invoke("status", str(path)), says, "tracking.uri")
+    assert "600" not in line and "pw-secret" not in line
