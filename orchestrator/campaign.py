@@ -19,9 +19,9 @@ import fcntl
 import os
 import time
 from collections import Counter, deque
-from itertools import islice
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Callable, Iterator
 
 from cluster.backend import Backend, BackendError, Job
@@ -202,7 +202,7 @@ class _Launcher:
         self.followed: dict[str, RunSpec] = {}  # run key -> spec, live elsewhere
         self.next_check = 0.0
         self.waiting: deque[RunSpec] = deque()  # first attempts not launched yet
-        self.bulk = tracking.registers_in_bulk
+        self.makes_ahead = tracking.registers_in_bulk  # a database store
         self.made_ahead: set[str] = set()  # run keys this launcher made ahead, unlogged
 
     def start(self, specs: list[RunSpec]) -> None:
@@ -229,7 +229,7 @@ class _Launcher:
         free_slots = getattr(self.backend, "free_slots", None)
         while self.waiting and (free_slots is None or free_slots(self.campaign.gang) > 0
                                 or not self.backend.in_flight()):
-            if self.bulk and self.waiting[0].run_key not in self.ledger:
+            if self.makes_ahead and self.waiting[0].run_key not in self.ledger:
                 self.make_ahead()
             self.first_attempt(self.waiting.popleft())
 
