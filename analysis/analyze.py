@@ -20,7 +20,16 @@ from analysis.display import (
     rcp_row_shown,
     runs_required_text,
 )
-from analysis.factors import Factor, cell_values, derived_rcps, factor_curve, factors, factors_json, interval_text
+from analysis.factors import (
+    Factor,
+    cell_values,
+    derived_rcps,
+    factor_curve,
+    factors,
+    factors_json,
+    interval_text,
+    pairwise_factors,
+)
 from analysis.load import write_parquet
 from analysis.rcp import trimmed_count
 from analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
@@ -85,7 +94,7 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     write_parquet(table, out / "rcp_table.parquet")
     result.written += [out / "rcp_table.csv", out / "rcp_table.parquet"]
 
-    found, selections = comparisons(runs, table, req)
+    found, pairs, selections = comparisons(runs, table, req)
     if req.reference in req.recipes:
         reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams,
                                                               req.submission_runs)
@@ -98,23 +107,28 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     else:
         result.notes.append(f"reference recipe {req.reference!r} is not in the campaign; no factors")
     _json(out / "factors.json", factors_json(found, req.reference, req.confidence, req.resamples, req.seed,
-                                             req.adaptive))
+                                             req.adaptive, pairs))
 
     _json(out / "selection.json", selection_json(selections, req.selection))
-    write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes))
+    write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes, pairs))
     result.written += [out / "factors.json", out / "selection.json", out / "summary.md"]
     return result
 
 
-def comparisons(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> tuple[list[Factor], list[Selection]]:
+def comparisons(runs: pa.Table, table: pa.Table,
+                req: AnalysisRequest) -> tuple[list[Factor], list[Factor], list[Selection]]:
     """What `analyze` writes and the report shows beside the RCP table: the convergence
-    factors against the reference recipe (none when the campaign lacks it) and every
+    factors against the reference recipe (none when the campaign lacks it), the other
+    recipes against each other (an ablation grid's variants, in campaign order) and every
     cell's selection statistics."""
     found = []
     if req.reference in req.recipes:
         found = factors(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples,
                         seed=req.seed)
-    return found, _selections(runs, table, req)
+    candidates = [r for r in req.recipes if r != req.reference]
+    pairs = pairwise_factors(runs, candidates, req.benchmark, confidence=req.confidence, resamples=req.resamples,
+                             seed=req.seed)
+    return found, pairs, _selections(runs, table, req)
 
 
 def _selections(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> list[Selection]:
@@ -138,7 +152,22 @@ RCP_COLUMNS = ["recipe", "batch_size", "runs", "converged", "olympic_mean", "std
                "max_speedup", "note"]
 
 
-def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selections: list[Selection], notes: list[str]) -> str:
+def _factor_lines(found: list[Factor], against: bool = False) -> list[str]:
+    """A markdown table of factors (`against`: with the recipe each is against)."""
+    first = ["candidate", "against"] if against else ["candidate"]
+    lines = markdown_header([*first, "batch_size", "factor", "interval", "p_candidate_faster", "mann_whitney_p",
+                             "verdict", "reason"], "l" * len(first) + "rrlrrll")
+    for f in found:
+        values = {"factor": f.factor, "p_candidate_faster": f.prob_candidate_faster, "mann_whitney_p": f.mann_whitney_p,
+                  "verdict": f.verdict, "reason": f.reason}
+        names = f"{f.candidate} | {f.reference}" if against else f.candidate
+        lines.append(f"| {names} | {f.batch_size} | {_cells(values, ['factor'])} | {interval_text(f)} | "
+                     f"{_cells(values, ['p_candidate_faster', 'mann_whitney_p', 'verdict', 'reason'])} |")
+    return lines
+
+
+def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selections: list[Selection], notes: list[str],
+                     pairs: list[Factor] | None = None) -> str:
     lines = [f"# Campaign {req.campaign}: analysis", "",
              f"Benchmark `{req.benchmark}`, N = {req.submission_runs} runs per submission, samples to converge.", "",
              "## RCP table", "",
@@ -148,16 +177,12 @@ def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selecti
     for r in table.to_pylist():
         lines.append(f"| {_cells(rcp_row_shown(r), RCP_COLUMNS)} |")
     lines += ["", f"## Convergence factors against `{req.reference}` ({req.confidence:.0%} stratified bootstrap)", ""]
-    if found:
-        lines += markdown_header(["candidate", "batch_size", "factor", "interval", "p_candidate_faster", "mann_whitney_p",
-                          "verdict", "reason"], "lrrlrrll")
-        for f in found:
-            values = {"factor": f.factor, "p_candidate_faster": f.prob_candidate_faster, "mann_whitney_p": f.mann_whitney_p,
-                      "verdict": f.verdict, "reason": f.reason}
-            lines.append(f"| {f.candidate} | {f.batch_size} | {_cells(values, ['factor'])} | {interval_text(f)} | "
-                         f"{_cells(values, ['p_candidate_faster', 'mann_whitney_p', 'verdict', 'reason'])} |")
-    else:
-        lines.append("No candidate shares a batch size with the reference.")
+    lines += _factor_lines(found) if found else ["No candidate shares a batch size with the reference."]
+    if pairs:
+        lines += ["", f"## Candidates against each other ({req.confidence:.0%} stratified bootstrap)", "",
+                  "Each pair once, in campaign order: the later recipe's factor against the earlier one's (the "
+                  "other direction is the reciprocal).", ""]
+        lines += _factor_lines(pairs, against=True)
     k = req.selection.k_required
     lines += ["", "## Selection (M-of-N)", "",
               f"Gains are the relative drop of the expected olympic mean; runs required keeps the gain of the best of {k} "

@@ -60,11 +60,15 @@ def _bound(value: float | None, unbounded: bool) -> float | Shown | None:
     return Shown(None, "unbounded") if unbounded else value
 
 
-def factor_section(found: list, reference: str) -> Section:
-    rows = [{"candidate": f.candidate, "batch_size": f.batch_size, "factor": f.factor,
-             "ci_low": _bound(f.ci_low, f.ci_low_unbounded), "ci_high": _bound(f.ci_high, f.ci_high_unbounded),
-             "p_candidate_faster": f.prob_candidate_faster,
+def _factor_rows(found: list, against: bool = False) -> list[dict]:
+    return [{"candidate": f.candidate, **({"against": f.reference} if against else {}), "batch_size": f.batch_size,
+             "factor": f.factor, "ci_low": _bound(f.ci_low, f.ci_low_unbounded),
+             "ci_high": _bound(f.ci_high, f.ci_high_unbounded), "p_candidate_faster": f.prob_candidate_faster,
              "mann_whitney_p": f.mann_whitney_p, "verdict": f.verdict, "reason": f.reason} for f in found]
+
+
+def factor_section(found: list, reference: str) -> Section:
+    rows = _factor_rows(found)
     return Section(
         "factors", f"Convergence factors against {reference}",
         text="Olympic mean of the candidate over that of the reference at each batch size, with a 95% "
@@ -73,6 +77,19 @@ def factor_section(found: list, reference: str) -> Section:
              "decide is unbounded.",
         columns=list(rows[0]) if rows else ["candidate"], rows=rows,
         figure=plots.factor_curves(found) if rows else None, figure_caption="dashed line: parity",
+    )
+
+
+def pairwise_section(pairs: list) -> Section:
+    """The candidates against each other: which part of a recipe (an ablation grid's
+    option) buys its convergence."""
+    rows = _factor_rows(pairs, against=True)
+    return Section(
+        "pairwise", "Candidates against each other",
+        text="Every pair of candidate recipes once, in campaign order: the later recipe's olympic mean over the "
+             "earlier one's at each batch size, with the same interval and verdict as against the reference "
+             "(the other direction's factor is the reciprocal, and so is its interval up to the bootstrap's noise).",
+        columns=list(rows[0]), rows=rows,
     )
 
 
@@ -142,14 +159,18 @@ def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
 
 def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves: pa.Table,
                    telemetry_names: list[str], found: list | None = None,
-                   selections: list | None = None, layer_maps: dict | None = None) -> list[Section]:
-    """`layer_maps`: (recipe, batch size) -> the runs' precision map (analysis/layer_map.py)."""
+                   selections: list | None = None, layer_maps: dict | None = None,
+                   pairs: list | None = None) -> list[Section]:
+    """`layer_maps`: (recipe, batch size) -> the runs' precision map (analysis/layer_map.py);
+    `pairs`: the candidates against each other (analysis/analyze.py `comparisons`)."""
     req = facts.request
     # The headline first (the factors and their verdicts, the RCP table), then what backs
     # it up, and the settings last.
     sections = []
     if found is not None:
         sections.append(factor_section(found, req.reference))
+    if pairs:
+        sections.append(pairwise_section(pairs))
     if req.adaptive:
         sections.append(adaptive_section(req.adaptive))
     sections.append(rcp_table_section(req, table))

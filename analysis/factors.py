@@ -2,7 +2,8 @@
 the reference recipe, per batch size, with a stratified bootstrap interval, the
 probability of improvement and a verdict; the factor curve across batch size; and RCPs
 derived for the candidate by scaling the reference RCPs (the WG proposal of a few runs at
-the minimum and maximum batch size instead of full RCPs for a new precision).
+the minimum and maximum batch size instead of full RCPs for a new precision); and the
+candidates against each other (an ablation's variants), by the same arithmetic.
 
 Runs count as the checker counts them: converged at their samples to target,
 not_converged and diverged at 1e9 (the probability of improvement and the Mann-Whitney
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -92,7 +94,9 @@ def _one_sided_reason(ci, candidate: str, reference: str) -> str | None:
 
 
 def factors(runs: pa.Table, reference: str, benchmark: str, *, confidence: float = 0.95,
-            resamples: int = 10_000, seed: int = 0) -> list[Factor]:
+            resamples: int = 10_000, seed: int = 0, candidates: Collection[str] | None = None) -> list[Factor]:
+    """Every recipe's factor against `reference` at each batch size both ran (only the
+    `candidates`' where given)."""
     trim = trimmed_count(benchmark)
     cells = cell_values(runs)
     censored = cell_values(runs, not_converged=math.inf)
@@ -100,7 +104,7 @@ def factors(runs: pa.Table, reference: str, benchmark: str, *, confidence: float
     for (recipe, bs) in sorted(cells):
         ref = cells.get((reference, bs))
         cand = cells[(recipe, bs)]
-        if recipe == reference or ref is None:
+        if recipe == reference or ref is None or (candidates is not None and recipe not in candidates):
             continue
         p_faster = prob_improvement(cand, ref)
         p_value = mann_whitney_p(cand, ref)
@@ -114,6 +118,19 @@ def factors(runs: pa.Table, reference: str, benchmark: str, *, confidence: float
         out.append(Factor(recipe, reference, bs, len(cand), len(ref), ci.estimate, ci.low, ci.high,
                           p_faster, p_value, _verdict(ci.low, ci.high), ci.low is None, ci.high is None,
                           _one_sided_reason(ci, recipe, reference)))
+    return out
+
+
+def pairwise_factors(runs: pa.Table, recipes: list[str], benchmark: str, *, confidence: float = 0.95,
+                     resamples: int = 10_000, seed: int = 0) -> list[Factor]:
+    """The recipes against each other (an ablation grid's variants, say): for each pair in
+    the given order, the later recipe's factor against the earlier one's. One direction
+    is enough: the other's factor is the reciprocal, and so is its interval up to the
+    bootstrap's noise."""
+    out = []
+    for i, earlier in enumerate(recipes):
+        out += factors(runs, earlier, benchmark, confidence=confidence, resamples=resamples, seed=seed,
+                       candidates=set(recipes[i + 1:]))
     return out
 
 
@@ -152,9 +169,10 @@ def derived_rcps(reference_records: dict, candidate: str, curve: tuple[list[int]
 
 
 def factors_json(found: list[Factor], reference: str, confidence: float, resamples: int, seed: int,
-                 adaptive: dict | None = None) -> dict:
+                 adaptive: dict | None = None, pairwise: list[Factor] | None = None) -> dict:
     """The factors; for an adaptive campaign each also says where its cell stopped and
-    why, and `adaptive` holds every look's interval."""
+    why, and `adaptive` holds every look's interval; `pairwise`: the candidates against
+    each other (`pairwise_factors`)."""
     curves = {}
     for cand in sorted({f.candidate for f in found}):
         sizes, values = factor_curve(found, cand)
@@ -168,7 +186,7 @@ def factors_json(found: list[Factor], reference: str, confidence: float, resampl
             row |= {"stop_reason": cell.get("stop_reason"), "stop_detail": cell.get("stop_detail")}
         rows.append(row)
     out = {"reference": reference, "confidence": confidence, "resamples": resamples, "seed": seed,
-           "factors": rows, "curves": curves}
+           "factors": rows, "curves": curves, "pairwise": [asdict(f) for f in pairwise or []]}
     if adaptive is not None:
         out["adaptive"] = adaptive
     return out

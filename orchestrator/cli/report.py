@@ -57,12 +57,12 @@ def report(
     run_ids = runs["run_id"].to_pylist()
     telemetry = telemetry_metrics(campaign.tracking_uri, run_ids)
     curves = load_curves(campaign.tracking_uri, run_ids, [campaign.target.metric, *telemetry])
-    found, selections = None, None
+    found, pairs, selections = None, None, None
     request = analysis_request(campaign, reference, seed)
     if request.reference in request.recipes:
         from analysis.analyze import comparisons
 
-        found, selections = comparisons(runs, table, request)
+        found, pairs, selections = comparisons(runs, table, request)
     settings = campaign.model_dump(mode="json", exclude={"base_dir"})
     settings["tracking"] = {"uri": redact_uri(campaign.tracking_uri)}
     from orchestrator.status import campaign_status
@@ -71,6 +71,6 @@ def report(
     facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes,
                           [c.as_dict() for c in spent.cells], spent.totals)
     sections = build_sections(facts, runs, table, curves, telemetry, found, selections,
-                              load_layer_maps(campaign.tracking_uri, runs))
+                              load_layer_maps(campaign.tracking_uri, runs), pairs)
     path = write_report(out, f"rcpforge report: {campaign.name}", sections, fmt)
     console.print(f"wrote {path} ({len(sections)} sections)")

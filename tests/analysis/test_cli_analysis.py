@@ -154,3 +154,50 @@ def test_analyze_and_report_refuse_an_unknown_reference_naming_the_recipes(campa
     for command in (["analyze", str(path), "--out", str(tmp_path)], ["report", str(path), "--out", str(tmp_path / "r.html")]):
         one_line_usage_error(invoke(*command, "--reference", "nosuch"), "--reference 'nosuch'", "bf16, fp8_tensorwise")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def ablation(tmp_path_factory):
+    """A 2-variant NVFP4 grid against BF16 in a real store: Hadamard on 10% slower than
+    BF16, off 30% slower (18% slower than on)."""
+    folder = tmp_path_factory.mktemp("ablation")
+    path = write_campaign(folder, tiny_campaign(seeds=SEEDS, recipes=["bf16", {"nvfp4": {"grid": {"hadamard": [True, False]}}}]))
+    spec = load_campaign(path)
+    assert [r.name for r in spec.recipes] == ["bf16", "nvfp4-hadamard_on", "nvfp4-hadamard_off"]
+    rng = np.random.default_rng(3)
+    runs = [{"recipe": recipe, "batch_size": bs, "seed": seed, "status": "converged",
+             "samples": round(base * scale * rng.normal(1, 0.01))}
+            for recipe, scale in (("bf16", 1.0), ("nvfp4-hadamard_on", 1.10), ("nvfp4-hadamard_off", 1.30))
+            for bs, base in ((16, 4000), (64, 9000)) for seed in range(SEEDS)]
+    file_runs(spec.tracking_uri, spec.name, (folder / "art").as_uri(), runs)
+    return path, spec
+
+
+def test_the_variants_of_an_ablation_are_compared_with_each_other_in_analyze_and_the_report(ablation, tmp_path, cli):
+    from tests.analysis.test_report import _tables
+
+    path, _ = ablation
+    assert cli("analyze", str(path), "--out", str(tmp_path), "--resamples", "2000").returncode == 0
+    om = {(r["recipe"], r["batch_size"]): r["olympic_mean"]
+          for r in pq.read_table(tmp_path / "rcp_table.parquet").to_pylist()}
+    factors = json.loads((tmp_path / "factors.json").read_text())
+    assert {(f["candidate"], f["batch_size"]) for f in factors["factors"]} == {
+        (v, bs) for v in ("nvfp4-hadamard_on", "nvfp4-hadamard_off") for bs in (16, 64)}
+    pairs = factors["pairwise"]
+    # one pair per batch size, in campaign order: the later variant against the earlier
+    assert [(p["candidate"], p["reference"], p["batch_size"]) for p in pairs] == [
+        ("nvfp4-hadamard_off", "nvfp4-hadamard_on", 16), ("nvfp4-hadamard_off", "nvfp4-hadamard_on", 64)]
+    for p in pairs:
+        bs = p["batch_size"]
+        assert p["factor"] == pytest.approx(om[("nvfp4-hadamard_off", bs)] / om[("nvfp4-hadamard_on", bs)])
+        assert p["factor"] == pytest.approx(1.30 / 1.10, rel=0.02) and p["verdict"] == "slower"
+        assert p["ci_low"] < p["factor"] < p["ci_high"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Candidates against each other" in summary
+    assert "| nvfp4-hadamard_off | nvfp4-hadamard_on | 16 |" in summary
+
+    assert cli("report", str(path), "--out", str(tmp_path / "report.html")).returncode == 0
+    shown = _tables(tmp_path)["table-pairwise"]["rows"]
+    assert [(r["candidate"], r["against"], r["batch_size"]) for r in shown] == [
+        (p["candidate"], p["reference"], p["batch_size"]) for p in pairs]
+    assert [r["factor"] for r in shown] == [p["factor"] for p in pairs]

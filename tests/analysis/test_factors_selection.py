@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analysis.factors import derived_rcps, factor_curve, factors, factors_json
+from analysis.factors import derived_rcps, factor_curve, factors, factors_json, pairwise_factors
 from analysis.rcp_table import rcp_records
 from analysis.selection import SelectionSettings, median_window_scores, outlier_sets, selection
 from analysis.stats import expected_max_std_normal
@@ -53,6 +53,23 @@ def test_factor_of_a_scaled_recipe_and_its_derived_rcps(monkeypatch):
     expected_factor = {16: 1.10, 32: 1.10 + 0.10 * (32 - 16) / (64 - 16), 64: 1.20}
     for name, rec in der_chk.rcp_data.items():
         assert rec["RCP Mean"] == pytest.approx(ref_chk.rcp_data[name]["RCP Mean"] * expected_factor[rec["BS"]])
+
+
+def test_candidates_against_each_other_are_each_pair_once_and_the_reverse_is_the_reciprocal():
+    cells = {("bf16", 16): REF[16], ("a", 16): [v * 1.1 for v in REF[16]], ("b", 16): [v * 1.21 for v in REF[16]],
+             ("c", 16): [v * 0.9 for v in REF[16]], ("c", 32): REF[32]}
+    runs = _runs(cells)
+    pairs = pairwise_factors(runs, ["a", "b", "c"], "unit", resamples=2000, seed=2)
+    assert [(f.candidate, f.reference, f.batch_size) for f in pairs] == [("b", "a", 16), ("c", "a", 16), ("c", "b", 16)]
+    by_pair = {(f.candidate, f.reference): f for f in pairs}
+    assert by_pair[("b", "a")].factor == pytest.approx(1.1) and by_pair[("b", "a")].verdict == "slower"
+    assert by_pair[("c", "b")].factor == pytest.approx(0.9 / 1.21) and by_pair[("c", "b")].verdict == "faster"
+    (back,) = pairwise_factors(runs, ["b", "a"], "unit", resamples=2000, seed=2)
+    assert back.factor == pytest.approx(1 / by_pair[("b", "a")].factor)
+    # the interval's bounds swap as reciprocals, up to the bootstrap's noise (other draws)
+    assert back.ci_low == pytest.approx(1 / by_pair[("b", "a")].ci_high, rel=0.01)
+    assert back.ci_high == pytest.approx(1 / by_pair[("b", "a")].ci_low, rel=0.01)
+    assert pairwise_factors(runs, ["a"], "unit") == []
 
 
 def test_factor_undefined_with_more_failures_than_olympic_scoring_drops():
