@@ -7,6 +7,7 @@
           w:  {format: e2m1, scaling: nvfp4, tile: [16, 16]}
           dy: {format: e2m1, scaling: nvfp4, block: 16, rounding: sr}
           wgrad: {transform: hadamard}  # or {precision: bf16}; default: quantized, no transform
+          # wgrad: {transform: hadamard, size: 32, signs: random}  # mxfp4_sr_rht's transform
           # w_dgrad: {...}              # W's copy for the dgrad GEMM, where unlike w
           # x_wgrad, dy_wgrad: {...}    # the wgrad GEMM's copies, where unlike x and dy
           # quantize_residual, placement (bf16_first_blocks, bf16_last_blocks,
@@ -56,6 +57,7 @@ _FORMATS = {"delayed": ("e4m3", "e5m2"), "nvfp4": ("e2m1",), "mor": ("e4m3",)}
 # options a written recipe got after its definitions entered run keys: left out at their
 # defaults, so those keys stay what they were
 _ADDED_LATER = {"fp8_attention": False, "backward": "quantized"}
+_WGRAD_ADDED_LATER = {"size": 16, "signs": "fixed"}
 
 
 class _Strict(BaseModel):
@@ -75,8 +77,14 @@ class WgradSpec(_Strict):
     # quantized: the wgrad GEMM takes the quantized copies of dY and x; bf16: it runs in
     # the reference precision (torchao rowwise_with_gw_hp)
     precision: Literal["quantized", "bf16"] = "quantized"
-    # hadamard: the 16-point random Hadamard transform on the wgrad copies of x and dY
+    # hadamard: a Hadamard transform on the wgrad copies of x and dY along the token
+    # dimension, by default the 16-point one with fixed random signs (the nvfp4 recipe's)
     transform: Literal["none", "hadamard"] = "none"
+    # its size (a power of two: 32 as mxfp4_sr_rht and mxfp4_dethad) and signs: fixed random
+    # ones, random ones drawn per wgrad GEMM from the layer's stream (arXiv 2502.20586), or
+    # none, the deterministic Hadamard (arXiv 2605.09825)
+    size: int = Field(16, ge=2, le=256)
+    signs: Literal["fixed", "random", "none"] = "fixed"
 
 
 class WrittenOptions(DelayedOptions):
@@ -164,6 +172,12 @@ def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
         raise _pydantic_problem(name, "wgrad", err) from None
     if wgrad.precision == "bf16" and wgrad.transform != "none":
         raise _fail(name, "wgrad.transform", "a BF16 wgrad GEMM quantizes nothing to transform; remove one of them")
+    for field, default in _WGRAD_ADDED_LATER.items():
+        if wgrad.transform == "none" and getattr(wgrad, field) != default:
+            raise _fail(name, f"wgrad.{field}", "is the Hadamard transform's; add transform: hadamard or remove it")
+    if wgrad.size & (wgrad.size - 1):
+        raise _fail(name, "wgrad.size", f"a Hadamard transform's size is a power of two (16, 32, 64, ...), "
+                    f"not {wgrad.size}")
     for which in ("x_wgrad", "dy_wgrad"):
         if which in operands and wgrad.precision == "bf16":
             raise _fail(name, which, "the wgrad GEMM runs in BF16 (wgrad: {precision: bf16}); remove one of them")
@@ -178,7 +192,10 @@ def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
         raise _fail(name, option, f"applies to {dict(_SCALING_OPTIONS)[option]} operands only, and this recipe "
                     "has none; remove it")
     out: dict[str, Any] = {o: q.model_dump(mode="json") for o, q in operands.items()}
-    out["wgrad"] = wgrad.model_dump(mode="json")
+    # the transform's size and signs at their defaults are left out, so the run keys of the
+    # written recipes from before they existed stay what they were
+    out["wgrad"] = {k: v for k, v in wgrad.model_dump(mode="json").items()
+                    if not (k in _WGRAD_ADDED_LATER and v == _WGRAD_ADDED_LATER[k])}
     out.update({k: v for k, v in opts.model_dump(mode="json").items()
                 if k not in unused and not (k in _ADDED_LATER and v == _ADDED_LATER[k])})
     return out
@@ -201,6 +218,7 @@ def build_written(name: str, options: dict[str, Any]) -> RecipeConfig:
         x=quant("x"), w=quant("w"), dy=quant("dy"), w_dgrad=quant("w_dgrad"),
         x_wgrad=quant("x_wgrad"), dy_wgrad=quant("dy_wgrad"),
         wgrad_hp=d["wgrad"]["precision"] == "bf16", hadamard_wgrad=d["wgrad"]["transform"] == "hadamard",
+        hadamard_size=d["wgrad"].get("size", 16), hadamard_signs=d["wgrad"].get("signs", "fixed"),
         options=WrittenOptions, settings=settings,
     )
 
@@ -217,7 +235,9 @@ def grammar_lines() -> list[str]:
         "x, w (forward) and dy (dgrad, wgrad); where they differ w_dgrad (W's dgrad copy, from the FP32 W; "
         "rowwise and 1-D blocks along W's output features, dgrad's contraction), x_wgrad and dy_wgrad (the "
         "wgrad GEMM's copies, quantized again from the high-precision "
-        "tensors), and wgrad: {precision: quantized|bf16, transform: none|hadamard}.",
+        "tensors), and wgrad: {precision: quantized|bf16, transform: none|hadamard, size: 16 (a power of two), "
+        "signs: fixed|random|none} (the Hadamard on the wgrad copies of x and dY: fixed random signs as nvfp4's, "
+        "random ones drawn per GEMM as mxfp4_sr_rht's, none: deterministic, as mxfp4_dethad's).",
         "An operand: format e4m3|e5m2|e2m1, scaling (default tensorwise), block: N (1xN along the contraction) or "
         "tile: [R, C], scale (the first listed is the default), rounding rne|sr (default rne).",
         f"Scalings: {scalings}.",

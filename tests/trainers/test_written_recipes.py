@@ -78,6 +78,36 @@ def test_a_written_recipe_equal_to_a_named_one_trains_bit_identically_and_one_th
     assert _curve(specs["my_nvfp4_rne"]) != named
 
 
+MX4 = {"format": "e2m1", "scaling": "mx"}
+WRITTEN_32_POINT = {
+    "mxfp4_sr_rht": {"x": MX4, "w": MX4, "dy": {**MX4, "rounding": "sr"},
+                     "wgrad": {"transform": "hadamard", "size": 32, "signs": "random"}},
+    "mxfp4_dethad": {"x": MX4, "w": MX4, "dy": MX4, "wgrad": {"transform": "hadamard", "size": 32, "signs": "none"}},
+}
+
+
+@pytest.mark.parametrize("named", sorted(WRITTEN_32_POINT))
+def test_a_32_point_hadamard_written_out_is_the_named_recipe_s_and_trains_bit_identically(named):
+    definition = WRITTEN_32_POINT[named]
+    specs = _short([named, {"mine": definition}])
+    mine = resolve_recipe("mine", specs["mine"].recipe_options)
+    assert (mine.hadamard_size, mine.hadamard_signs) == (32, definition["wgrad"]["signs"])
+    assert same_gemms(mine, RECIPES[named])
+    assert _curve(specs["mine"]) == _curve(specs[named])
+    # another size or other signs is another recipe
+    assert not same_gemms(resolve_recipe("other", validate_recipe_options(
+        "other", {**definition, "wgrad": {**definition["wgrad"], "size": 16}})), RECIPES[named])
+
+
+def test_a_hadamard_at_its_default_size_and_signs_keeps_the_written_recipe_s_run_key():
+    """Written recipes from before size and signs existed keep their definitions, so their keys."""
+    assert validate_recipe_options("lab", NVFP4)["wgrad"] == {"precision": "quantized", "transform": "hadamard"}
+    defaults = {"transform": "hadamard", "size": 16, "signs": "fixed"}
+    assert validate_recipe_options("lab", {**NVFP4, "wgrad": defaults}) == validate_recipe_options("lab", NVFP4)
+    bigger = validate_recipe_options("lab", {**NVFP4, "wgrad": {"transform": "hadamard", "size": 32}})
+    assert bigger["wgrad"]["size"] == 32
+
+
 def test_the_full_definition_enters_the_run_key_and_the_name_the_run_name():
     a = _short(["bf16", {"mine": FP8}])["mine"]
     b = _short(["bf16", {"mine": {**FP8, "dy": {"format": "e5m2", "scale": "pow2"}}}])["mine"]
@@ -122,6 +152,9 @@ def _error(recipes, **overrides) -> str:
     ({**FP8, "margin": 2}, ["recipes.lab.margin", "delayed operands"]),
     ({**FP8, "wgrad": {"precision": "bf16", "transform": "hadamard"}}, ["recipes.lab.wgrad.transform"]),
     ({**FP8, "w_dgrad": {"format": "e4m3", "scaling": "mx", "tile": [32, 32]}}, ["recipes.lab.w_dgrad.tile"]),
+    ({**FP8, "wgrad": {"transform": "hadamard", "size": 24}}, ["recipes.lab.wgrad.size", "power of two", "24"]),
+    ({**FP8, "wgrad": {"size": 32}}, ["recipes.lab.wgrad.size", "transform: hadamard"]),
+    ({**FP8, "wgrad": {"transform": "hadamard", "signs": "some"}}, ["recipes.lab.wgrad.signs", "fixed"]),
 ])
 def test_a_bad_written_recipe_is_one_line_naming_recipe_operand_and_field(definition, says):
     message = _error(["bf16", {"lab": definition}])
