@@ -131,3 +131,38 @@ def test_the_recipe_lab_example_is_bf16_a_written_recipe_and_a_2x2_grid():
     assert full.name == "nvfp4-hadamard_on-sr_on"
     assert same_gemms(resolve_recipe(full.name, full.options), resolve_recipe("nvfp4"))
     assert len(expand(campaign)) == 6 * 2 * 3
+
+
+def test_the_recipe_lab_runs_end_to_end_and_its_report_compares_every_variant(tmp_path):
+    """The example as it is but for its budget (a few steps a run; every run reaches the
+    loose target at its first eval): `run`, `analyze` and `report` give each of its five
+    candidates a factor with an interval against BF16 at both batch sizes, and every pair
+    of candidates a factor against each other. (The example as it is, for real numbers,
+    is in benchmarks/RESULTS.md.)"""
+    import json
+
+    import yaml
+
+    from tests.conftest import ROOT, run_cli
+    from tests.helpers.campaigns import write_campaign
+
+    data = yaml.safe_load((ROOT / "sweeps/examples/recipe_lab.yaml").read_text())
+    data.update(budget={"max_tokens": 4096, "eval_every_tokens": 2048},
+                target={**data["target"], "value": 10.0},
+                hparams={bs: {**hp, "warmup_tokens": 1024} for bs, hp in data["hparams"].items()})
+    path = write_campaign(tmp_path, data)
+    for args in (("run", str(path)), ("analyze", str(path), "--out", str(tmp_path / "out"), "--resamples", "500"),
+                 ("report", str(path), "--out", str(tmp_path / "out" / "report.html"))):
+        made = run_cli(*args)
+        assert made.returncode == 0, (args, made.stdout[-2000:], made.stderr[-2000:])
+        assert "Traceback" not in made.stdout + made.stderr
+    names = [r.name for r in parse_campaign(data).recipes]
+    factors = json.loads((tmp_path / "out" / "factors.json").read_text())
+    assert {(f["candidate"], f["batch_size"]) for f in factors["factors"]} == {
+        (n, bs) for n in names[1:] for bs in (32, 128)}
+    assert all(f["ci_low"] is not None and f["ci_high"] is not None for f in factors["factors"])
+    assert {(p["candidate"], p["reference"]) for p in factors["pairwise"]} == {
+        (b, a) for i, a in enumerate(names[1:]) for b in names[i + 2:]}
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="table-factors"' in page and 'id="table-pairwise"' in page
+    assert all(n in page for n in names)
