@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo lint test clean slurm-up slurm-up-accounting slurm-down slurm-two-node-up slurm-two-node-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead bench-ingest
+.PHONY: install demo lint test clean gpu-wheels slurm-up slurm-up-accounting slurm-down slurm-two-node-up slurm-two-node-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead bench-ingest
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,3 +77,11 @@ mlflow-server-down:
 # 100 injected faults (worker and orchestrator SIGKILLs) against an undisturbed campaign.
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --faults 100
+
+# The wheels the GPU machine lacks (pydantic, torchao; it has Python 3.12 and no network),
+# into .whl/ for `bash benchmarks/gpu_check.sh` there (carry .whl with the working tree).
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl torchao==0.18.0 pydantic==2.14.4 pydantic_core==2.50.5 \
+	  annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0

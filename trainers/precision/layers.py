@@ -12,17 +12,21 @@ import torch.nn.functional as F
 
 from trainers.layer_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
 from trainers.precision.attention import Fp8Attention
+from trainers.precision.fused import TorchaoFp8Gemm
 from trainers.precision.linear import LinearFn, QuantizedGemm
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import RecipeConfig
 
 
 def gemm_factory(
-    recipe: RecipeConfig, n_blocks: int, telemetry: Telemetry | None = None, seed: int = 0, rank: int = 0
+    recipe: RecipeConfig, n_blocks: int, telemetry: Telemetry | None = None, seed: int = 0, rank: int = 0,
+    fp8_gemm: str | None = None,
 ) -> Callable[[str], LinearFn]:
     """name ("blocks.3.fc1") -> that layer's GEMM. Each layer gets its own state and its
     own stochastic-rounding stream, derived from the run seed, the layer's order and, in
-    a data-parallel run, the rank (rank 0's streams are those of a one-process run)."""
+    a data-parallel run, the rank (rank 0's streams are those of a one-process run).
+    `fp8_gemm`: the path (trainers/precision/fused.py `fp8_gemm_path`); None decides
+    real FP8 by the device the GEMM runs on."""
     opts = recipe.opts
     counter = iter(range(1 << 30))
 
@@ -30,7 +34,10 @@ def gemm_factory(
         index = next(counter)
         if recipe.is_reference or in_bf16(name, opts, n_blocks):
             return F.linear
-        return QuantizedGemm(recipe, name, telemetry, seed=seed * 1_000_003 + index + (rank << 40))
+        if fp8_gemm == "torchao":
+            return TorchaoFp8Gemm(recipe, name)
+        real = None if fp8_gemm is None else fp8_gemm == "scaled_mm"
+        return QuantizedGemm(recipe, name, telemetry, seed=seed * 1_000_003 + index + (rank << 40), real_fp8=real)
 
     return make
 
@@ -51,7 +58,7 @@ def switch_to_bf16(model: torch.nn.Module) -> int:
     and the residual ablation too) runs in BF16 from now on; the number of GEMMs switched."""
     switched = 0
     for m in model.modules():
-        if isinstance(getattr(m, "gemm", None), QuantizedGemm):
+        if isinstance(getattr(m, "gemm", None), (QuantizedGemm, TorchaoFp8Gemm)):
             m.gemm = F.linear  # type: ignore[assignment]
             switched += 1
         if getattr(m, "attn_fn", None) is not None:

@@ -103,6 +103,12 @@ class TinyLMSettings(BaseModel):
     # fp8_tensorwise and fp8_rowwise run real FP8 GEMMs; other recipes are emulated on
     # the device. Part of the run key: a GPU run's numerics differ from a CPU run's.
     device: Literal["cpu", "cuda"] = "cpu"
+    # The FP8 GEMMs of fp8_tensorwise, fp8_rowwise and fp8_rowwise_gw_hp (and recipes with
+    # their operands): auto takes the fastest the device has (on Hopper torchao's, casts
+    # fused by torch.compile, else our real FP8 GEMMs; on a CPU the emulation); emulated,
+    # scaled_mm (ours, real FP8, unfused casts) and torchao force one
+    # (trainers/precision/fused.py says how each differs). Part of the run key when set.
+    fp8_gemm: Literal["auto", "emulated", "scaled_mm", "torchao"] = "auto"
 
     @classmethod
     def reported_metrics(cls, settings: dict) -> list[str]:
@@ -164,7 +170,16 @@ class TinyLMSettings(BaseModel):
                 data.pop("checkpoint_every_evals", None)
             if data.get("device") == "cpu":
                 data.pop("device", None)
+            if data.get("fp8_gemm") == "auto":
+                data.pop("fp8_gemm", None)
         return data
+
+    @model_validator(mode="after")
+    def _scaled_mm_on_a_gpu(self) -> TinyLMSettings:
+        if self.fp8_gemm == "scaled_mm" and self.device != "cuda":
+            raise ValueError("fp8_gemm: scaled_mm runs real FP8 GEMMs on a GPU; set trainer.device: cuda, "
+                             "or fp8_gemm: auto (the emulation on a CPU)")
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyLMSettings:

@@ -13,6 +13,7 @@ import torch
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
 from trainers.contract.mllog.read import PRECISION_MAP_KEY
 from trainers.layer_map import disclosed_precisions, precision_map
+from trainers.precision.fused import fp8_gemm_path
 from trainers.precision.heap import keep_freed_memory
 from trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_to_bf16
 from trainers.precision.telemetry import Telemetry
@@ -113,10 +114,17 @@ class TinyLMTrainer:
         data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed, getattr(reporter, "campaign_dir", None))
         recipe = resolve_recipe(spec.recipe, spec.recipe_options)
         telemetry = Telemetry()
+        path = fp8_gemm_path(cfg.fp8_gemm, recipe, device)
         model = TinyLM(
-            cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed, dp.rank),
+            cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed, dp.rank, path),
             residual=residual_quantizer(recipe), per_layer=True, attention=attention_factory(recipe, cfg.n_layers),
         ).to(device)
+        # On a GPU torchao's GEMMs are compiled with the model, so each operand's cast is
+        # one fused kernel; the eager model stays for evals, checkpoints and the switch.
+        forward = torch.compile(model) if path == "torchao" and device.type == "cuda" else model
+        if path != "emulated":
+            print(f"rcpforge tinylm: {recipe.name}'s FP8 GEMMs: {path}"
+                  f"{' (torch.compile)' if forward is not model else ''}", flush=True)
         decay, no_decay = [], []
         for name, p in model.named_parameters():
             (decay if p.dim() >= 2 and "pos" not in name and "tok" not in name else no_decay).append(p)
@@ -172,7 +180,17 @@ class TinyLMTrainer:
             # count numeric telemetry only on the last steps before an eval
             telemetry.active = next_eval - tokens <= cfg.telemetry_steps * tokens_per_step
             with _autocast(device):
-                loss = model(batch[:, :-1], batch[:, 1:])
+                try:
+                    loss = forward(batch[:, :-1], batch[:, 1:])
+                except Exception as err:
+                    if forward is model:
+                        raise
+                    # A compiler that fails here (no Triton, an unsupported op) costs the
+                    # fusion, not the run: the same GEMMs, eager.
+                    print(f"rcpforge tinylm: torch.compile failed ({type(err).__name__}: {str(err)[:200]}); "
+                          "torchao's GEMMs run eager", flush=True)
+                    forward = model
+                    loss = forward(batch[:, :-1], batch[:, 1:])
             if not dp.active and not math.isfinite(loss.item()):
                 return result(RunStatus.diverged, metric, f"non-finite training loss at {tokens} tokens")
             opt.zero_grad(set_to_none=True)
