@@ -20,7 +20,8 @@ Refused with a one-line error naming `recipes.<name>.<field>`: a target that is 
 invalid, that has a schedule of its own (a run switches once), that is the recipe itself
 (the switch would change nothing), a switch on the BF16 reference or beside
 bf16_from_tokens, and one half of the pair without the other; a switch point not below
-budget.max_tokens is refused by the campaign (sweeps/spec.py)."""
+budget.max_tokens is refused by the campaign (sweeps/spec.py), a target placement that does not
+fit the model by the tiny LM's settings (`TinyLMSettings.check_campaign`)."""
 
 from __future__ import annotations
 

@@ -172,6 +172,11 @@ def test_a_run_resumed_from_a_checkpoint_after_its_switch_ends_as_an_uninterrupt
     ({"switch_to": {"bf16": {"bf16_last_blocks": 1}}, "switch_from_tokens": 300},
      "recipes.nvfp4.switch_to.bf16.bf16_last_blocks: bf16 runs every GEMM in BF16 already"),
     ({"switch_to": ["mxfp8"], "switch_from_tokens": 300}, "recipes.nvfp4.switch_to: a recipe name"),
+    # the target's placement fits the model (the tiny campaign's has one block) as the recipe's must
+    ({"switch_to": {"mxfp8": {"bf16_first_blocks": 1, "bf16_last_blocks": 1}}, "switch_from_tokens": 300},
+     "recipes.nvfp4.switch_to.mxfp8.bf16_first_blocks: 1 first and 1 last blocks in BF16 are more than"),
+    ({"switch_to": {"mxfp8": {"bf16_layers": ["blocks.3.*"]}}, "switch_from_tokens": 300},
+     "recipes.nvfp4.switch_to.mxfp8.bf16_layers: 'blocks.3.*' names no layer"),
 ])
 def test_a_bad_switch_is_a_one_line_error(options, says):
     with pytest.raises(CampaignError) as info:
