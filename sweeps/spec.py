@@ -349,14 +349,17 @@ def _check_warmup_within_budget(hparams: dict[int, dict[str, Any]], max_tokens: 
 
 
 def _check_schedule_within_budget(recipes: list[RecipeChoice], max_tokens: int) -> None:
-    """A recipe that switches to BF16 after the budget never switches."""
+    """A recipe that switches (to BF16, or to its switch_to) after the budget never switches."""
     for r in recipes:
-        at = r.options.get("bf16_from_tokens")
-        if isinstance(at, int) and at >= max_tokens:
-            raise ValueError(
-                f"recipes.{r.name}.bf16_from_tokens: {at:,} is not below budget.max_tokens ({max_tokens:,}), so the "
-                "run would never switch to BF16; lower it or raise budget.max_tokens"
-            )
+        for option in ("bf16_from_tokens", "switch_from_tokens"):
+            at = r.options.get(option)
+            if isinstance(at, int) and at >= max_tokens:
+                switch_to = r.options.get("switch_to")  # normalized: {target: options}; absent for BF16
+                target = next(iter(switch_to)) if isinstance(switch_to, dict) and switch_to else "BF16"
+                raise ValueError(
+                    f"recipes.{r.name}.{option}: {at:,} is not below budget.max_tokens ({max_tokens:,}), so the "
+                    f"run would never switch to {target}; lower it or raise budget.max_tokens"
+                )
 
 
 def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:

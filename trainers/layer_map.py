@@ -15,8 +15,10 @@ step, so it is written into the run's MLLOG header before training (the event
 `rcpforge_precision_map`, `trainers.contract.mllog.read.PRECISION_MAP_KEY`), beside the
 disclosure keys it gives; the same function decides the model's placement
 (`trainers.precision.layers.gemm_factory`), so the two cannot disagree. A run with a
-schedule (`bf16_from_tokens`) has two phases: the recipe's map from 0 tokens and an
-all-BF16 one from the first step at or after the switch."""
+schedule (`switch_to` with `switch_from_tokens`, or `bf16_from_tokens`) has two phases:
+the recipe's map from 0 tokens and the target recipe's (its own placement; all-BF16 for
+bf16_from_tokens) from the first step at or after the switch; the disclosure keys are
+the lowest over both."""
 
 from __future__ import annotations
 
@@ -105,25 +107,30 @@ def layer_gemms(recipe: RecipeConfig, name: str, n_blocks: int) -> dict[str, str
 
 
 def switch_tokens(recipe: RecipeConfig, tokens_per_step: int, max_tokens: int | None = None) -> int | None:
-    """The token count at which the run's schedule switches to BF16: the first step that
-    starts at or after bf16_from_tokens (None: no switch, or none within max_tokens)."""
-    start = recipe.opts.bf16_from_tokens
-    if start is None or recipe.is_reference:
+    """The token count at which the run's schedule switches recipe (to BF16 or to its
+    switch_to): the first step that starts at or after the switch point (None: no
+    switch, or none within max_tokens)."""
+    switch = recipe.switch
+    if switch is None:
         return None
-    at = -(-start // tokens_per_step) * tokens_per_step
+    at = -(-switch.from_tokens // tokens_per_step) * tokens_per_step
     return None if max_tokens is not None and at >= max_tokens else at
+
+
+def _phase_layers(recipe: RecipeConfig, n_blocks: int) -> dict[str, list[str]]:
+    return {n: [layer_gemms(recipe, n, n_blocks)[g] for g in GEMMS] for n in layer_names(n_blocks)}
 
 
 def precision_map(recipe: RecipeConfig, n_blocks: int, tokens_per_step: int = 1,
                   max_tokens: int | None = None) -> dict[str, Any]:
     """The run's map: `{"gemms": [...], "phases": [{"from_tokens": 0, "layers": {layer:
     [fprop, dgrad, wgrad]}}, ...], "comm": {...}}` (one phase more after a switch)."""
-    layers = {n: [layer_gemms(recipe, n, n_blocks)[g] for g in GEMMS] for n in layer_names(n_blocks)}
-    phases = [{"from_tokens": 0, "layers": layers}]
+    phases = [{"from_tokens": 0, "layers": _phase_layers(recipe, n_blocks)}]
     at = switch_tokens(recipe, tokens_per_step, max_tokens)
     if at is not None:
-        bf16 = {"from_tokens": at, "layers": {n: [BF16] * len(GEMMS) for n in layers}}
-        phases = [bf16] if at == 0 else [*phases, bf16]  # BF16 from the first step: the recipe never runs
+        assert recipe.switch is not None
+        later = {"from_tokens": at, "layers": _phase_layers(recipe.switch.to, n_blocks)}
+        phases = [later] if at == 0 else [*phases, later]  # switched from the first step: the recipe never runs
     return {"gemms": list(GEMMS), "phases": phases, "comm": dict(COMM)}
 
 

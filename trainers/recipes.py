@@ -74,7 +74,8 @@ class RecipeOptions(BaseModel):
     bf16_last_blocks: int = Field(0, ge=0)
     bf16_layers: tuple[str, ...] = ()
     # Schedule: from this token count on, every GEMM of the run in BF16 (the NVFP4
-    # paper's switch near the end of training recovers most of the loss gap).
+    # paper's switch near the end of training recovers most of the loss gap); the short
+    # form of `switch_to: bf16` (any target recipe: trainers/recipe_switch.py).
     bf16_from_tokens: int | None = Field(None, ge=0)
     # FP8 for the two attention matmuls (QK^T and PV) as the FP8 hybrid recipe does its
     # GEMMs: E4M3 operands with tensorwise current scaling, E5M2 gradients
@@ -190,6 +191,15 @@ class Nvfp4FwdMxfp8BwdOptions(OperandOptions):
 
 
 @dataclass(frozen=True)
+class Switch:
+    """A recipe's schedule: from the first step at or after `from_tokens`, the run's GEMMs
+    run under the recipe `to` (its placement and options; fresh numeric state)."""
+
+    from_tokens: int
+    to: RecipeConfig
+
+
+@dataclass(frozen=True)
 class RecipeConfig:
     name: str
     description: str
@@ -215,6 +225,9 @@ class RecipeConfig:
     # The named recipe this one is a variant of, under a name of the campaign's own
     # (`{my_name: {base: nvfp4, ...}}`, or a `grid:` variant): its numerics revision.
     base: str | None = None
+    # `switch_to` with `switch_from_tokens` (trainers/recipe_switch.py); bf16_from_tokens
+    # is read from the options instead (see `switch`).
+    schedule: Switch | None = None
 
     def __post_init__(self) -> None:
         quantized = [q is not None for q in (self.x, self.w, self.dy)]
@@ -229,6 +242,15 @@ class RecipeConfig:
     @property
     def is_reference(self) -> bool:
         return self.x is None
+
+    @property
+    def switch(self) -> Switch | None:
+        """The run's switch to another recipe, if its schedule has one (BF16 for
+        bf16_from_tokens)."""
+        if self.schedule is not None:
+            return self.schedule
+        at = self.opts.bf16_from_tokens
+        return None if at is None or self.is_reference else Switch(at, RECIPES["bf16"])
 
     @property
     def opts(self) -> RecipeOptions:
@@ -492,28 +514,37 @@ def validate_recipe_options(name: str, options: dict[str, Any]) -> dict[str, Any
     """Return the options with defaults filled in, or raise naming the bad option: a
     named recipe's options, a named recipe's under another name (`base:`), or the
     normalized definition of a recipe written by its operands (trainers/written_recipes.py)."""
+    from trainers.recipe_switch import split_switch, validate_switch
     from trainers.written_recipes import is_written, validate_written
 
+    options, switch = split_switch(options)
     if is_written(options):
-        return validate_written(name, options)
-    if "base" in options:
+        out = validate_written(name, options)
+    elif "base" in options:
         recipe, rest = _based(name, options)
-        return {"base": recipe.name, **options_dump(recipe, _parse_options(recipe, rest))}
-    recipe = get_recipe(name)
-    return options_dump(recipe, _parse_options(recipe, options))
+        out = {"base": recipe.name, **options_dump(recipe, _parse_options(recipe, rest))}
+    else:
+        recipe = get_recipe(name)
+        out = options_dump(recipe, _parse_options(recipe, options))
+    if switch:  # only where given: options at their defaults leave run keys as they were
+        out.update(validate_switch(name, resolve_recipe(name, out), switch))
+    return out
 
 
 def resolve_recipe(name: str, options: dict[str, Any] | None = None) -> RecipeConfig:
     """The frozen config of a recipe name with a campaign's options applied."""
+    from trainers.recipe_switch import build_switch, split_switch
     from trainers.written_recipes import build_written, is_written
 
-    options = options or {}
+    options, switch = split_switch(options or {})
     if is_written(options):
-        return build_written(name, options)
-    if "base" in options:
-        recipe, rest = _based(name, options)
-        return replace(recipe.resolve(rest), name=name, base=recipe.name)
-    return get_recipe(name).resolve(options)
+        recipe = build_written(name, options)
+    elif "base" in options:
+        named, rest = _based(name, options)
+        recipe = replace(named.resolve(rest), name=name, base=named.name)
+    else:
+        recipe = get_recipe(name).resolve(options)
+    return replace(recipe, schedule=build_switch(name, recipe, switch)) if switch else recipe
 
 
 def same_gemms(a: RecipeConfig, b: RecipeConfig) -> bool:
@@ -523,5 +554,13 @@ def same_gemms(a: RecipeConfig, b: RecipeConfig) -> bool:
                 r.hadamard_wgrad and (r.hadamard_size, r.hadamard_signs), r.opts.backward)
 
     return gemms(a) == gemms(b)
+
+
+def same_recipe(a: RecipeConfig, b: RecipeConfig) -> bool:
+    """Whether two recipes train alike: the same GEMM operands and the same values of
+    the options both have (placement, attention, delayed-scaling history...; the options
+    only one has shape its operands, which `same_gemms` compares)."""
+    oa, ob = a.opts.model_dump(), b.opts.model_dump()
+    return same_gemms(a, b) and all(oa[k] == ob[k] for k in oa.keys() & ob.keys())
 
 

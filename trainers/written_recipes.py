@@ -11,7 +11,8 @@
           # w_dgrad: {...}              # W's copy for the dgrad GEMM, where unlike w
           # x_wgrad, dy_wgrad: {...}    # the wgrad GEMM's copies, where unlike x and dy
           # quantize_residual, placement (bf16_first_blocks, bf16_last_blocks,
-          # bf16_layers), schedule (bf16_from_tokens), fp8_attention; amax_history_len and margin
+          # bf16_layers), schedule (bf16_from_tokens, or switch_to with switch_from_tokens:
+          # trainers/recipe_switch.py), fp8_attention; amax_history_len and margin
           # (delayed operands); threshold (mor operands)
 
 An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
@@ -248,6 +249,12 @@ def grammar_lines() -> list[str]:
         "bf16_layers: [blocks.0.fc2, '*.qkv'] keep those GEMMs in BF16 (embedding and LM head always are); "
         "bf16_from_tokens: 600000 runs every GEMM in BF16 from that token count on; fp8_attention: true runs the "
         "attention matmuls (blocks.<i>.attn_qk, attn_pv; else BF16) in FP8: E4M3, E5M2 gradients, per tensor.",
+        "Schedule to any recipe (every quantized recipe, named or written): switch_to: <recipe> (a name, or "
+        "{name: {options}} as in recipes:, base: or operands too) with switch_from_tokens: N runs under that recipe "
+        "from the first step at or after N tokens (its placement and options, fresh numeric state); the target has "
+        "no schedule of its own and is not the recipe itself; switch_to: bf16 is bf16_from_tokens' switch. E.g.",
+        "  recipes: [bf16, {nvfp4: {switch_to: mxfp8, switch_from_tokens: 600000}}]",
+        "  recipes: [bf16, {nvfp4: {switch_to: {mxfp8: {scale_mode: rceil}}, switch_from_tokens: 600000}}]",
         "Backward override (every quantized recipe, named or written): backward: quantized (default: the recipe's "
         "own dgrad/wgrad operands) | high_precision (dgrad and wgrad on the unquantized BF16 dY, W, x) | "
         "dequantized (on the forward's dequantized W and x, dY in BF16).",

@@ -37,6 +37,22 @@ def tiny_campaign(**overrides: Any) -> dict[str, Any]:
     return data
 
 
+def tiny_run_specs(recipes: list[Any], max_tokens: int = 512, every: int | None = None) -> dict[str, Any]:
+    """The batch-size-16 run of each recipe, as a campaign expands it: 128 tokens a step,
+    an eval every 256, a target no run reaches; `every`: checkpoint_every_evals."""
+    from sweeps.expand import expand
+    from sweeps.spec import parse_campaign
+
+    data = tiny_campaign(
+        recipes=recipes, seeds=1, budget={"max_tokens": max_tokens, "eval_every_tokens": 256},
+        target={"metric": "eval_excess_loss", "mode": "min", "value": -1.0},
+        hparams={16: {"lr": 0.01, "warmup_tokens": 256}, 64: {"lr": 0.02, "warmup_tokens": 256}},
+    )
+    if every is not None:
+        data["trainer"] = dict(data["trainer"], checkpoint_every_evals=every)
+    return {s.recipe: s for s in expand(parse_campaign(data)) if s.batch_size == 16}
+
+
 def write_campaign(folder: Path, data: dict[str, Any], filename: str = "campaign.yaml") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / filename

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pytest
 import torch.nn.functional as F
 
-from sweeps.expand import expand
 from sweeps.spec import CampaignError, parse_campaign
-from tests.helpers.campaigns import tiny_campaign
-from tests.trainers.test_tinylm_checkpoint import Recorder, Stop
+from tests.helpers.campaigns import tiny_campaign, tiny_run_specs
+from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
 from trainers.precision.layers import gemm_factory
 from trainers.precision.linear import QuantizedGemm
 from trainers.recipes import resolve_recipe
-from trainers.tinylm import checkpoint
 from trainers.tinylm.train import TinyLMTrainer
 
 
@@ -26,17 +24,6 @@ def test_placement_keeps_the_first_and_last_blocks_and_named_layers_in_bf16():
     assert gemm_factory(resolve_recipe("fp8_tensorwise"), n_blocks=4)("blocks.0.fc2") is not F.linear
 
 
-def _specs(recipes, max_tokens=512, every=None):
-    data = tiny_campaign(
-        recipes=recipes, seeds=1, budget={"max_tokens": max_tokens, "eval_every_tokens": 256},
-        target={"metric": "eval_excess_loss", "mode": "min", "value": -1.0},
-        hparams={16: {"lr": 0.01, "warmup_tokens": 256}, 64: {"lr": 0.02, "warmup_tokens": 256}},
-    )
-    if every is not None:
-        data["trainer"] = dict(data["trainer"], checkpoint_every_evals=every)
-    return {s.recipe: s for s in expand(parse_campaign(data)) if s.batch_size == 16}
-
-
 def _curve(spec, folder):
     folder.mkdir()
     rec = Recorder(folder)
@@ -45,7 +32,7 @@ def _curve(spec, folder):
 
 
 def test_the_schedule_switches_to_bf16_at_its_token_count(tmp_path):
-    specs = _specs(["bf16", "fp8_tensorwise", {"fp8_at_0": {"base": "fp8_tensorwise", "bf16_from_tokens": 0}},
+    specs = tiny_run_specs(["bf16", "fp8_tensorwise", {"fp8_at_0": {"base": "fp8_tensorwise", "bf16_from_tokens": 0}},
                     {"fp8_at_256": {"base": "fp8_tensorwise", "bf16_from_tokens": 256}}])
     assert specs["fp8_at_256"].recipe_options["bf16_from_tokens"] == 256  # in the run key and MLflow params
     bf16, fp8 = _curve(specs["bf16"], tmp_path / "a"), _curve(specs["fp8_tensorwise"], tmp_path / "b")
@@ -55,21 +42,17 @@ def test_the_schedule_switches_to_bf16_at_its_token_count(tmp_path):
     assert switched[0] == fp8[0] and switched[1] != fp8[1]  # FP8 up to 256 tokens, then BF16
 
 
-def test_a_run_resumed_from_a_checkpoint_before_its_switch_ends_as_an_uninterrupted_one(tmp_path):
-    spec = _specs(["bf16", {"late": {"base": "fp8_tensorwise", "bf16_from_tokens": 640}}], 1024, every=1)["late"]
-    whole = Recorder(tmp_path / "whole")
-    whole.output_dir.mkdir()
-    TinyLMTrainer().train(spec, whole)
-    folder = tmp_path / "cut"
-    folder.mkdir()
-    with pytest.raises(Stop):
-        # killed at its 2nd eval (512 tokens), before that eval's checkpoint: the last is at 256, before 640
-        TinyLMTrainer().train(spec, Recorder(folder, stop_after=2))
-    assert (folder / checkpoint.FILENAME).exists()
-    second = Recorder(folder)
-    TinyLMTrainer().train(spec, second)
-    assert [p.tokens for p in second.points] == [512, 768, 1024]
-    assert [p.metrics for p in second.points] == [p.metrics for p in whole.points[1:]]
+# to BF16, and to a recipe of its own (trainers/recipe_switch.py; after the switch:
+# tests/trainers/test_recipe_switch.py)
+@pytest.mark.parametrize("schedule", [{"bf16_from_tokens": 640}, {"switch_to": "fp8_delayed",
+                                                                  "switch_from_tokens": 640}])
+def test_a_run_resumed_from_a_checkpoint_before_its_switch_ends_as_an_uninterrupted_one(tmp_path, schedule):
+    spec = tiny_run_specs(["bf16", {"late": {"base": "fp8_tensorwise", **schedule}}], 1024, every=1)["late"]
+    # killed at its 2nd eval (512 tokens), before that eval's checkpoint: the last is at 256, before 640
+    whole, saved, second = cut_and_resumed(spec, tmp_path, stop_after=2)
+    assert saved["loop"]["tokens"] == 256
+    assert [p.tokens for p in second] == [512, 768, 1024]
+    assert [p.metrics for p in second] == [p.metrics for p in whole[1:]]
 
 
 @pytest.mark.parametrize("options, says", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign
@@ -27,6 +28,23 @@ class Recorder:
         self.points.append(point)
         if self.stop_after is not None and len(self.points) >= self.stop_after:
             raise Stop  # the job is killed right after this eval
+
+
+def cut_and_resumed(spec, tmp_path: Path, stop_after: int) -> tuple[list[EvalPoint], dict, list[EvalPoint]]:
+    """An uninterrupted run of `spec`, and one killed right after its `stop_after`-th eval
+    and started again: the whole run's eval points, the checkpoint the second start
+    found, and the second start's eval points."""
+    whole = Recorder(tmp_path / "whole")
+    whole.output_dir.mkdir()
+    TinyLMTrainer().train(spec, whole)
+    folder = tmp_path / "cut"
+    folder.mkdir()
+    with pytest.raises(Stop):
+        TinyLMTrainer().train(spec, Recorder(folder, stop_after=stop_after))
+    saved = torch.load(folder / checkpoint.FILENAME, weights_only=False)
+    second = Recorder(folder)
+    TinyLMTrainer().train(spec, second)
+    return whole.points, saved, second.points
 
 
 def _spec(every: int | None, recipe: str = "fp8_tensorwise"):

@@ -25,6 +25,17 @@ from trainers.contract.revisions import recipe_revision
 RUN_KEY_VERSION = 1
 
 
+def _switch_target(options: dict[str, Any]) -> str | None:
+    """The recipe a run's schedule switches to (`switch_to: {name: options}`, normalized;
+    trainers/recipe_switch.py), or its base: whose numerics revision the run key carries."""
+    raw = options.get("switch_to")
+    if not isinstance(raw, dict) or len(raw) != 1:
+        return None
+    (target, target_options), = raw.items()
+    base = target_options.get("base") if isinstance(target_options, dict) else None
+    return base if isinstance(base, str) else str(target)
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -115,6 +126,9 @@ class RunSpec(_Frozen):
         revision = recipe_revision(base if isinstance(base, str) else self.recipe)
         if revision > 1:  # only then: the keys of recipes never revised stay as they were
             decisive["_recipe_revision"] = revision
+        target = _switch_target(self.recipe_options)
+        if target is not None and recipe_revision(target) > 1:  # the recipe a schedule switches to
+            decisive["_switch_revision"] = recipe_revision(target)
         blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

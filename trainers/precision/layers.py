@@ -17,18 +17,24 @@ from trainers.precision.linear import LinearFn, QuantizedGemm
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import RecipeConfig
 
+# Each phase of a schedule gets stochastic-rounding streams of its own: the second
+# phase's layer indices start here, past any model's layer count and below the seed
+# multiplier, so they are neither the first phase's streams again nor another seed's.
+PHASE_STREAMS = 1 << 19
+
 
 def gemm_factory(
     recipe: RecipeConfig, n_blocks: int, telemetry: Telemetry | None = None, seed: int = 0, rank: int = 0,
-    fp8_gemm: str | None = None,
+    fp8_gemm: str | None = None, phase: int = 0,
 ) -> Callable[[str], LinearFn]:
     """name ("blocks.3.fc1") -> that layer's GEMM. Each layer gets its own state and its
-    own stochastic-rounding stream, derived from the run seed, the layer's order and, in
-    a data-parallel run, the rank (rank 0's streams are those of a one-process run).
-    `fp8_gemm`: the path (trainers/precision/fused.py `fp8_gemm_path`); None decides
-    real FP8 by the device the GEMM runs on."""
+    own stochastic-rounding stream, derived from the run seed, the layer's order, the
+    schedule's phase (0 before a switch, 1 after) and, in a data-parallel run, the rank
+    (rank 0's streams are those of a one-process run). `fp8_gemm`: the path
+    (trainers/precision/fused.py `fp8_gemm_path`); None decides real FP8 by the device
+    the GEMM runs on."""
     opts = recipe.opts
-    counter = iter(range(1 << 30))
+    counter = iter(range(phase * PHASE_STREAMS, (phase + 1) * PHASE_STREAMS))
 
     def make(name: str) -> LinearFn:
         index = next(counter)
@@ -53,20 +59,20 @@ def attention_factory(recipe: RecipeConfig, n_blocks: int) -> Callable[[str], Fp
     return make
 
 
-def switch_to_bf16(model: torch.nn.Module) -> int:
-    """The recipe's schedule: every quantized GEMM of the model (the attention matmuls
-    and the residual ablation too) runs in BF16 from now on; the number of GEMMs switched."""
-    switched = 0
-    for m in model.modules():
-        if isinstance(getattr(m, "gemm", None), (QuantizedGemm, TorchaoFp8Gemm)):
-            m.gemm = F.linear  # type: ignore[assignment]
-            switched += 1
-        if getattr(m, "attn_fn", None) is not None:
-            m.attn_fn = None  # type: ignore[assignment]
-            switched += 2
-    if getattr(model, "residual", None) is not None:
-        model.residual = None  # type: ignore[assignment]
-    return switched
+def switch_recipe(model: torch.nn.Module, recipe: RecipeConfig, n_blocks: int, telemetry: Telemetry | None = None,
+                  seed: int = 0, rank: int = 0, fp8_gemm: str | None = None) -> None:
+    """The recipe's schedule: from now on every linear layer's GEMM, the attention
+    matmuls and the residual ablation are the target recipe's (its placement applies),
+    with fresh numeric state: new delayed-scaling histories, the second phase's own
+    stochastic-rounding streams (numbered in the order the model made its layers)."""
+    make = gemm_factory(recipe, n_blocks, telemetry, seed, rank, fp8_gemm, phase=1)
+    attend = attention_factory(recipe, n_blocks)
+    for name, m in model.named_modules():
+        if hasattr(m, "gemm"):
+            m.gemm = make(name)
+        if hasattr(m, "attn_fn"):
+            m.attn_fn = attend(name)
+    model.residual = residual_quantizer(recipe)  # type: ignore[assignment]
 
 
 class _StraightThrough(torch.autograd.Function):

@@ -6,6 +6,7 @@ run continues bit for bit as if it had never stopped."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,11 @@ def save(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_
 
 
 def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, data_rng: Any,
-            rank: int = 0) -> dict | None:
+            rank: int = 0, before_numerics: Callable[[dict], None] | None = None) -> dict | None:
     """Load the run's checkpoint if it has one; returns the loop state, or None. Each rank
-    of a data-parallel run takes its own numeric state."""
+    of a data-parallel run takes its own numeric state. `before_numerics(loop)` is called
+    before the numeric states load: a run past its schedule's switch rebuilds its GEMMs
+    under the target recipe there, so the states saved from those GEMMs land in them."""
     path = folder / FILENAME
     if not path.exists():
         return None
@@ -59,6 +62,8 @@ def restore(folder: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, da
         raise RuntimeError(
             f"{path} holds {len(by_rank)} ranks' numerics, not rank {rank}'s: the run's world size changed"
         )
+    if before_numerics is not None:
+        before_numerics(state["loop"])
     load_numeric_states(model, by_rank[rank] if by_rank is not None else state["numerics"])
     torch.set_rng_state(state["torch_rng"])
     return state["loop"]

@@ -141,10 +141,16 @@ class TinyLMSettings(BaseModel):
     def check_campaign(cls, settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],
                        recipes: dict[str, dict[str, Any]] | None = None) -> None:
         """A recipe's placement fits the model: its first and last BF16 blocks leave a
-        block quantized, and every name or pattern of bf16_layers names a layer."""
+        block quantized, and every name or pattern of bf16_layers names a layer; so does
+        the placement of the recipe its schedule switches to (`switch_to`)."""
         n = int(settings.get("n_layers", cls.model_fields["n_layers"].default))
         layers = [f"blocks.{i}.{g}" for i in range(n) for g in (*LINEAR_LAYERS, *ATTENTION_MATMULS)]
+        placed = dict(recipes or {})
         for name, opts in (recipes or {}).items():
+            target = opts.get("switch_to")  # normalized: {target: its options}
+            if isinstance(target, dict):
+                placed.update({f"{name}.switch_to.{t}": o for t, o in target.items() if isinstance(o, dict)})
+        for name, opts in placed.items():
             first, last = int(opts.get("bf16_first_blocks", 0)), int(opts.get("bf16_last_blocks", 0))
             if first + last > n:
                 raise ValueError(

@@ -15,7 +15,7 @@ from trainers.contract.mllog.read import PRECISION_MAP_KEY
 from trainers.layer_map import disclosed_precisions, precision_map
 from trainers.precision.fused import fp8_gemm_path
 from trainers.precision.heap import keep_freed_memory
-from trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_to_bf16
+from trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_recipe
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes import resolve_recipe
 from trainers.tinylm import checkpoint
@@ -161,18 +161,26 @@ class TinyLMTrainer:
         # A gang's ranks share the run's folder for checkpoints (each keeps its own
         # output_dir for anything else).
         folder = Path(getattr(reporter, "run_dir", None) or reporter.output_dir) if cfg.checkpoint_every_evals else None
+        switch = recipe.switch  # the recipe's schedule (also on a resumed run)
+
+        def follow_schedule(at_tokens: int) -> None:
+            nonlocal switch
+            if switch is not None and at_tokens >= switch.from_tokens:
+                switch_recipe(model, switch.to, cfg.n_layers, telemetry, spec.seed, dp.rank,
+                              fp8_gemm_path(cfg.fp8_gemm, switch.to, device))
+                switch = None
+
         if folder is not None:  # a requeued job continues where its checkpoint left off
-            loop = checkpoint.restore(folder, model, opt, data._rng, dp.rank)
+            # a checkpoint taken after the switch holds the target's numeric state: switch first
+            loop = checkpoint.restore(folder, model, opt, data._rng, dp.rank,
+                                      before_numerics=lambda loop: follow_schedule(loop["tokens"]))
             if loop is not None:
                 tokens, next_eval, metric, evals = loop["tokens"], loop["next_eval"], loop["metric"], loop["evals"]
             if dp.rank == 0:
                 checkpoint.note_start(folder, tokens)
         params = list(model.parameters())
-        bf16_from = recipe.opts.bf16_from_tokens  # the recipe's schedule (also on a resumed run)
         while tokens < spec.budget.max_tokens:
-            if bf16_from is not None and tokens >= bf16_from:
-                switch_to_bf16(model)
-                bf16_from = None
+            follow_schedule(tokens)  # at the first step at or after the switch point
             # Every rank draws the same global batch and trains on its slice of it.
             batch = torch.from_numpy(dp.shard(data.next(spec.batch_size))).to(device)
             for group in opt.param_groups:

@@ -78,19 +78,11 @@ def test_the_new_recipes_are_distinct_and_disclose_mxfp4():
 
 
 def test_a_run_with_random_hadamards_and_fp8_attention_resumes_bit_for_bit(tmp_path):
-    from tests.trainers.test_placement_schedule import _specs
-    from tests.trainers.test_tinylm_checkpoint import Recorder, Stop
-    from trainers.tinylm.train import TinyLMTrainer
+    from tests.helpers.campaigns import tiny_run_specs
+    from tests.trainers.test_tinylm_checkpoint import cut_and_resumed
 
-    spec = _specs(["bf16", {"rht": {"base": "mxfp4_sr_rht", "fp8_attention": True}}], 1536, every=2)["rht"]
-    whole = Recorder(tmp_path / "whole")
-    whole.output_dir.mkdir()
-    TinyLMTrainer().train(spec, whole)
-    folder = tmp_path / "cut"
-    folder.mkdir()
-    with pytest.raises(Stop):  # killed after its 5th eval; the last checkpoint is at the 4th
-        TinyLMTrainer().train(spec, Recorder(folder, stop_after=5))
-    second = Recorder(folder)
-    TinyLMTrainer().train(spec, second)
-    assert [p.tokens for p in second.points] == [p.tokens for p in whole.points[4:]] and second.points
-    assert [p.metrics for p in second.points] == [p.metrics for p in whole.points[4:]]
+    spec = tiny_run_specs(["bf16", {"rht": {"base": "mxfp4_sr_rht", "fp8_attention": True}}], 1536, every=2)["rht"]
+    # killed after its 5th eval; the last checkpoint is at the 4th
+    whole, _, second = cut_and_resumed(spec, tmp_path, stop_after=5)
+    assert [p.tokens for p in second] == [p.tokens for p in whole[4:]] and second
+    assert [p.metrics for p in second] == [p.metrics for p in whole[4:]]
