@@ -53,6 +53,12 @@ def run(
             f"campaign {campaign.name}: submitted {summary.launched} runs to Slurm and detached; "
             f"`rcpforge status {campaign_file}` shows progress"
         )
+        if summary.adaptive is not None and not summary.adaptive.finished:
+            # Looks are barriers taken by an orchestrator: detached, none is there to take the next.
+            look = max((e.look for e in summary.adaptive.looks), default=0) + 1
+            console.print(f"adaptive: look {look} waits for these runs; once they have an outcome, "
+                          f"`rcpforge run {campaign_file} --detach` again takes it and submits the next "
+                          "runs (a detached campaign goes no further by itself)", highlight=False, markup=False)
     elif summary.launched == 0 and not summary.plan.elsewhere:
         console.print(f"campaign {campaign.name}: nothing to launch, every run has an outcome or no attempts left")
     else:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from orchestrator.adaptive import ANSWERED, campaign_plan
@@ -24,46 +23,9 @@ from orchestrator.cli import app
 from orchestrator.tracking import Tracking
 from sweeps.spec import load_campaign
 from tests.conftest import ROOT, run_cli
+from tests.helpers.adaptive_campaigns import EXAMPLE, adaptive_campaign, final_plan, ledger_cells
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.store import run_statuses
-
-PROGRAM = Path(__file__).resolve().parents[1] / "helpers" / "factor_program.py"
-EXAMPLE = Path(__file__).resolve().parents[2] / "sweeps" / "examples" / "adaptive.yaml"
-TOKENS_PER_SAMPLE = 4
-SLOWDOWNS = {"bf16": 1.0, "fp8_like": 1.01, "fp4_like": 1.6}
-
-
-def adaptive_campaign(**adaptive) -> dict:
-    """The example's question (sweeps/examples/adaptive.yaml) on the instant program: a
-    bf16 reference, an FP8-like recipe 1% slower and an FP4-like one 60% slower."""
-    question = yaml.safe_load(EXAMPLE.read_text())["adaptive"]
-    return {
-        "name": "adaptive",
-        "trainer": {"kind": "command", "unit": "samples", "tokens_per_sample": TOKENS_PER_SAMPLE,
-                    "metric_key": "eval_accuracy", "max_wall_s": 60, "stop_grace_s": 2,
-                    "argv": ["{python}", str(PROGRAM), "{batch_size}", "{seed}", "{recipe_slowdown}",
-                             "{max_tokens}", str(TOKENS_PER_SAMPLE), "{benchmark}"]},
-        "target": {"metric": "eval_accuracy", "mode": "max", "value": 0.9},
-        "budget": {"max_tokens": 64 * 4 * 4 * 200, "eval_every_tokens": 64 * 4 * 4},
-        "recipes": [{name: {"slowdown": s}} for name, s in SLOWDOWNS.items()],
-        "batch_sizes": [16, 64],
-        "adaptive": {**question, **adaptive},
-        "hparams": {16: {}, 64: {}},
-        "backend": {"kind": "local", "workers": 2},
-        "rcp": {"benchmark": "rcpforge_adaptive", "submission_runs": 5},
-    }
-
-
-def _ledger_cells(campaign) -> dict:
-    tracking = Tracking(campaign.tracking_uri)
-    exp = tracking.client.get_experiment_by_name(campaign.name)
-    runs = MlflowClient(campaign.tracking_uri).search_runs([exp.experiment_id], max_results=1000)
-    seeds: dict = {}
-    for run in runs:
-        tags = run.data.tags
-        seeds.setdefault((tags["rcpforge.recipe"], int(tags["rcpforge.batch_size"])), []).append(
-            int(tags["rcpforge.seed"]))
-    return {cell: sorted(cell_seeds) for cell, cell_seeds in seeds.items()}  # a seed twice shows twice
 
 
 def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
@@ -88,7 +50,7 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
     plan = campaign_plan(campaign, tracking.ledger(exp.experiment_id))
     assert plan.finished
     # seeds 0..k-1 in every cell, each run once, exactly the plan's
-    seeds = _ledger_cells(campaign)
+    seeds = ledger_cells(campaign)
     assert {cell: sorted(s) for cell, s in seeds.items()} == {cell: list(range(k)) for cell, k in plan.seeds.items()}
     # the clearly slower recipe is answered early, with fewer runs than the reference
     for bs in (16, 64):
@@ -107,7 +69,7 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
         assert c["pending"] == 0
     # a second run has nothing to do
     assert run_campaign(campaign).launched == 0
-    assert _ledger_cells(campaign) == seeds
+    assert ledger_cells(campaign) == seeds
     # factors.json and summary.md say where each cell stopped and show every look
     analyzed = CliRunner().invoke(app, ["analyze", str(path), "--out", str(tmp_path / "analysis")])
     assert analyzed.exit_code == 0, analyzed.output
@@ -116,11 +78,6 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
         cell: stop.reason for cell, stop in plan.stops.items() if cell[0] != "bf16"}
     assert len(factors["adaptive"]["looks"]) == len(plan.looks)
     assert "## Adaptive stopping" in (tmp_path / "analysis" / "summary.md").read_text()
-
-
-def _final_plan(campaign):
-    tracking = Tracking(campaign.tracking_uri)
-    return campaign_plan(campaign, tracking.ledger(tracking.client.get_experiment_by_name(campaign.name).experiment_id))
 
 
 def _kill_when(path: Path, converged: int) -> None:
@@ -155,10 +112,10 @@ def test_an_orchestrator_sigkilled_during_and_between_looks_decides_as_the_unint
     resumed = run_cli("run", str(path))
     assert resumed.returncode == 0, resumed.stderr
     killed = load_campaign(path)
-    a, b = _final_plan(straight), _final_plan(killed)
+    a, b = final_plan(straight), final_plan(killed)
     assert a.finished and b.finished and len({e.look for e in a.looks}) >= 2
     assert a.seeds == b.seeds and a.stops == b.stops and a.looks == b.looks
-    assert _ledger_cells(straight) == _ledger_cells(killed)  # one MLflow run per seed: none twice, none lost
+    assert ledger_cells(straight) == ledger_cells(killed)  # one MLflow run per seed: none twice, none lost
 
 
 def _assert_stopped_on_its_goal(plan, question: dict) -> None:
@@ -197,4 +154,4 @@ def test_the_adaptive_example_runs_as_it_is_to_every_cell_s_stop(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "adaptive: every cell has stopped" in proc.stdout
     campaign = load_campaign(path)
-    _assert_stopped_on_its_goal(_final_plan(campaign), yaml.safe_load(EXAMPLE.read_text())["adaptive"])
+    _assert_stopped_on_its_goal(final_plan(campaign), yaml.safe_load(EXAMPLE.read_text())["adaptive"])
