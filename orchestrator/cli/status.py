@@ -58,6 +58,13 @@ def status(
     t = found.totals
     console.print(f"campaign: {t[compute]:.3g} {compute.replace('_', '-')} spent, {t['runs_to_do']} runs to do, "
                   f"ETA {_duration(t['eta_s'])} at {t['concurrency']} runs at once")
+    pending = sum(c.counts["pending"] for c in found.cells)
+    if pending and not any(c.counts["running"] for c in found.cells):
+        # Nothing in the store runs, so unless an orchestrator is between two launches,
+        # none will start: a detached campaign (an adaptive one at each look) needs `run` again.
+        console.print(f"{pending} runs pending and none running: unless a `rcpforge run` of this campaign is going "
+                      f"on, `rcpforge run {campaign_file}` launches them (with --detach on Slurm, once per look of "
+                      "an adaptive campaign)", highlight=False, markup=False)
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
 
 

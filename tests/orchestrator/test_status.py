@@ -42,6 +42,9 @@ def test_status_of_a_finished_and_of_a_half_finished_campaign(finished, cli):
         assert (cell["runs"], cell["converged"], cell["pending"]) == (5, 3, 2)
     text = cli("status", str(wider))
     assert text.returncode == 0 and "bf16" in text.stdout and "tracking store" in text.stdout
+    # nothing runs them: the hint names the command that does
+    assert "8 runs pending and none running" in text.stdout and f"rcpforge run {wider}" in text.stdout
+    assert "pending and none running" not in cli("status", str(path)).stdout
 
 
 def test_status_counts_each_cells_compute_and_eta_from_the_runs_own_records(finished, cli):
