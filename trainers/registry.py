@@ -8,6 +8,7 @@ trainer whose class may define a pydantic `Settings` model.
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -72,7 +73,10 @@ def validate_trainer_settings(settings: dict[str, Any]) -> dict[str, Any]:
 def _first_error(err: ValidationError, prefix: str) -> str:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
-    return f"{prefix}.{where}: {first['msg']}" if where else f"{prefix}: {first['msg']}"
+    msg = first["msg"].removeprefix("Value error, ")
+    if not where and re.match(r"^[a-z][a-z0-9_]*: ", msg):  # a check across fields that names its field
+        return f"{prefix}.{msg}"
+    return f"{prefix}.{where}: {msg}" if where else f"{prefix}: {msg}"
 
 
 def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str, Any]:

@@ -176,8 +176,8 @@ def test_the_path_a_run_takes_follows_the_setting_the_recipe_and_the_device():
     from sweeps.spec import CampaignError, parse_campaign
     from tests.helpers.campaigns import tiny_campaign
 
-    with pytest.raises(CampaignError, match="fp8_gemm: scaled_mm runs real FP8 GEMMs on a GPU"):
-        parse_campaign(tiny_campaign(trainer={**_tiny_trainer(), "fp8_gemm": "scaled_mm"}))
+    with pytest.raises(CampaignError, match=r"^c.yaml: trainer\.fp8_gemm: scaled_mm runs real FP8 GEMMs on a GPU"):
+        parse_campaign(tiny_campaign(trainer={**_tiny_trainer(), "fp8_gemm": "scaled_mm"}), source="c.yaml")
 
 
 def test_the_gpu_benchmark_runs_on_a_cpu_as_a_smoke_run_and_writes_its_json(tmp_path):
