@@ -111,9 +111,12 @@ def _print_table(table, title: str, submission_runs: int) -> None:
     from analysis.rcp_table import not_an_rcp
 
     view = Table(title=title)
+    # a recipe's name is never cut (grid variants differ at their ends: ...-sr_on, ...-sr_off)
+    longest = max((len(r) for r in table.column("recipe").to_pylist()), default=6)
     for col in ("recipe", "batch size", "runs", "conv.", "not conv.", "diverged", "olympic mean", "stdev", "min acc. mean",
                 "max speedup", "note"):
-        view.add_column(col, justify="left" if col in ("recipe", "note") else "right")
+        view.add_column(col, justify="left" if col in ("recipe", "note") else "right",
+                        min_width=longest if col == "recipe" else None, overflow="fold")
     for r in table.to_pylist():
         shown = rcp_row_shown(r)
         numbers = [cell_text(c, shown[c]) for c in ("olympic_mean", "stdev", "min_acceptable_mean", "max_speedup")]

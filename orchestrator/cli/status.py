@@ -42,7 +42,9 @@ def status(
     for col in ("recipe", "batch size", "runs", *(c.replace("_", " ") for c in COLUMNS), "slurm jobs",
                 compute.replace("_", "-"), "ETA", *(("stopped",) if adaptive else ()),
                 *(("not in this file",) if outside else ())):
-        view.add_column(col)
+        # a recipe's name is never cut (grid variants differ at their ends: ...-sr_on, ...-sr_off)
+        view.add_column(col, overflow="fold",
+                        min_width=max((len(c.recipe) for c in found.cells), default=6) if col == "recipe" else None)
     for c in found.cells:
         slurm = ", ".join(f"{n} {s.lower()}" for s, n in sorted(c.slurm.items())) or "-"
         stopped = (f"{c.adaptive['stop_reason']} at look {c.adaptive['stopped_at_look']}"

@@ -157,6 +157,20 @@ def test_the_recipe_lab_runs_end_to_end_and_its_report_compares_every_variant(tm
         assert made.returncode == 0, (args, made.stdout[-2000:], made.stderr[-2000:])
         assert "Traceback" not in made.stdout + made.stderr
     names = [r.name for r in parse_campaign(data).recipes]
+    # on a narrow terminal the console's RCP table still never cuts a name (the variants
+    # differ at their ends: ...-sr_on, ...-sr_off)
+    import io
+
+    import pyarrow.parquet as pq
+    from rich.console import Console
+
+    import orchestrator.cli.analysis as analysis_cli
+
+    narrow = Console(width=100, file=io.StringIO())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(analysis_cli, "console", narrow)
+        analysis_cli._print_table(pq.read_table(tmp_path / "out" / "rcp_table.parquet"), "lab", 3)
+    assert all(n in narrow.file.getvalue() for n in names), narrow.file.getvalue()
     factors = json.loads((tmp_path / "out" / "factors.json").read_text())
     assert {(f["candidate"], f["batch_size"]) for f in factors["factors"]} == {
         (n, bs) for n in names[1:] for bs in (32, 128)}
