@@ -29,17 +29,18 @@ class Section:
     collapsed: bool = False  # HTML: folded under its title (a long dump a reader opens on demand)
 
 
-# Tables wrap rather than scroll: a table takes the page's width; text cells wrap, and a
-# long one (a note) keeps a readable width. Headers break at spaces and numbers not at
-# all while the page is wide enough for the widest table (the RCP table's 14 columns need
-# about 1050 px); on a narrower page and on paper they may break anywhere, so no column
-# hides behind a scroll bar or is cut off.
+# Tables wrap rather than scroll: a table takes the page's width; text cells wrap (where
+# they must, inside a word: a grid variant's name has no space), and a long one (a note)
+# keeps a readable width. Headers break at spaces and numbers not at all while the page
+# is wide enough for the widest table (the RCP table's 14 columns need about 1050 px); on
+# a narrower page and on paper they may break anywhere, so no column hides behind a
+# scroll bar or is cut off.
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; padding: 0 1rem; max-width: 1100px; color: #222; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.8rem; width: 100%; }
 th, td { padding: 3px 5px; border: 1px solid #ddd; vertical-align: top; overflow-wrap: break-word; }
-td.long { overflow-wrap: anywhere; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td { overflow-wrap: anywhere; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 th { background: #f4f4f4; font-weight: 600; } td.long { min-width: 12em; width: 30%; }
 @media (max-width: 1150px), print {
   table { font-size: 0.72rem; } th, td { overflow-wrap: anywhere; } td.long { min-width: 6em; width: 25%; }
