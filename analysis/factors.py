@@ -131,7 +131,8 @@ def pairwise_factors(runs: pa.Table, recipes: list[str], benchmark: str, *, conf
     for i, earlier in enumerate(recipes):
         out += factors(runs, earlier, benchmark, confidence=confidence, resamples=resamples, seed=seed,
                        candidates=set(recipes[i + 1:]))
-    return out
+    order = {r: i for i, r in enumerate(recipes)}  # rows in campaign order, not by name
+    return sorted(out, key=lambda f: (order[f.reference], order[f.candidate], f.batch_size))
 
 
 def interval_text(f: Factor, digits: int = 4) -> str:

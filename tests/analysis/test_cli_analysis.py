@@ -194,8 +194,8 @@ def test_the_variants_of_an_ablation_are_compared_with_each_other_in_analyze_and
     pairs = factors["pairwise"]
     # each pair once per batch size: the later variant against the earlier
     names = list(VARIANTS)
-    assert sorted((p["candidate"], p["reference"], p["batch_size"]) for p in pairs) == sorted(
-        (b, a, bs) for i, a in enumerate(names) for b in names[i + 1:] for bs in (16, 64))
+    assert [(p["candidate"], p["reference"], p["batch_size"]) for p in pairs] == [
+        (b, a, bs) for i, a in enumerate(names) for b in names[i + 1:] for bs in (16, 64)]
     for p in pairs:
         bs, cand, ref = p["batch_size"], p["candidate"], p["reference"]
         assert p["factor"] == pytest.approx(om[(cand, bs)] / om[(ref, bs)])
