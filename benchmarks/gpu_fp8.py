@@ -76,9 +76,20 @@ def _time(model, batch, steps: int, rounds: int) -> tuple[float, float, float | 
     return statistics.median(times), first, torch.cuda.max_memory_allocated() / 2**30 if cuda else None
 
 
+def _sizes(text: str) -> list[int]:
+    """--sizes 4096,8192; a wrong value is argparse's one-line usage error."""
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give d_model values as whole numbers, e.g. 4096,8192") from None
+    if any(v <= 0 for v in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: every d_model is above 0")
+    return sizes
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", default="4096,8192", help="d_model values, comma-separated")
+    ap.add_argument("--sizes", type=_sizes, default="4096,8192", help="d_model values, comma-separated")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--context", type=int, default=1024)
@@ -88,7 +99,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--emulated", action="store_true", help="also time the (slow) emulated FP8 rows")
     ap.add_argument("--json", type=Path, help="write the figures to this file")
-    ap.add_argument("--device", default="cuda",
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: a smoke run of this script (its figures mean nothing; the CPU path is recipe_overhead.py)")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -109,7 +120,7 @@ def main() -> int:
     real = ["scaled_mm"] if device.type == "cuda" else []
     paths = real + ([] if missing else ["torchao"]) + (["emulated"] if args.emulated else [])
     rows = []
-    for d_model in [int(v) for v in args.sizes.split(",")]:
+    for d_model in args.sizes:
         cfg = TinyLMSettings(
             data=MarkovData(vocab=args.vocab, branching=4), context=args.context, d_model=d_model,
             n_layers=args.layers, n_heads=args.heads,
