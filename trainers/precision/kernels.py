@@ -119,6 +119,9 @@ def _load() -> ctypes.CDLL | None:
     fn = lib.rcpf_epilogue
     fn.argtypes = [ptr, ptr, i64, i64, f32, ctypes.c_int, ptr, ptr, ptr]
     fn.restype = None
+    fn = lib.rcpf_uniform
+    fn.argtypes = [ptr, i64, ptr]
+    fn.restype = None
     _lib = lib
     return lib
 
@@ -142,6 +145,58 @@ def usable(x: torch.Tensor) -> bool:
         and (x.numel() <= _MAX_SINGLE_THREAD or torch.get_num_threads() == 1)
         and _load() is not None
     )
+
+
+# Generator.get_state() of torch's CPU generator: seed, left, seeded, next, 624 words, the
+# normal-sample caches (see qkernel.c's rcpf_uniform)
+_GENERATOR_STATE_BYTES = 5056
+# Below this many draws torch.rand's cost is mostly per call, and get/set_state's would
+# be more than the draws save.
+_MIN_KERNEL_DRAWS = 2048
+_draws_checked: bool | None = None
+
+
+def _c_uniform(n: int, generator: torch.Generator) -> torch.Tensor:
+    lib = _load()
+    assert lib is not None
+    state = generator.get_state()
+    out = torch.empty(n)
+    lib.rcpf_uniform(state.data_ptr(), n, out.data_ptr())
+    generator.set_state(state)
+    return out
+
+
+def _draws_match_torch() -> bool:
+    """Whether rcpf_uniform makes torch.rand's numbers and leaves its generator state,
+    over each way a draw can meet the engine's twist (before, at and past a 624-word
+    boundary, several twists at once). Checked once a process: a torch whose generator
+    changed would only make the draws slower (torch.rand), never different."""
+    ours, theirs = torch.Generator().manual_seed(20261202), torch.Generator().manual_seed(20261202)
+    for n in (1, 622, 1, 1, 2000, 624, 624, 5000, 3):
+        if not torch.equal(_c_uniform(n, ours), torch.rand(n, generator=theirs)):
+            return False
+    return torch.equal(ours.get_state(), theirs.get_state())
+
+
+def uniform(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None) -> torch.Tensor:
+    """torch.rand(shape, generator=generator, dtype=torch.float32) on the CPU, the same
+    numbers and the generator left in the same state, drawn by the fused kernel where it
+    is built and the draw is large enough to gain from it."""
+    global _draws_checked
+    n = 1
+    for d in shape:
+        n *= int(d)
+    g = torch.default_generator if generator is None else generator
+    if n >= _MIN_KERNEL_DRAWS and g.device.type == "cpu" and available():
+        if _draws_checked is None:
+            ok = g.get_state().numel() == _GENERATOR_STATE_BYTES and _draws_match_torch()
+            if not ok:
+                log.warning("this torch's CPU generator differs from the fused kernel's copy: "
+                            "stochastic rounding draws with torch.rand (same numbers, slower)")
+            _draws_checked = ok
+        if _draws_checked:
+            return _c_uniform(n, g).view(shape)
+    return torch.rand(shape, generator=generator, dtype=torch.float32)
 
 
 class Fused(NamedTuple):

@@ -206,15 +206,13 @@ static int four_over_six(const Ctx *k, const float *x, const float *u, int64_t c
     return 1;
 }
 
-/* 4-over-6 for a tile of at most 256 elements, in one pass: both candidates' cores
- * (q * s_b) and float differences into buffers, their squared errors summed in double in
- * element order, the kept core written out. Returns 0 if the tile is larger. */
+/* 4-over-6 for a tile of at most 256 elements under its two candidates' scales, in one
+ * pass: both candidates' cores (q * s_b) and float differences into buffers, their
+ * squared errors summed in double, the kept core written out. Returns 1. */
 #define SMALL_TILE 256
-static inline __attribute__((always_inline)) int four_over_six_tile(
+static inline __attribute__((always_inline)) int four_over_six_pick(
     const Ctx *k, const float *x, const float *u, float *core, int64_t cols,
-    int64_t r0, int64_t r1, int64_t c0, const int64_t w) {
-    float p6, s6, p4, s4;
-    four_over_six_scales(k, x, cols, r0, r1, c0, c0 + w, &p6, &s6, &p4, &s4);
+    int64_t r0, int64_t r1, int64_t c0, const int64_t w, float p6, float s6, float p4, float s4) {
     const float s_g = k->s_g32;
     float c6[SMALL_TILE], c4[SMALL_TILE], d6[SMALL_TILE], d4[SMALL_TILE];
     int64_t n = 0;
@@ -237,10 +235,31 @@ static inline __attribute__((always_inline)) int four_over_six_tile(
             d4[n + t] = c4[n + t] * s_g - xi[t];
         }
     }
+    /* Summed in torch's order for `.double().square().sum(dims)` (torch 2.13, measured):
+     * a row of 16 into 4 running sums (element t into sum t % 4), those added in turn,
+     * then the rows in turn. Four independent chains instead of one per block also let
+     * blocks overlap (4-over-6 was 2.6x plain NVFP4's kernel time with one chain). */
     double e6 = 0.0, e4 = 0.0;
-    for (int64_t t = 0; t < n; t++) {
-        e6 += (double)d6[t] * (double)d6[t];
-        e4 += (double)d4[t] * (double)d4[t];
+    for (int64_t m = 0; m < n; m += w) {
+        if (w == 16) {
+            double a6[4], a4[4];
+            for (int l = 0; l < 4; l++) {
+                a6[l] = (double)d6[m + l] * (double)d6[m + l];
+                a4[l] = (double)d4[m + l] * (double)d4[m + l];
+            }
+            for (int g = 4; g < 16; g += 4)
+                for (int l = 0; l < 4; l++) {
+                    a6[l] += (double)d6[m + g + l] * (double)d6[m + g + l];
+                    a4[l] += (double)d4[m + g + l] * (double)d4[m + g + l];
+                }
+            e6 += ((a6[0] + a6[1]) + a6[2]) + a6[3];
+            e4 += ((a4[0] + a4[1]) + a4[2]) + a4[3];
+        } else {
+            for (int64_t t = m; t < m + w; t++) {
+                e6 += (double)d6[t] * (double)d6[t];
+                e4 += (double)d4[t] * (double)d4[t];
+            }
+        }
     }
     const float *c = s4 != s6 && e4 < e6 ? c4 : c6;
     for (int64_t i = r0, m = 0; i < r1; i++, m += w) memcpy(core + i * cols + c0, c + m, w * sizeof(float));
@@ -250,9 +269,29 @@ static inline __attribute__((always_inline)) int four_over_six_tile(
 static int four_over_six_small(const Ctx *k, const float *x, const float *u, float *core, int64_t cols,
                                int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     if ((r1 - r0) * (c1 - c0) > SMALL_TILE) return 0;
+    float p6, s6, p4, s4;
+    four_over_six_scales(k, x, cols, r0, r1, c0, c1, &p6, &s6, &p4, &s4);
     if (c1 - c0 == 16)  /* NVFP4's blocks and tiles: a loop of constant length */
-        return four_over_six_tile(k, x, u, core, cols, r0, r1, c0, 16);
-    return four_over_six_tile(k, x, u, core, cols, r0, r1, c0, c1 - c0);
+        return four_over_six_pick(k, x, u, core, cols, r0, r1, c0, 16, p6, s6, p4, s4);
+    return four_over_six_pick(k, x, u, core, cols, r0, r1, c0, c1 - c0, p6, s6, p4, s4);
+}
+
+/* 4-over-6 on row r in 1-D blocks of 16 (NVFP4's activations and gradients): the scales
+ * of all its blocks first, then each block's candidates. The same arithmetic as
+ * four_over_six_small block by block; split so that the scalar scale work of many blocks
+ * overlaps instead of each block waiting on its own (4-over-6 is latency-bound per block).
+ * Returns 0 (nothing done) for a row that is not whole blocks or is very long. */
+#define ROW_BLOCKS 256
+static int four_over_six_row16(const Ctx *k, const float *x, const float *u, float *core, int64_t cols,
+                               int64_t r) {
+    const int64_t nb = cols / 16;
+    if (cols % 16 || nb > ROW_BLOCKS) return 0;
+    float p6[ROW_BLOCKS], s6[ROW_BLOCKS], p4[ROW_BLOCKS], s4[ROW_BLOCKS];
+    for (int64_t b = 0; b < nb; b++)
+        four_over_six_scales(k, x, cols, r, r + 1, 16 * b, 16 * b + 16, p6 + b, s6 + b, p4 + b, s4 + b);
+    for (int64_t b = 0; b < nb; b++)
+        four_over_six_pick(k, x, u, core, cols, r, r + 1, 16 * b, 16, p6[b], s6[b], p4[b], s4[b]);
+    return 1;
 }
 
 static Ctx setup(const float *x, int64_t rows, int64_t cols, int mode, float fmax, int emin,
@@ -297,6 +336,8 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
             k.s_row = (isfinite(a) && a > 0.0f) ? (1.0f / a) * 2688.0f : 1.0f;  /* torch's `2688 / t` */
             scales[r0] = k.s_row;
         }
+        if (mode == NVFP4_4OVER6 && br == 1 && bc == 16 && four_over_six_row16(&k, x, u, core, cols, r0))
+            continue;
         for (int64_t c0 = 0; c0 < cols; c0 += bc) {
             int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
             float pre = s_tensor, post = 1.0f;
@@ -395,4 +436,68 @@ void rcpf_epilogue(const uint16_t *in, float *out, int64_t rows, int64_t cols, f
             oi[j] = v;
         }
     }
+}
+
+/* Stochastic rounding's uniform draws as torch.rand makes them on a CPU generator, so
+ * the SR recipes keep their numbers while drawing them several times faster (torch draws
+ * one element at a time through its generic kernel: 3-7 ns a number here).
+ *
+ * torch.rand(n, generator=g) in float32 takes one 32-bit output of g's mt19937 per
+ * element, in memory order, and keeps its low 24 bits times 2^-24. `state` is the bytes
+ * of Generator.get_state(): `left` (int32) at byte 8, `next` (uint64) at 16 and the 624
+ * words, each as a uint64, from 24. The engine twists when --left reaches 0, then serves
+ * words[next++]. This advances the copy exactly as torch.rand would advance g;
+ * kernels.py checks the numbers and the state against torch.rand before trusting it. */
+#define MT_N 624
+#define MT_M 397
+
+static inline uint32_t mt_twist(uint32_t u, uint32_t v) {
+    return (((u & 0x80000000u) | (v & 0x7fffffffu)) >> 1) ^ ((v & 1u) ? 0x9908b0dfu : 0u);
+}
+
+static void mt_next_state(uint32_t *s) {
+    int i = 0;
+    for (; i < MT_N - MT_M; i++) s[i] = s[i + MT_M] ^ mt_twist(s[i], s[i + 1]);
+    for (; i < MT_N - 1; i++) s[i] = s[i + MT_M - MT_N] ^ mt_twist(s[i], s[i + 1]);
+    s[MT_N - 1] = s[MT_M - 1] ^ mt_twist(s[MT_N - 1], s[0]);
+}
+
+static inline void mt_emit(const uint32_t *s, int64_t m, float *out) {
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t y = s[i];
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c5680u;
+        y ^= (y << 15) & 0xefc60000u;
+        y ^= y >> 18;
+        out[i] = (float)(y & 0xFFFFFFu) * 0x1p-24f;
+    }
+}
+
+void rcpf_uniform(uint8_t *state, int64_t n, float *out) {
+    int32_t left;
+    uint64_t next, words[MT_N];
+    uint32_t s[MT_N];
+    memcpy(&left, state + 8, 4);
+    memcpy(&next, state + 16, 8);
+    memcpy(words, state + 24, sizeof words);
+    for (int i = 0; i < MT_N; i++) s[i] = (uint32_t)words[i];
+    int64_t k = 0;
+    while (k < n) {
+        int64_t avail = (int64_t)left - 1;  /* words served before the next twist */
+        if (avail <= 0) {
+            mt_next_state(s);
+            left = MT_N + 1;  /* torch sets 624 after the decrement that twisted */
+            next = 0;
+            continue;
+        }
+        int64_t m = n - k < avail ? n - k : avail;
+        mt_emit(s + next, m, out + k);
+        k += m;
+        next += (uint64_t)m;
+        left -= (int32_t)m;
+    }
+    for (int i = 0; i < MT_N; i++) words[i] = s[i];
+    memcpy(state + 8, &left, 4);
+    memcpy(state + 16, &next, 8);
+    memcpy(state + 24, words, sizeof words);
 }

@@ -319,7 +319,7 @@ def _fused(
         else:
             draws = (rows, cols // tile[1], tile[1])
     # the same draws, in the same order, as stochastic_round's
-    u = torch.rand(draws, generator=generator, dtype=torch.float32) if rounding == "sr" else None
+    u = kernels.uniform(draws, generator) if rounding == "sr" else None
     factored = mode == "fp32" and _factorable(tile, x.shape)
     exact = scale_mode != "fp32" or mode == "tensor" or factored
     if tile[0] == 1 and mode != "tensor" and flat and rows > 1 and x.stride() == (1, rows):

@@ -116,6 +116,72 @@ def test_stochastic_rounding_consumes_the_same_stream(torch_path):
     assert torch.equal(fused, plain)
 
 
+@pytest.mark.parametrize("sizes", [
+    [2048], [623, 2048, 1, 4096],  # draws that stop before, at and past the 624-word twist
+    [(48, 64), (3, 1000), 70000],  # several twists in one draw; shapes
+])
+def test_kernel_draws_are_torch_rand_bit_for_bit(sizes):
+    """Stochastic rounding draws with the kernel's copy of torch's mt19937: the same
+    numbers as torch.rand and the generator left in the same state after each draw."""
+    assert kernels.available()
+    ours, theirs = torch.Generator().manual_seed(41), torch.Generator().manual_seed(41)
+    for size in sizes:
+        shape = size if isinstance(size, tuple) else (size,)
+        got = kernels.uniform(shape, ours)
+        assert got.shape == shape and torch.equal(got, torch.rand(shape, generator=theirs))
+        assert torch.equal(ours.get_state(), theirs.get_state())
+    assert kernels._draws_checked is True  # the kernel drew them, not torch.rand
+
+
+def test_kernel_draws_on_the_default_generator_advance_it_as_torch_rand():
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        got = kernels.uniform((4096,), None)
+        after = torch.rand(3)
+        torch.manual_seed(5)
+        assert torch.equal(got, torch.rand(4096)) and torch.equal(after, torch.rand(3))
+
+
+def test_a_generator_the_kernel_does_not_reproduce_falls_back_to_torch_rand(monkeypatch, caplog):
+    """A torch whose generator changed fails the one check and only draws slower."""
+    monkeypatch.setattr(kernels, "_draws_checked", None)
+    monkeypatch.setattr(kernels, "_c_uniform", lambda n, g: torch.zeros(n))  # a wrong copy
+    ours, theirs = torch.Generator().manual_seed(2), torch.Generator().manual_seed(2)
+    got = kernels.uniform((5000,), ours)
+    assert torch.equal(got, torch.rand(5000, generator=theirs))
+    assert kernels._draws_checked is False and "draws with torch.rand" in caplog.text
+
+
+def _lanes_of_four(row: list[float]) -> float:
+    lanes = row[:4]
+    for g in range(4, len(row), 4):
+        lanes = [a + b for a, b in zip(lanes, row[g:g + 4], strict=True)]
+    return ((lanes[0] + lanes[1]) + lanes[2]) + lanes[3]
+
+
+def test_4over6_kernel_sums_errors_in_the_order_torch_does():
+    """qkernel.c's four_over_six_pick picks a block's candidate by sums of squares added
+    in torch's order: a row of 16 into four running sums, those in turn, then the rows
+    in turn. On sums whose rounding depends on the order (terms over 80 binades) torch
+    must still match that order, or the kernel's choice and the torch path's could
+    differ on a near-tie."""
+    g = torch.Generator().manual_seed(8)
+    terms = torch.randn(40, 16, 30, 16, generator=g, dtype=torch.float64)
+    terms = terms.square() * torch.exp2(torch.randint(-40, 40, terms.shape, generator=g).double())
+    rows = terms.sum(-1)  # 1-D blocks of 16
+    tiles = terms.sum((1, 3))  # 16x16 tiles
+    for i in range(40):
+        for j in range(30):
+            per_row = [_lanes_of_four(terms[i, r, j].tolist()) for r in range(16)]
+            assert rows[i, :, j].tolist() == per_row
+            total = 0.0
+            for v in per_row:
+                total += v
+            assert tiles[i, j].item() == total
+    sequential = sum(rows[0, 0, j].item() == float(sum(terms[0, 0, j].tolist())) for j in range(30))
+    assert sequential < 30  # the test data does tell the orders apart
+
+
 def test_without_a_compiler_the_torch_path_runs_with_one_warning(tmp_path):
     code = (
         "import logging, torch; logging.basicConfig(level=logging.WARNING)\n"
