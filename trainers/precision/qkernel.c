@@ -206,6 +206,22 @@ static int four_over_six(const Ctx *k, const float *x, const float *u, int64_t c
     return 1;
 }
 
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef double f64x4 __attribute__((vector_size(32)));
+
+/* The sum of squares of 16 float differences in double, in torch's order: element t
+ * into running sum t % 4 (one 4-wide vector), then the four sums in turn. */
+static inline double squares16(const float *d) {
+    f64x4 acc = {0.0, 0.0, 0.0, 0.0};
+    for (int g = 0; g < 16; g += 4) {
+        f32x4 v;
+        memcpy(&v, d + g, sizeof v);
+        f64x4 w = __builtin_convertvector(v, f64x4);
+        acc = g ? acc + w * w : w * w;
+    }
+    return ((acc[0] + acc[1]) + acc[2]) + acc[3];
+}
+
 /* 4-over-6 for a tile of at most 256 elements under its two candidates' scales, in one
  * pass: both candidates' cores (q * s_b) and float differences into buffers, their
  * squared errors summed in double, the kept core written out. Returns 1. */
@@ -242,18 +258,8 @@ static inline __attribute__((always_inline)) int four_over_six_pick(
     double e6 = 0.0, e4 = 0.0;
     for (int64_t m = 0; m < n; m += w) {
         if (w == 16) {
-            double a6[4], a4[4];
-            for (int l = 0; l < 4; l++) {
-                a6[l] = (double)d6[m + l] * (double)d6[m + l];
-                a4[l] = (double)d4[m + l] * (double)d4[m + l];
-            }
-            for (int g = 4; g < 16; g += 4)
-                for (int l = 0; l < 4; l++) {
-                    a6[l] += (double)d6[m + g + l] * (double)d6[m + g + l];
-                    a4[l] += (double)d4[m + g + l] * (double)d4[m + g + l];
-                }
-            e6 += ((a6[0] + a6[1]) + a6[2]) + a6[3];
-            e4 += ((a4[0] + a4[1]) + a4[2]) + a4[3];
+            e6 += squares16(d6 + m);
+            e4 += squares16(d4 + m);
         } else {
             for (int64_t t = m; t < m + w; t++) {
                 e6 += (double)d6[t] * (double)d6[t];
