@@ -6,6 +6,8 @@ tensor, each paying torch's per-op cost; the fused kernel does the amax pass and
 scale-round-dequantize pass. Its results are bit-identical to the torch path (tested per
 mode), so whether a worker has a compiler changes speed, never numerics. Without one
 (or with RCPFORGE_QKERNEL=0) everything runs on the torch path, after one warning.
+It also makes stochastic rounding's uniform draws (`uniform`): torch.rand's numbers
+from a copy of torch's CPU generator, checked against torch.rand once a process.
 
 The library is built with -march=native, so the cache key holds the CPU's feature flags:
 a cache directory shared by different machines (a cluster's home) keeps one build per
