@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import math
 import os
 import platform
 import shutil
@@ -185,9 +186,7 @@ def uniform(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | No
     numbers and the generator left in the same state, drawn by the fused kernel where it
     is built and the draw is large enough to gain from it."""
     global _draws_checked
-    n = 1
-    for d in shape:
-        n *= int(d)
+    n = math.prod(shape)
     g = torch.default_generator if generator is None else generator
     if n >= _MIN_KERNEL_DRAWS and g.device.type == "cpu" and available():
         if _draws_checked is None:

@@ -252,9 +252,8 @@ static inline __attribute__((always_inline)) int four_over_six_pick(
         }
     }
     /* Summed in torch's order for `.double().square().sum(dims)` (torch 2.13, measured):
-     * a row of 16 into 4 running sums (element t into sum t % 4), those added in turn,
-     * then the rows in turn. Four independent chains instead of one per block also let
-     * blocks overlap (4-over-6 was 2.6x plain NVFP4's kernel time with one chain). */
+     * each row of 16 as squares16 does, then the rows in turn. Rows of another width
+     * (written recipes only) stay in element order, torch's order for them not pinned. */
     double e6 = 0.0, e4 = 0.0;
     for (int64_t m = 0; m < n; m += w) {
         if (w == 16) {
