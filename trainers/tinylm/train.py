@@ -27,8 +27,9 @@ from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 EVAL_BATCH = 256
 
 
-def _autocast(device: torch.device):
-    # Everything that is not a quantized GEMM input runs in the BF16 reference precision.
+def reference_precision(device: torch.device):
+    """The context a step's forward pass runs in: everything that is not a quantized
+    GEMM input runs in the BF16 reference precision (BF16 autocast)."""
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
@@ -53,7 +54,7 @@ def evaluate(model: TinyLM, eval_set: EvalSet) -> dict[str, float]:
     total, count = 0.0, 0
     for i in range(0, len(seqs), EVAL_BATCH):
         chunk = seqs[i : i + EVAL_BATCH]
-        with _autocast(device):
+        with reference_precision(device):
             loss = model(chunk[:, :-1], chunk[:, 1:])
         total += float(loss) * chunk.shape[0]
         count += chunk.shape[0]
@@ -187,7 +188,7 @@ class TinyLMTrainer:
                 group["lr"] = lr_at(tokens, hp)
             # count numeric telemetry only on the last steps before an eval
             telemetry.active = next_eval - tokens <= cfg.telemetry_steps * tokens_per_step
-            with _autocast(device):
+            with reference_precision(device):
                 try:
                     loss = forward(batch[:, :-1], batch[:, 1:])
                 except Exception as err:
