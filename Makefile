@@ -17,10 +17,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Timed from the campaign's start (the venv is built by then): the README's promise is this figure.
 demo: $(STAMP)
-	$(BIN)/rcpforge run $(DEMO)
-	$(BIN)/rcpforge analyze $(DEMO) --out demo-out
-	$(BIN)/rcpforge report $(DEMO) --out demo-out/report.html
+	@start=$$(date +%s); \
+	$(BIN)/rcpforge run $(DEMO) && \
+	$(BIN)/rcpforge analyze $(DEMO) --out demo-out && \
+	$(BIN)/rcpforge report $(DEMO) --out demo-out/report.html && \
+	echo "make demo: campaign, analysis and report in $$(( $$(date +%s) - start )) s"
 
 # ruff and mypy against the baseline in pyproject.toml: a new finding fails, today's are listed there.
 lint: $(STAMP)

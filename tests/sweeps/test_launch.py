@@ -127,8 +127,11 @@ def test_tune_refuses_a_gang_campaign_and_says_what_to_tune_instead(tmp_path):
     assert select_cells(single, None, None)  # one-process campaigns tune as before
 
 
-def test_a_one_process_runs_key_is_what_it_was_before_runs_could_be_gangs():
-    from trainers.contract import RunSpec
+def test_a_one_process_runs_key_is_what_it_was_before_runs_could_be_gangs(monkeypatch):
+    from trainers.contract import RunSpec, revisions
+
+    # but for the tiny LM's CPU numerics revision, which every tiny-LM CPU run's key has since
+    monkeypatch.setattr(revisions, "TRAINER_REVISIONS", {})
 
     spec = RunSpec(campaign="c", recipe="fp8_delayed", batch_size=16, seed=3,
                    hparams={"lr": 0.01, "warmup_tokens": 8192},

@@ -5,7 +5,6 @@ and its way into the run's MLLOG and tags."""
 from __future__ import annotations
 
 import pytest
-import torch.nn.functional as F
 from mlperf_logging.rcp_checker import rcp_checker
 
 from sweeps.expand import expand
@@ -16,6 +15,7 @@ from trainers.contract.mllog.read import PRECISION_MAP_KEY, facts_tags, run_fact
 from trainers.contract.mllog.write import MllogReporter, MllogWriter
 from trainers.contract.schema import TAG_PRECISION_MAP
 from trainers.layer_map import disclosed_precisions, layer_names, precision_map
+from trainers.precision import reference
 from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
 from trainers.precision.linear import QuantizedGemm
 from trainers.recipes import RECIPES, mlperf_precision, resolve_recipe
@@ -103,7 +103,7 @@ def test_the_map_is_what_the_model_runs_before_and_after_the_switch():
     assert running() == said(before)
     assert running()["blocks.0.attn_pv"] == "quantized" and running()["blocks.1.attn_pv"] == "bf16"
     switch_recipe(model, recipe.switch.to, 2)
-    assert running() == said(after) and all(b.fc2.gemm is F.linear for b in model.blocks)
+    assert running() == said(after) and all(b.fc2.gemm is reference.linear for b in model.blocks)
 
 
 MLPERF = ("lowest_numerical_precision_in_linear", "lowest_numerical_precision_in_attn",

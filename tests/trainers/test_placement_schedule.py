@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch.nn.functional as F
 
 from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign, tiny_run_specs
 from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
+from trainers.precision import reference
 from trainers.precision.layers import gemm_factory
 from trainers.precision.linear import QuantizedGemm
 from trainers.recipes import resolve_recipe
@@ -21,7 +21,7 @@ def test_placement_keeps_the_first_and_last_blocks_and_named_layers_in_bf16():
     quantized = {f"blocks.{i}.{g}" for i in range(4) for g in ("qkv", "proj", "fc1", "fc2")
                  if isinstance(make(f"blocks.{i}.{g}"), QuantizedGemm)}
     assert quantized == {"blocks.1.qkv", "blocks.1.proj", "blocks.1.fc1", "blocks.2.proj", "blocks.2.fc1"}
-    assert gemm_factory(resolve_recipe("fp8_tensorwise"), n_blocks=4)("blocks.0.fc2") is not F.linear
+    assert gemm_factory(resolve_recipe("fp8_tensorwise"), n_blocks=4)("blocks.0.fc2") is not reference.linear
 
 
 def _curve(spec, folder):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 import yaml
 
 from sweeps.spec import CampaignError, parse_campaign
@@ -17,6 +16,7 @@ from tests.helpers.cli import invoke, one_line_usage_error
 from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
 from trainers.contract import revisions
 from trainers.layer_map import disclosed_precisions, precision_map
+from trainers.precision import reference
 from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
 from trainers.precision.linear import QuantizedGemm
 from trainers.recipes import RECIPES, resolve_recipe, validate_recipe_options
@@ -73,12 +73,12 @@ def test_the_switch_rebuilds_each_gemm_under_the_target_with_its_placement_and_f
     after = {n: m.gemm for n, m in model.named_modules() if hasattr(m, "gemm")}
     said = precision_map(recipe, 2, 16, 1024)["phases"][1]["layers"]
     for name, gemm in after.items():
-        assert (gemm is F.linear) == (said[name] == ["bf16"] * 3), name
-        if gemm is not F.linear:
+        assert (gemm is reference.linear) == (said[name] == ["bf16"] * 3), name
+        if gemm is not reference.linear:
             assert gemm is not before[name] and gemm.recipe.opts.margin == 1 and not gemm._delayed  # fresh state
             # the second phase's stochastic-rounding stream is not the first phase's again
             assert gemm.generator.initial_seed() != before[name].generator.initial_seed()
-    assert {n for n, g in after.items() if g is F.linear} == {"blocks.0.fc2", "blocks.1.fc2"}
+    assert {n for n, g in after.items() if g is reference.linear} == {"blocks.0.fc2", "blocks.1.fc2"}
     assert all(b.attn_fn is not None and b.attn_fn.qk and b.attn_fn.pv for b in model.blocks)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainers.contract.revisions import recipe_revision
+from trainers.contract.revisions import recipe_revision, trainer_revision
 
 # Bump when the meaning of a RunSpec field changes, so old ledgers are not reused.
 RUN_KEY_VERSION = 1
@@ -129,6 +129,8 @@ class RunSpec(_Frozen):
         target = _switch_target(self.recipe_options)
         if target is not None and recipe_revision(target) > 1:  # the recipe a schedule switches to
             decisive["_switch_revision"] = recipe_revision(target)
+        if trainer_revision(self.trainer) > 1:  # the trainer's numerics on its device
+            decisive["_trainer_revision"] = trainer_revision(self.trainer)
         blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

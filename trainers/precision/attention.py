@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from trainers.precision import reference
 from trainers.precision.linear import _autocast_off, _autocast_restore
 from trainers.precision.quantize import fake_quant_tensorwise
 
@@ -42,7 +43,7 @@ class _Fp8Matmul(torch.autograd.Function):
 
 
 def _matmul(fp8: bool, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return _Fp8Matmul.apply(a, b) if fp8 else a.float() @ b.float()
+    return _Fp8Matmul.apply(a, b) if fp8 else reference.matmul(a, b)
 
 
 class Fp8Attention:

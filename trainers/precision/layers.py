@@ -8,9 +8,9 @@ from dataclasses import replace
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from trainers.layer_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
+from trainers.precision import reference
 from trainers.precision.attention import Fp8Attention
 from trainers.precision.fused import TorchaoFp8Gemm
 from trainers.precision.linear import LinearFn, QuantizedGemm
@@ -39,7 +39,7 @@ def gemm_factory(
     def make(name: str) -> LinearFn:
         index = next(counter)
         if recipe.is_reference or in_bf16(name, opts, n_blocks):
-            return F.linear
+            return reference.linear
         if fp8_gemm == "torchao":
             return TorchaoFp8Gemm(recipe, name)
         real = None if fp8_gemm is None else fp8_gemm == "scaled_mm"

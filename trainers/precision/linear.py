@@ -15,9 +15,7 @@ import math
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
-
-from trainers.precision import gpu, kernels
+from trainers.precision import gpu, kernels, reference
 from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
 from trainers.precision.quantize import (
     Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
@@ -286,11 +284,16 @@ def _stack(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _mm(a: Quantized, b: Quantized, bias: torch.Tensor | None = None) -> torch.Tensor:
     """a @ b^T (+ bias). BF16-exact operands whose factors are constant along the
-    contraction multiply on the fast BF16 path (FP32 accumulation, the output rounded to
-    BF16 as a hardware low-precision GEMM does; the per-tensor and per-row FP32 factors
-    are then applied to the output); others in FP32 on the dequantized values."""
+    contraction multiply as a BF16 GEMM (FP32 accumulation, the output rounded to BF16
+    as a hardware low-precision GEMM does; the per-tensor and per-row FP32 factors are
+    then applied to the output): on a CPU as an FP32 GEMM of the BF16-exact cores
+    (trainers/precision/reference.py), elsewhere natively. Others in FP32 on the
+    dequantized values."""
     if a.output_factored and b.output_factored:
-        out = a.bf16() @ b.bf16().t()
+        if a.core.is_cpu:
+            out = reference.gemm_bf16_out(a.core.float(), b.core.float().t())
+        else:
+            out = a.bf16() @ b.bf16().t()
         factor = a.multiplier * b.multiplier / (a.divisor * b.divisor)
         if kernels.usable_for_epilogue(out):
             return kernels.epilogue(out, factor, a.row_div, b.row_div, bias)
@@ -306,6 +309,14 @@ def _mm(a: Quantized, b: Quantized, bias: torch.Tensor | None = None) -> torch.T
     return out if bias is None else out + bias.float()
 
 
+def _bf16_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b as the bf16 recipe's GEMM (operands rounded to BF16, FP32 accumulation, the
+    output rounded to BF16), returned in FP32."""
+    if a.is_cpu:
+        return reference.gemm_bf16_out(reference.bf16_values(a), reference.bf16_values(b)).float()
+    return (a.bfloat16() @ b.bfloat16()).float()
+
+
 def _backward_override(backward: str, dy2, x2, w, xq: Quantized, wq: Quantized):
     """TransformerEngine's backward override. high_precision: dgrad and wgrad on the
     unquantized tensors in BF16 (dY, W and x rounded to BF16, FP32 accumulation, the
@@ -313,9 +324,9 @@ def _backward_override(backward: str, dy2, x2, w, xq: Quantized, wq: Quantized):
     forward's quantized-then-dequantized W and x (reused transposed, whatever the
     scaling: no fresh quantization along the other dimension) and dY in BF16 (no
     quantization of dY)."""
-    dy_h = dy2.bfloat16()
     if backward == "high_precision":
-        return (dy_h @ w.bfloat16()).float(), (dy_h.t() @ x2.bfloat16()).float()
+        return _bf16_gemm(dy2, w), _bf16_gemm(dy2.t(), x2)
+    dy_h = dy2.bfloat16()
     dyq = Quantized(dy_h.float(), _bf16=dy_h)
     return _mm(dyq, wq.t()), _mm(dyq.t(), xq.t())
 
@@ -337,7 +348,7 @@ def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quant
     dx = _mm(dyq, wt)
     # wgrad dW = dY^T . X contracts over the tokens
     if recipe.wgrad_hp:  # in the reference precision, as the bf16 recipe's wgrad
-        return dx, (dy2.t().bfloat16() @ x2.bfloat16()).float()
+        return dx, _bf16_gemm(dy2.t(), x2)
     dy_w, x_w = ("dy_wgrad" if recipe.dy_wgrad else "dy"), ("x_wgrad" if recipe.x_wgrad else "x")
     if recipe.hadamard_wgrad:  # one H for both operands, so that it cancels in the product
         h = gemm.wgrad_hadamard()
@@ -358,5 +369,5 @@ def linear_for(
 ) -> LinearFn:
     """The GEMM function one linear layer of a recipe calls (a new state per call)."""
     if recipe.is_reference:
-        return F.linear
+        return reference.linear
     return QuantizedGemm(recipe, name, telemetry, seed)

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from trainers.precision import reference
 from trainers.precision.linear import LinearFn
 from trainers.tinylm.settings import TinyLMSettings
 
@@ -62,12 +63,14 @@ class Block(nn.Module):
         if self.attn_fn is not None:
             return self.attn_fn(q, k, v, self.cap)
         if self.cap is None:
+            if q.is_cpu:  # BF16 GEMMs at FP32 GEMM speed (trainers/precision/reference.py)
+                return reference.attention(q, k, v)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         t = q.shape[-2]
-        logits = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        logits = reference.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
         logits = self.cap * torch.tanh(logits / self.cap)
         mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-        return logits.masked_fill(~mask, float("-inf")).softmax(-1).to(v.dtype) @ v
+        return reference.matmul(logits.masked_fill(~mask, float("-inf")).softmax(-1).to(v.dtype), v)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -113,5 +116,5 @@ class TinyLM(nn.Module):
             x = block(x)
             if self.residual is not None:
                 x = self.residual(x)
-        logits = self.head(self.ln_f(x)).float()
+        logits = reference.linear(self.ln_f(x), self.head.weight).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

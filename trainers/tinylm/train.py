@@ -3,6 +3,7 @@ the token budget, or divergence. All randomness derives from the run's seed."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -29,7 +30,13 @@ EVAL_BATCH = 256
 
 def reference_precision(device: torch.device):
     """The context a step's forward pass runs in: everything that is not a quantized
-    GEMM input runs in the BF16 reference precision (BF16 autocast)."""
+    GEMM input runs in the BF16 reference precision. On CUDA that is BF16 autocast. On a
+    CPU the model's BF16 GEMMs are its own (trainers/precision/reference.py: BF16
+    operands, FP32 accumulation, BF16 outputs, as autocast's), so no autocast: every other
+    op runs in the dtype it runs in under CPU autocast anyway (norms, activations and
+    softmax in their input's dtype)."""
+    if device.type == "cpu":
+        return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.precision import quantize
+from trainers.precision import quantize, reference
 from trainers.precision.hadamard import hadamard_last_dim
 from trainers.precision.layers import gemm_factory, residual_quantizer
 from trainers.precision.linear import QuantizedGemm
@@ -229,7 +229,7 @@ def test_bf16_last_blocks_and_residual_ablation():
     for name in ("blocks.0.qkv", "blocks.1.fc2", "blocks.2.qkv", "blocks.2.fc1"):
         made[name] = factory(name)
     assert isinstance(made["blocks.0.qkv"], QuantizedGemm) and isinstance(made["blocks.1.fc2"], QuantizedGemm)
-    assert made["blocks.2.qkv"] is torch.nn.functional.linear
+    assert made["blocks.2.qkv"] is reference.linear
     assert residual_quantizer(resolve_recipe("fp8_tensorwise")) is None
     res = residual_quantizer(resolve_recipe("fp8_tensorwise", {"quantize_residual": True}))
     x = torch.randn(2, 8, 64, requires_grad=True)

@@ -10,13 +10,12 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from sweeps.expand import expand
 from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 from tests.trainers.test_tinylm import Recorder
-from trainers.precision import kernels, quantize
+from trainers.precision import kernels, quantize, reference
 from trainers.precision.linear import QuantizedGemm
 from trainers.recipes import RecipeError, resolve_recipe, same_gemms, validate_recipe_options
 from trainers.tinylm.train import TinyLMTrainer
@@ -324,11 +323,10 @@ def test_a_written_rowscaled_operand_refuses_a_tile():
 
 
 def _bf16_reference(x, w, dy):
-    """The bf16 recipe's GEMM: F.linear under CPU autocast, its gradients."""
+    """The bf16 recipe's GEMM on a CPU (trainers/precision/reference.py), its gradients."""
     xb = x.bfloat16().requires_grad_(True)
     wp = w.clone().requires_grad_(True)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = F.linear(xb, wp)
+    out = reference.linear(xb, wp)
     out.backward(dy.bfloat16())
     return xb.grad.float(), wp.grad
 
