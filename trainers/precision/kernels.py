@@ -202,7 +202,6 @@ def uniform(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | No
 
 class Fused(NamedTuple):
     core: torch.Tensor
-    bf16: torch.Tensor | None  # the core's BF16 copy, if asked
     amax: float  # the tensor's amax (per-tensor modes)
     scale: float  # the tensorwise scale (`tensor`) or the NVFP4 global scale
     scales: torch.Tensor | None  # factored: each tile's scale, [tile row, tile column]
@@ -214,7 +213,7 @@ def usable_for_epilogue(out: torch.Tensor) -> bool:
 
 def fused_quantize(
     x: torch.Tensor, f: ElementFormat, tile: tuple[int, int], mode: str, *,
-    given: float = 1.0, u: torch.Tensor | None = None, bf16: bool = False, factored: bool = False,
+    given: float = 1.0, u: torch.Tensor | None = None, factored: bool = False,
 ) -> Fused:
     """Fake-quantize the 2-D float32 tensor x in tiles of `tile` (see qkernel.c's Mode
     for what each mode scales by and what the core is). `factored` (fp32, pow2): the
@@ -224,7 +223,6 @@ def fused_quantize(
     x = x.contiguous()
     rows, cols = x.shape
     core = torch.empty_like(x)
-    half = torch.empty_like(x, dtype=torch.bfloat16) if bf16 else None
     scales = torch.empty((-(-rows // tile[0]), -(-cols // tile[1]))) if factored else None
     if mode == "nvfp4_rowscaled":  # the encode scale of each row (1-D blocks)
         assert tile[0] == 1
@@ -233,15 +231,15 @@ def fused_quantize(
     lib.rcpf_quantize(
         x.data_ptr(), rows, cols, tile[0], tile[1], MODES[mode], f.max, f.emin, f.mbits, f.emax,
         given, None if u is None else u.data_ptr(), core.data_ptr(),
-        None if half is None else half.data_ptr(), ctypes.addressof(info),
+        None, ctypes.addressof(info),  # no BF16 copy: a CPU's BF16 GEMMs take the FP32 core
         None if scales is None else scales.data_ptr(),
     )
-    return Fused(core, half, info[0], info[1], scales)
+    return Fused(core, info[0], info[1], scales)
 
 
 def fused_quantize_t(
     x: torch.Tensor, f: ElementFormat, block: int, mode: str, *,
-    u: torch.Tensor | None = None, bf16: bool = False, factored: bool = False,
+    u: torch.Tensor | None = None, factored: bool = False,
 ) -> Fused:
     """fused_quantize of x in 1-D blocks along its last dimension (a block mode), for an
     x whose transpose is contiguous (`w.t()`, `dy.t()`): the kernel reads the original
@@ -252,17 +250,16 @@ def fused_quantize_t(
     assert lib is not None and x.dim() == 2 and orig.is_contiguous() and mode in MODES
     rows, cols = orig.shape
     core = torch.empty_like(orig)
-    half = torch.empty_like(orig, dtype=torch.bfloat16) if bf16 else None
     scales = torch.empty((-(-rows // block), cols)) if factored else None
     info = (ctypes.c_double * 2)(0.0, 1.0)
     if lib.rcpf_quantize_t(
         orig.data_ptr(), rows, cols, block, MODES[mode], f.max, f.emin, f.mbits, f.emax,
         None if u is None else u.data_ptr(), core.data_ptr(),
-        None if half is None else half.data_ptr(), ctypes.addressof(info),
+        None, ctypes.addressof(info),  # no BF16 copy: a CPU's BF16 GEMMs take the FP32 core
         None if scales is None else scales.data_ptr(),
     ):
         raise MemoryError(f"fused quantizer: no memory for {cols} column scales")
-    return Fused(core.t(), None if half is None else half.t(), info[0], info[1],
+    return Fused(core.t(), info[0], info[1],
                  None if scales is None else scales.t())
 
 

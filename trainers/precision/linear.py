@@ -168,7 +168,7 @@ class QuantizedGemm:
         `_stackable`), else one after the other (a first, as the SR stream expects)."""
         if not kernels.usable(a) and self._stackable(a_which, b_which):
             both = self.quantize_factored(_stack(a, b), a_which)
-            if both.exact:
+            if both.exact and not both.core.is_cpu:  # a CPU's BF16 GEMMs take the FP32 core
                 both.bf16()  # one cast, shared by the two halves
             return both.split(a.shape[0])
         # the fused kernel reads transposed views in place: no stacking, no copies

@@ -324,23 +324,20 @@ def _fused(
     exact = scale_mode != "fp32" or mode == "tensor" or factored
     if tile[0] == 1 and mode != "tensor" and flat and rows > 1 and x.stride() == (1, rows):
         # the transposed copy of an operand: read in place, blocks down the columns
-        r = kernels.fused_quantize_t(x, f, tile[1], mode, u=u, bf16=exact, factored=factored)
+        r = kernels.fused_quantize_t(x, f, tile[1], mode, u=u, factored=factored)
     else:
-        r = kernels.fused_quantize(x2, f, tile, mode, u=u, bf16=exact, factored=factored)
-    core, half = r.core, r.bf16
-    if not flat:
-        core = core.view(x.shape)
-        half = half.view(x.shape) if half is not None else None
+        r = kernels.fused_quantize(x2, f, tile, mode, u=u, factored=factored)
+    core = r.core if flat else r.core.view(x.shape)
     if mode == "tensor":
-        return Quantized(core, divisor=r.scale, _bf16=half)
+        return Quantized(core, divisor=r.scale)
     if mode == "nvfp4_rowscaled":
         assert r.scales is not None
-        return Quantized(core, row_div=r.scales.view(*x.shape[:-1], 1), _bf16=half)
+        return Quantized(core, row_div=r.scales.view(*x.shape[:-1], 1))
     if nvfp4:
-        return Quantized(core, multiplier=r.scale, _bf16=half)
+        return Quantized(core, multiplier=r.scale)
     if factored:
-        return Quantized(core, _bf16=half, **_tile_factors(r.scales, tile, x.shape))
-    return Quantized(core, exact=exact, _bf16=half)
+        return Quantized(core, **_tile_factors(r.scales, tile, x.shape))
+    return Quantized(core, exact=exact)
 
 
 def quantize_delayed(x: torch.Tensor, fmt: str, scale: float) -> tuple[Quantized, float]:
@@ -348,8 +345,8 @@ def quantize_delayed(x: torch.Tensor, fmt: str, scale: float) -> tuple[Quantized
     and return abs_max(x) for the history, in one fused pass where it can."""
     x = x.float()
     if kernels.usable(x) and x.dim() == 2:
-        r = kernels.fused_quantize(x, get_format(fmt), (1, 1), "given", given=scale, bf16=True)
-        return Quantized(r.core, divisor=scale, _bf16=r.bf16), r.amax
+        r = kernels.fused_quantize(x, get_format(fmt), (1, 1), "given", given=scale)
+        return Quantized(r.core, divisor=scale), r.amax
     return quantize_with_scale(x, fmt, scale)[0], abs_max(x)
 
 

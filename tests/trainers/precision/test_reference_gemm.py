@@ -203,3 +203,47 @@ def test_only_the_tiny_lm_on_a_cpu_gets_new_run_keys(monkeypatch):
     assert cpu.run_key != before["cpu"] and fp8_cpu.run_key != before["fp8_cpu"]
     monkeypatch.setattr(revisions, "TRAINER_REVISIONS", {})
     assert (cpu.run_key, fp8_cpu.run_key) == (before["cpu"], before["fp8_cpu"])
+
+
+# Eval losses (float.hex) of 8 steps of the tiny campaign's batch-16 run of each recipe,
+# by the CPU's kernel capability (torch.backends.cpu.get_cpu_capability()): the numerics
+# of this revision, computed when it was made (3982eea). Speed-ups since must keep every
+# bit; a change that moves them is a new revision (trainers/contract/revisions.py).
+PINNED = {
+    "AVX2": {
+        "bf16": ["0x1.ff45c80000000p+0", "0x1.f2aa2c0000000p+0", "0x1.d10b0e0000000p+0", "0x1.c191de0000000p+0"],
+        "fp8_tensorwise": ["0x1.ff5bc80000000p+0", "0x1.f2cc780000000p+0", "0x1.d09cbe0000000p+0",
+                           "0x1.c04e920000000p+0"],
+        "fp8_delayed": ["0x1.ff53500000000p+0", "0x1.f2ac340000000p+0", "0x1.d153600000000p+0", "0x1.c0f7280000000p+0"],
+        "mxfp8": ["0x1.ff4fd40000000p+0", "0x1.f2b7d00000000p+0", "0x1.d091560000000p+0", "0x1.c09c320000000p+0"],
+        "nvfp4": ["0x1.ff945c0000000p+0", "0x1.f18fec0000000p+0", "0x1.d0a7b00000000p+0", "0x1.c170a60000000p+0"],
+        "mxfp4": ["0x1.ffd4320000000p+0", "0x1.f30d700000000p+0", "0x1.d0e7620000000p+0", "0x1.c263b60000000p+0"],
+        "mor": ["0x1.ff495a0000000p+0", "0x1.f2796e0000000p+0", "0x1.d07d460000000p+0", "0x1.c068d20000000p+0"],
+    },
+}
+
+
+def test_the_cpu_revisions_numbers_are_pinned_bit_for_bit():
+    from tests.helpers.campaigns import tiny_run_specs
+    from trainers.tinylm.train import TinyLMTrainer
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in PINNED:
+        pytest.skip(f"pinned on {sorted(PINNED)} CPUs; FP32 GEMM kernels of {capability} sum in another order")
+    specs = tiny_run_specs(list(PINNED[capability]), max_tokens=1024)
+
+    class Points:
+        output_dir = None
+
+        def __init__(self) -> None:
+            self.losses: list[str] = []
+
+        def eval_point(self, point) -> None:
+            self.losses.append(float(point.metrics["eval_loss"]).hex())
+
+    got = {}
+    for name in PINNED[capability]:
+        points = Points()
+        TinyLMTrainer().train(specs[name], points)
+        got[name] = points.losses
+    assert got == PINNED[capability]
