@@ -1,8 +1,10 @@
 """Training-step time of every precision recipe relative to bf16, measured in the same run,
 and torchao's emulated Float8Linear (tensorwise FP8) as the outside baseline.
 
-A step is what the tiny-LM trainer does per batch: BF16 autocast forward, backward,
-gradient clipping and AdamW. Recipes are timed in interleaved rounds (so a change in
+A step is what the tiny-LM trainer does per batch: the forward in the trainer's reference
+precision (trainers/tinylm/train.py `reference_precision`: on a CPU the model's own BF16
+GEMMs, no autocast), backward, gradient clipping and AdamW; torchao's model runs under BF16
+autocast, as its docs have it. Recipes are timed in interleaved rounds (so a change in
 machine load hits them all alike) and each figure is the median over rounds.
 
     PYTHONPATH=. python benchmarks/recipe_overhead.py            # the quickstart model
@@ -26,6 +28,7 @@ from trainers.precision.layers import attention_factory, gemm_factory
 from trainers.recipes import RECIPES, resolve_recipe
 from trainers.tinylm.data import Batches
 from trainers.tinylm.model import TinyLM
+from trainers.tinylm.train import reference_precision
 from trainers.tinylm.settings import MarkovData, TinyLMSettings
 
 FP8 = ["fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp", "fp8_block", "mxfp8", "mor"]
@@ -59,12 +62,13 @@ def _torchao_model(cfg: TinyLMSettings, vocab: int) -> torch.nn.Module | None:
     return model
 
 
-def _stepper(model: torch.nn.Module, batches: Batches, batch_size: int):
+def _stepper(model: torch.nn.Module, batches: Batches, batch_size: int, autocast: bool = False):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     batch = torch.from_numpy(batches.next(batch_size))
+    cpu = torch.device("cpu")
 
     def step() -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16) if autocast else reference_precision(cpu):
             loss = model(batch[:, :-1], batch[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -103,7 +107,7 @@ def main() -> None:
         steppers[label] = _stepper(model, batches, args.batch)
     ao = _torchao_model(cfg, batches.vocab)
     if ao is not None:
-        steppers[TORCHAO] = _stepper(ao, batches, args.batch)
+        steppers[TORCHAO] = _stepper(ao, batches, args.batch, autocast=True)
     for step in steppers.values():  # warm-up
         for _ in range(3):
             step()
