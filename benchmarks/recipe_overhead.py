@@ -28,8 +28,8 @@ from trainers.precision.layers import attention_factory, gemm_factory
 from trainers.recipes import RECIPES, resolve_recipe
 from trainers.tinylm.data import Batches
 from trainers.tinylm.model import TinyLM
-from trainers.tinylm.train import reference_precision
 from trainers.tinylm.settings import MarkovData, TinyLMSettings
+from trainers.tinylm.train import reference_precision
 
 FP8 = ["fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp", "fp8_block", "mxfp8", "mor"]
 FP4 = ["mxfp4", "mxfp4_sr_rht", "mxfp4_dethad", "nvfp4"]
