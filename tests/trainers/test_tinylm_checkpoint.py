@@ -54,8 +54,9 @@ def _spec(every: int | None, recipe: str = "fp8_tensorwise"):
 
 
 # nvfp4 draws stochastic-rounding numbers and fp8_delayed keeps amax histories: state
-# outside the model and optimizer that the checkpoint must carry too.
-@pytest.mark.parametrize("recipe", ["fp8_tensorwise", "nvfp4", "fp8_delayed"])
+# outside the model and optimizer that the checkpoint must carry too; bf16 runs the CPU's
+# own BF16 GEMMs (trainers/precision/reference.py).
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_tensorwise", "nvfp4", "fp8_delayed"])
 def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, recipe):
     spec = _spec(every=2, recipe=recipe)
     whole = Recorder(tmp_path / "whole")
