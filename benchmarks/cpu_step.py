@@ -45,7 +45,7 @@ from trainers.recipes import RECIPES, resolve_recipe
 from trainers.tinylm.data import Batches
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import LINEAR_LAYERS, MarkovData, TinyLMSettings
-from trainers.tinylm.train import reference_precision
+from trainers.tinylm.train import optimizer, reference_precision
 
 DEFAULT_RECIPES = "bf16,fp8_tensorwise,mxfp8,nvfp4,mxfp4"
 N_HEADS = 4
@@ -150,14 +150,10 @@ def _settings(args: argparse.Namespace, d_model: int) -> TinyLMSettings:
                           n_layers=args.layers, n_heads=N_HEADS)
 
 
-def _train_stepper(model: torch.nn.Module, batch: torch.Tensor, cfg: TinyLMSettings, precision: bool) -> Stepper:
+def _train_stepper(model: TinyLM, batch: torch.Tensor, cfg: TinyLMSettings, precision: bool) -> Stepper:
     """One training step as the trainer takes it (its parameter groups, AdamW, clipping);
     the forward in the trainer's precision context, or in plain FP32 when not `precision`."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (decay if p.dim() >= 2 and "pos" not in name and "tok" not in name else no_decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95))
+    opt = optimizer(model, cfg.weight_decay, 1e-3, (0.9, 0.95))
     inputs, targets = batch[:, :-1], batch[:, 1:]
 
     def step() -> None:

@@ -12,7 +12,7 @@ import math
 import torch
 
 from trainers.precision import reference
-from trainers.precision.linear import _autocast_off, _autocast_restore
+from trainers.precision.autocast import without_autocast
 from trainers.precision.quantize import fake_quant_tensorwise
 
 
@@ -22,24 +22,18 @@ class _Fp8Matmul(torch.autograd.Function):
     a per-tensor scale does not depend on the orientation)."""
 
     @staticmethod
+    @without_autocast
     def forward(ctx, a, b):
-        state = _autocast_off()
-        try:
-            aq, bq = fake_quant_tensorwise(a.float(), "e4m3"), fake_quant_tensorwise(b.float(), "e4m3")
-            ctx.save_for_backward(aq, bq)
-            return aq @ bq
-        finally:
-            _autocast_restore(state)
+        aq, bq = fake_quant_tensorwise(a.float(), "e4m3"), fake_quant_tensorwise(b.float(), "e4m3")
+        ctx.save_for_backward(aq, bq)
+        return aq @ bq
 
     @staticmethod
+    @without_autocast
     def backward(ctx, grad):
-        state = _autocast_off()
-        try:
-            aq, bq = ctx.saved_tensors
-            gq = fake_quant_tensorwise(grad.float(), "e5m2")
-            return gq @ bq.transpose(-2, -1), aq.transpose(-2, -1) @ gq
-        finally:
-            _autocast_restore(state)
+        aq, bq = ctx.saved_tensors
+        gq = fake_quant_tensorwise(grad.float(), "e5m2")
+        return gq @ bq.transpose(-2, -1), aq.transpose(-2, -1) @ gq
 
 
 def _matmul(fp8: bool, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

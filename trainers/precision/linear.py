@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 from trainers.precision import gpu, kernels, reference
+from trainers.precision.autocast import without_autocast
 from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
 from trainers.precision.quantize import (
     Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
@@ -201,19 +202,10 @@ class _QuantizedLinear(torch.autograd.Function):
     # FP32 operands with FP32 accumulation (or on real FP8 operands). The inputs arrive
     # as they are (a BF16 activation under autocast): the emulated path makes them FP32
     # (exact), the real FP8 path casts BF16 to float8 without an FP32 copy, and autograd
-    # casts the FP32 dX back to the input's dtype. Autocast is switched off and on by
-    # hand: torch.amp.custom_fwd and autocast context managers cost tens of microseconds
-    # per layer, a sizeable part of a small model's step.
+    # casts the FP32 dX back to the input's dtype.
     @staticmethod
+    @without_autocast
     def forward(ctx, x, weight, bias, gemm: QuantizedGemm):
-        state = _autocast_off()
-        try:
-            return _QuantizedLinear._forward(ctx, x, weight, bias, gemm)
-        finally:
-            _autocast_restore(state)
-
-    @staticmethod
-    def _forward(ctx, x, weight, bias, gemm: QuantizedGemm):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         w = weight.float()
@@ -234,15 +226,8 @@ class _QuantizedLinear(torch.autograd.Function):
         return out.reshape(*shape[:-1], -1)
 
     @staticmethod
+    @without_autocast
     def backward(ctx, dy):
-        state = _autocast_off()
-        try:
-            return _QuantizedLinear._backward(ctx, dy)
-        finally:
-            _autocast_restore(state)
-
-    @staticmethod
-    def _backward(ctx, dy):
         gemm: QuantizedGemm = ctx.gemm
         dy2 = dy.reshape(-1, dy.shape[-1]).float()
         if ctx.real:
@@ -252,23 +237,6 @@ class _QuantizedLinear(torch.autograd.Function):
             del ctx.quantized
         db = dy2.sum(0) if ctx.has_bias else None
         return dx.reshape(ctx.shape), dw, db, None
-
-
-_AUTOCAST_DEVICES = ("cpu", "cuda")
-
-
-def _autocast_off() -> tuple[bool, ...]:
-    state = tuple(torch.is_autocast_enabled(d) for d in _AUTOCAST_DEVICES)
-    for device, on in zip(_AUTOCAST_DEVICES, state):
-        if on:
-            torch.set_autocast_enabled(device, False)
-    return state
-
-
-def _autocast_restore(state: tuple[bool, ...]) -> None:
-    for device, on in zip(_AUTOCAST_DEVICES, state):
-        if on:
-            torch.set_autocast_enabled(device, True)
 
 
 def _stack(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -309,14 +277,6 @@ def _mm(a: Quantized, b: Quantized, bias: torch.Tensor | None = None) -> torch.T
     return out if bias is None else out + bias.float()
 
 
-def _bf16_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b as the bf16 recipe's GEMM (operands rounded to BF16, FP32 accumulation, the
-    output rounded to BF16), returned in FP32."""
-    if a.is_cpu:
-        return reference.gemm_bf16_out(reference.bf16_values(a), reference.bf16_values(b)).float()
-    return (a.bfloat16() @ b.bfloat16()).float()
-
-
 def _backward_override(backward: str, dy2, x2, w, xq: Quantized, wq: Quantized):
     """TransformerEngine's backward override. high_precision: dgrad and wgrad on the
     unquantized tensors in BF16 (dY, W and x rounded to BF16, FP32 accumulation, the
@@ -325,7 +285,7 @@ def _backward_override(backward: str, dy2, x2, w, xq: Quantized, wq: Quantized):
     scaling: no fresh quantization along the other dimension) and dY in BF16 (no
     quantization of dY)."""
     if backward == "high_precision":
-        return _bf16_gemm(dy2, w), _bf16_gemm(dy2.t(), x2)
+        return reference.gemm(dy2, w), reference.gemm(dy2.t(), x2)
     dy_h = dy2.bfloat16()
     dyq = Quantized(dy_h.float(), _bf16=dy_h)
     return _mm(dyq, wq.t()), _mm(dyq.t(), xq.t())
@@ -348,7 +308,7 @@ def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quant
     dx = _mm(dyq, wt)
     # wgrad dW = dY^T . X contracts over the tokens
     if recipe.wgrad_hp:  # in the reference precision, as the bf16 recipe's wgrad
-        return dx, _bf16_gemm(dy2.t(), x2)
+        return dx, reference.gemm(dy2.t(), x2)
     dy_w, x_w = ("dy_wgrad" if recipe.dy_wgrad else "dy"), ("x_wgrad" if recipe.x_wgrad else "x")
     if recipe.hadamard_wgrad:  # one H for both operands, so that it cancels in the product
         h = gemm.wgrad_hadamard()

@@ -39,14 +39,16 @@ import math
 import torch
 import torch.nn.functional as F
 
+from trainers.precision.autocast import without_autocast
+
 _BF16 = torch.bfloat16
 
 
 def bf16_values(t: torch.Tensor) -> torch.Tensor:
     """t rounded to BF16 (round to nearest even), held in FP32 (exact)."""
-    if t.dtype == torch.float32:
-        return t.bfloat16().float()
-    return t.float()
+    if t.dtype == _BF16:
+        return t.float()
+    return t.bfloat16().float()
 
 
 def gemm_bf16_out(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -55,59 +57,44 @@ def gemm_bf16_out(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a, b).bfloat16()
 
 
-def _autocast_off() -> bool:
-    # Called under CPU autocast (a test, a benchmark), torch.mm would run torch's BF16
-    # kernel again: the FP32 GEMMs here are the point.
-    on = torch.is_autocast_enabled("cpu")
-    if on:
-        torch.set_autocast_enabled("cpu", False)
-    return on
-
-
-def _autocast_restore(on: bool) -> None:
-    if on:
-        torch.set_autocast_enabled("cpu", True)
+def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b as the bf16 recipe's GEMM (operands rounded to BF16, FP32 accumulation, the
+    output rounded to BF16), widened to FP32: on a CPU as above, elsewhere natively."""
+    if a.is_cpu:
+        return gemm_bf16_out(bf16_values(a), bf16_values(b)).float()
+    return (a.bfloat16() @ b.bfloat16()).float()
 
 
 class _Linear(torch.autograd.Function):
     """y = x W^T + b as autocast's BF16 linear layer computes it, its GEMMs as above."""
 
     @staticmethod
+    @without_autocast
     def forward(ctx, x, weight, bias):
-        on = _autocast_off()
-        try:
-            x2 = bf16_values(x.reshape(-1, x.shape[-1]))
-            w = bf16_values(weight)
-            if bias is None:
-                out = torch.mm(x2, w.t())
-            else:
-                out = torch.addmm(bf16_values(bias), x2, w.t())
-            ctx.save_for_backward(x2, w)
-            ctx.shape, ctx.dtypes = x.shape, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-            return out.bfloat16().reshape(*x.shape[:-1], -1)
-        finally:
-            _autocast_restore(on)
+        x2 = bf16_values(x.reshape(-1, x.shape[-1]))
+        w = bf16_values(weight)
+        out = torch.mm(x2, w.t()) if bias is None else torch.addmm(bf16_values(bias), x2, w.t())
+        ctx.save_for_backward(x2, w)
+        ctx.shape, ctx.dtypes = x.shape, (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return out.bfloat16().reshape(*x.shape[:-1], -1)
 
     @staticmethod
+    @without_autocast
     def backward(ctx, grad):
-        on = _autocast_off()
-        try:
-            x2, w = ctx.saved_tensors
-            x_dtype, w_dtype, b_dtype = ctx.dtypes
-            g = grad.reshape(-1, grad.shape[-1])
-            g32 = bf16_values(g)
-            dx = dw = db = None
-            if ctx.needs_input_grad[0]:
-                dx = gemm_bf16_out(g32, w).to(x_dtype).reshape(ctx.shape)
-            if ctx.needs_input_grad[1]:
-                dw = gemm_bf16_out(g32.t(), x2).to(w_dtype)
-            if b_dtype is not None and ctx.needs_input_grad[2]:
-                # autocast's bias gradient: the BF16 output gradient summed over the
-                # tokens (FP32 accumulation, a BF16 result)
-                db = g.to(_BF16).sum(0).to(b_dtype)
-            return dx, dw, db
-        finally:
-            _autocast_restore(on)
+        x2, w = ctx.saved_tensors
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        g = grad.reshape(-1, grad.shape[-1])
+        g32 = bf16_values(g)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = gemm_bf16_out(g32, w).to(x_dtype).reshape(ctx.shape)
+        if ctx.needs_input_grad[1]:
+            dw = gemm_bf16_out(g32.t(), x2).to(w_dtype)
+        if b_dtype is not None and ctx.needs_input_grad[2]:
+            # autocast's bias gradient: the BF16 output gradient summed over the tokens
+            # (FP32 accumulation, a BF16 result)
+            db = g.to(_BF16).sum(0).to(b_dtype)
+        return dx, dw, db
 
 
 class _Matmul(torch.autograd.Function):
@@ -116,28 +103,22 @@ class _Matmul(torch.autograd.Function):
     each output rounded to BF16."""
 
     @staticmethod
+    @without_autocast
     def forward(ctx, a, b, fp32_out: bool):
-        on = _autocast_off()
-        try:
-            a32, b32 = bf16_values(a), bf16_values(b)
-            ctx.save_for_backward(a32, b32)
-            ctx.dtypes = (a.dtype, b.dtype)
-            out = torch.matmul(a32, b32)
-            return out if fp32_out else out.bfloat16()
-        finally:
-            _autocast_restore(on)
+        a32, b32 = bf16_values(a), bf16_values(b)
+        ctx.save_for_backward(a32, b32)
+        ctx.dtypes = (a.dtype, b.dtype)
+        out = torch.matmul(a32, b32)
+        return out if fp32_out else out.bfloat16()
 
     @staticmethod
+    @without_autocast
     def backward(ctx, grad):
-        on = _autocast_off()
-        try:
-            a32, b32 = ctx.saved_tensors
-            g32 = bf16_values(grad)
-            da = gemm_bf16_out(g32, b32.transpose(-2, -1)).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None
-            db = gemm_bf16_out(a32.transpose(-2, -1), g32).to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
-            return da, db, None
-        finally:
-            _autocast_restore(on)
+        a32, b32 = ctx.saved_tensors
+        g32 = bf16_values(grad)
+        da = gemm_bf16_out(g32, b32.transpose(-2, -1)).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None
+        db = gemm_bf16_out(a32.transpose(-2, -1), g32).to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
+        return da, db, None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -164,11 +145,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     into FP32, the softmax's backward in FP32, dS rounded to BF16 for dQ = dS K and
     dK = dS^T Q, and dV = P^T dO (each GEMM's output rounded to BF16)."""
     s = _Matmul.apply(q, k.transpose(-2, -1), True)
-    on = _autocast_off()
-    try:
-        t = q.shape[-2]
-        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-        p = (s * (1.0 / math.sqrt(q.shape[-1]))).masked_fill(~mask, float("-inf")).softmax(-1)
-    finally:
-        _autocast_restore(on)
-    return _Matmul.apply(p, v, False)
+    return _Matmul.apply(_causal_softmax(s, 1.0 / math.sqrt(q.shape[-1])), v, False)
+
+
+@without_autocast
+def _causal_softmax(s: torch.Tensor, scale: float) -> torch.Tensor:
+    t = s.shape[-1]
+    mask = torch.ones(t, t, dtype=torch.bool, device=s.device).tril()
+    return (s * scale).masked_fill(~mask, float("-inf")).softmax(-1)

@@ -55,10 +55,8 @@ def test_matmul_and_a_quantized_recipes_gemm_are_fp32_gemms_of_bf16_operands():
     assert out.dtype == torch.bfloat16
     assert torch.equal(out, torch.bmm(a.float(), b.float()).bfloat16())
     # the high-precision wgrad of fp8_rowwise_gw_hp (and the backward override's GEMMs)
-    from trainers.precision.linear import _bf16_gemm
-
     p, q = _spread(64, 48, seed=6), _spread(48, 24, seed=7)
-    assert torch.equal(_bf16_gemm(p, q), torch.mm(_rounded(p), _rounded(q)).bfloat16().float())
+    assert torch.equal(reference.gemm(p, q), torch.mm(_rounded(p), _rounded(q)).bfloat16().float())
 
 
 @pytest.mark.parametrize("k", [16, 256, 4096])
