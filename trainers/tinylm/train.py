@@ -119,122 +119,157 @@ class TinyLMTrainer:
         device = _device(cfg)
         dp = DataParallel(spec.world_size, device)
         try:
-            return self._train(spec, reporter, cfg, device, dp)
+            run = _Run(spec, reporter, cfg, device, dp)
+            run.resume()
+            return run.loop()
         finally:
             dp.close()
 
-    def _train(self, spec: RunSpec, reporter: Reporter, cfg: TinyLMSettings, device: torch.device,
-               dp: DataParallel) -> RunResult:
-        start = time.monotonic()
-        hp = TinyLMHParams.model_validate(spec.hparams)
+
+class _Run:
+    """One run of the tiny LM, in nanoGPT's order: build (data, model, optimizer), resume
+    from a checkpoint if the run has one, then the training loop with its evals."""
+
+    def __init__(self, spec: RunSpec, reporter: Reporter, cfg: TinyLMSettings, device: torch.device,
+                 dp: DataParallel):
+        self.start = time.monotonic()
+        self.spec, self.reporter, self.cfg, self.device, self.dp = spec, reporter, cfg, device, dp
+        self.hp = TinyLMHParams.model_validate(spec.hparams)
         torch.set_num_threads(cfg.threads)
         keep_freed_memory()  # the same temporaries every step: keep their pages
         torch.manual_seed(spec.seed)
-        data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed, getattr(reporter, "campaign_dir", None))
+        self.data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed, getattr(reporter, "campaign_dir", None))
         recipe = resolve_recipe(spec.recipe, spec.recipe_options)
-        telemetry = Telemetry()
+        self.telemetry = Telemetry()
         path = fp8_gemm_path(cfg.fp8_gemm, recipe, device)
-        model = TinyLM(
-            cfg, data.vocab, gemm_factory(recipe, cfg.n_layers, telemetry, spec.seed, dp.rank, path),
+        self.model = TinyLM(
+            cfg, self.data.vocab, gemm_factory(recipe, cfg.n_layers, self.telemetry, spec.seed, dp.rank, path),
             residual=residual_quantizer(recipe), per_layer=True, attention=attention_factory(recipe, cfg.n_layers),
         ).to(device)
         # On a GPU torchao's GEMMs are compiled with the model, so each operand's cast is
         # one fused kernel; the eager model stays for evals, checkpoints and the switch.
-        forward = torch.compile(model) if path == "torchao" and device.type == "cuda" else model
+        self.forward = torch.compile(self.model) if path == "torchao" and device.type == "cuda" else self.model
         if path != "emulated":
             print(f"rcpforge tinylm: {recipe.name}'s FP8 GEMMs: {path}"
-                  f"{' (torch.compile)' if forward is not model else ''}", flush=True)
-        opt = optimizer(model, cfg.weight_decay, hp.lr, (hp.beta1, hp.beta2))
-        if spec.target.metric not in evaluate(model, data.eval):
+                  f"{' (torch.compile)' if self.forward is not self.model else ''}", flush=True)
+        self.opt = optimizer(self.model, cfg.weight_decay, self.hp.lr, (self.hp.beta1, self.hp.beta2))
+        reported = evaluate(self.model, self.data.eval)
+        if spec.target.metric not in reported:
             raise ValueError(
                 f"target metric {spec.target.metric!r} is not reported by tinylm with "
-                f"{cfg.data.source} data; it reports {sorted(evaluate(model, data.eval))}"
+                f"{cfg.data.source} data; it reports {sorted(reported)}"
             )
-
-        tokens_per_step = spec.batch_size * cfg.context
-        tokens, next_eval = 0, spec.budget.eval_every_tokens
-
-        def result(status: RunStatus, metric: float | None, error: str | None = None) -> RunResult:
-            if folder is not None and dp.rank == 0:
-                checkpoint.discard(folder)
-            converged = status is RunStatus.converged
-            return RunResult(
-                status=status,
-                tokens_to_target=tokens if converged else None,
-                samples_to_target=tokens // cfg.context if converged else None,
-                tokens_trained=tokens,
-                final_metric=metric,
-                wall_s=time.monotonic() - start,
-                error=error,
-            )
-
-        metric: float | None = None
-        evals = 0
+        self.tokens_per_step = spec.batch_size * cfg.context
+        if dp.rank == 0:
+            ranks = f" over {dp.world} ranks" if dp.active else ""
+            print(f"rcpforge tinylm: {spec.run_name}: {spec.batch_size} sequences x {cfg.context} tokens = "
+                  f"{self.tokens_per_step:,} tokens a step{ranks}, an eval every "
+                  f"{spec.budget.eval_every_tokens:,} tokens, at most {spec.budget.max_tokens:,}", flush=True)
+        self.tokens, self.next_eval = 0, spec.budget.eval_every_tokens
+        self.metric: float | None = None
+        self.evals = 0
         # A gang's ranks share the run's folder for checkpoints (each keeps its own
         # output_dir for anything else).
-        folder = Path(getattr(reporter, "run_dir", None) or reporter.output_dir) if cfg.checkpoint_every_evals else None
-        switch = recipe.switch  # the recipe's schedule (also on a resumed run)
+        self.folder = (Path(getattr(reporter, "run_dir", None) or reporter.output_dir)
+                       if cfg.checkpoint_every_evals else None)
+        self.switch = recipe.switch  # the recipe's schedule (also on a resumed run)
 
-        def follow_schedule(at_tokens: int) -> None:
-            nonlocal switch
-            if switch is not None and at_tokens >= switch.from_tokens:
-                switch_recipe(model, switch.to, cfg.n_layers, telemetry, spec.seed, dp.rank,
-                              fp8_gemm_path(cfg.fp8_gemm, switch.to, device))
-                switch = None
+    def follow_schedule(self, at_tokens: int) -> None:
+        if self.switch is not None and at_tokens >= self.switch.from_tokens:
+            to = self.switch.to
+            switch_recipe(self.model, to, self.cfg.n_layers, self.telemetry, self.spec.seed, self.dp.rank,
+                          fp8_gemm_path(self.cfg.fp8_gemm, to, self.device))
+            self.switch = None
 
-        if folder is not None:  # a requeued job continues where its checkpoint left off
-            # a checkpoint taken after the switch holds the target's numeric state: switch first
-            loop = checkpoint.restore(folder, model, opt, data._rng, dp.rank,
-                                      before_numerics=lambda loop: follow_schedule(loop["tokens"]))
-            if loop is not None:
-                tokens, next_eval, metric, evals = loop["tokens"], loop["next_eval"], loop["metric"], loop["evals"]
-            if dp.rank == 0:
-                checkpoint.note_start(folder, tokens)
-        params = list(model.parameters())
-        while tokens < spec.budget.max_tokens:
-            follow_schedule(tokens)  # at the first step at or after the switch point
-            # Every rank draws the same global batch and trains on its slice of it.
-            batch = torch.from_numpy(dp.shard(data.next(spec.batch_size))).to(device)
-            for group in opt.param_groups:
-                group["lr"] = lr_at(tokens, hp)
-            # count numeric telemetry only on the last steps before an eval
-            telemetry.active = next_eval - tokens <= cfg.telemetry_steps * tokens_per_step
-            with reference_precision(device):
-                try:
-                    loss = forward(batch[:, :-1], batch[:, 1:])
-                except Exception as err:
-                    if forward is model:
-                        raise
-                    # A compiler that fails here (no Triton, an unsupported op) costs the
-                    # fusion, not the run: the same GEMMs, eager.
-                    print(f"rcpforge tinylm: torch.compile failed ({type(err).__name__}: {str(err)[:200]}); "
-                          "torchao's GEMMs run eager", flush=True)
-                    forward = model
-                    loss = forward(batch[:, :-1], batch[:, 1:])
-            if not dp.active and not math.isfinite(loss.item()):
-                return result(RunStatus.diverged, metric, f"non-finite training loss at {tokens} tokens")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if dp.active:  # the loss rides with the gradients: every rank decides alike
-                if not math.isfinite(dp.average_gradients(params, loss)):
-                    return result(RunStatus.diverged, metric, f"non-finite training loss at {tokens} tokens")
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            tokens += tokens_per_step
-            if tokens < next_eval and tokens < spec.budget.max_tokens:
+    def resume(self) -> None:
+        """A requeued job continues where its checkpoint left off."""
+        if self.folder is None:
+            return
+        # a checkpoint taken after the switch holds the target's numeric state: switch first
+        loop = checkpoint.restore(self.folder, self.model, self.opt, self.data._rng, self.dp.rank,
+                                  before_numerics=lambda loop: self.follow_schedule(loop["tokens"]))
+        if loop is not None:
+            self.tokens, self.next_eval = loop["tokens"], loop["next_eval"]
+            self.metric, self.evals = loop["metric"], loop["evals"]
+        if self.dp.rank == 0:
+            checkpoint.note_start(self.folder, self.tokens)
+
+    def result(self, status: RunStatus, error: str | None = None) -> RunResult:
+        if self.folder is not None and self.dp.rank == 0:
+            checkpoint.discard(self.folder)
+        converged = status is RunStatus.converged
+        return RunResult(
+            status=status,
+            tokens_to_target=self.tokens if converged else None,
+            samples_to_target=self.tokens // self.cfg.context if converged else None,
+            tokens_trained=self.tokens,
+            final_metric=self.metric,
+            wall_s=time.monotonic() - self.start,
+            error=error,
+        )
+
+    def loop(self) -> RunResult:
+        spec, params = self.spec, list(self.model.parameters())
+        while self.tokens < spec.budget.max_tokens:
+            self.follow_schedule(self.tokens)  # at the first step at or after the switch point
+            if not self.step(params):
+                return self.result(RunStatus.diverged, f"non-finite training loss at {self.tokens} tokens")
+            self.tokens += self.tokens_per_step
+            if self.tokens < self.next_eval and self.tokens < spec.budget.max_tokens:
                 continue
-            next_eval = (tokens // spec.budget.eval_every_tokens + 1) * spec.budget.eval_every_tokens
-            telemetry.active = False
-            metrics = evaluate(model, data.eval)
-            metric = metrics[spec.target.metric]
-            metrics.update(telemetry.summary())
-            reporter.eval_point(EvalPoint(tokens=tokens, samples=tokens // cfg.context, metrics=metrics))
-            if spec.target.reached(metric):
-                return result(RunStatus.converged, metric)
-            if not np.isfinite(metrics["eval_loss"]) or metrics["eval_loss"] > cfg.diverge_loss:
-                return result(RunStatus.diverged, metric, f"eval loss {metrics['eval_loss']:.3g} at {tokens} tokens")
-            evals += 1
-            if folder is not None and evals % cfg.checkpoint_every_evals == 0:
-                loop = {"tokens": tokens, "next_eval": next_eval, "metric": metric, "evals": evals}
-                checkpoint.save(folder, model, opt, data._rng, loop, dp)
-        return result(RunStatus.not_converged, metric)
+            ended = self.eval()
+            if ended is not None:
+                return ended
+        return self.result(RunStatus.not_converged)
+
+    def step(self, params: list[torch.nn.Parameter]) -> bool:
+        """One training step; False when its loss is not finite (the run diverged)."""
+        spec, dp = self.spec, self.dp
+        # Every rank draws the same global batch and trains on its slice of it.
+        batch = torch.from_numpy(dp.shard(self.data.next(spec.batch_size))).to(self.device)
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(self.tokens, self.hp)
+        # count numeric telemetry only on the last steps before an eval
+        self.telemetry.active = self.next_eval - self.tokens <= self.cfg.telemetry_steps * self.tokens_per_step
+        with reference_precision(self.device):
+            try:
+                loss = self.forward(batch[:, :-1], batch[:, 1:])
+            except Exception as err:
+                if self.forward is self.model:
+                    raise
+                # A compiler that fails here (no Triton, an unsupported op) costs the
+                # fusion, not the run: the same GEMMs, eager.
+                print(f"rcpforge tinylm: torch.compile failed ({type(err).__name__}: {str(err)[:200]}); "
+                      "torchao's GEMMs run eager", flush=True)
+                self.forward = self.model
+                loss = self.forward(batch[:, :-1], batch[:, 1:])
+        if not dp.active and not math.isfinite(loss.item()):
+            return False
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        # the loss rides with the gradients: every rank decides alike
+        if dp.active and not math.isfinite(dp.average_gradients(params, loss)):
+            return False
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.opt.step()
+        return True
+
+    def eval(self) -> RunResult | None:
+        """The eval at this token count: the run's result if it ends here (converged,
+        diverged), else None (a checkpoint taken where one is due)."""
+        spec, cfg, every = self.spec, self.cfg, self.spec.budget.eval_every_tokens
+        self.next_eval = (self.tokens // every + 1) * every
+        self.telemetry.active = False
+        metrics = evaluate(self.model, self.data.eval)
+        self.metric = metrics[spec.target.metric]
+        metrics.update(self.telemetry.summary())
+        self.reporter.eval_point(EvalPoint(tokens=self.tokens, samples=self.tokens // cfg.context, metrics=metrics))
+        if spec.target.reached(self.metric):
+            return self.result(RunStatus.converged)
+        if not np.isfinite(metrics["eval_loss"]) or metrics["eval_loss"] > cfg.diverge_loss:
+            return self.result(RunStatus.diverged, f"eval loss {metrics['eval_loss']:.3g} at {self.tokens} tokens")
+        self.evals += 1
+        if self.folder is not None and self.evals % cfg.checkpoint_every_evals == 0:
+            loop = {"tokens": self.tokens, "next_eval": self.next_eval, "metric": self.metric, "evals": self.evals}
+            checkpoint.save(self.folder, self.model, self.opt, self.data._rng, loop, self.dp)
+        return None
