@@ -129,3 +129,12 @@ def test_a_relative_text_path_resolves_beside_the_campaign_not_in_the_workers_fo
     rec.campaign_dir = campaign_dir
     result = TinyLMTrainer().train(spec, rec)
     assert result.status is RunStatus.converged and len(rec.points) == 1
+
+
+def test_a_run_says_its_tokens_a_step_when_it_starts(capsys):
+    spec = _spec(budget={"max_tokens": 256, "eval_every_tokens": 128})
+    _train(spec)
+    first = capsys.readouterr().out.splitlines()[0]
+    # batch 16 x context 8 (the tiny campaign)
+    assert first == ("rcpforge tinylm: bf16-bs16-s0: 16 sequences x 8 tokens = 128 tokens a step, "
+                     "an eval every 128 tokens, at most 256")
