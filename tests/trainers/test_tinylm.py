@@ -132,7 +132,8 @@ def test_a_relative_text_path_resolves_beside_the_campaign_not_in_the_workers_fo
 
 
 def test_a_run_says_its_tokens_a_step_when_it_starts(capsys):
-    spec = _spec(budget={"max_tokens": 256, "eval_every_tokens": 128})
+    spec = _spec(budget={"max_tokens": 256, "eval_every_tokens": 128},
+                 hparams={16: {"lr": 0.01, "warmup_tokens": 128}, 64: {"lr": 0.02, "warmup_tokens": 128}})
     _train(spec)
     first = capsys.readouterr().out.splitlines()[0]
     # batch 16 x context 8 (the tiny campaign)
