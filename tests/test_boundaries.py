@@ -1,4 +1,4 @@
-"""The package rules of `../shared/DESIGN.md`, read from every import statement of every
+"""The package rules of `docs/design.md`, read from every import statement of every
 module (those inside functions included: a lazy import is still a dependency)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`analysis` never imports cluster, orchestrator, the tiny LM or torch (DESIGN.md)."""
+"""`analysis` never imports cluster, orchestrator, the tiny LM or torch (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The trainer contract (DESIGN.md "Core contracts"), checked for every trainer kind the
+"""The trainer contract (docs/design.md, "Contracts"), checked for every trainer kind the
 registry knows, each run the way a worker runs it: `execute_run` of a `RunAssignment`
 against a real SQLite MLflow store. A kind's tiny configuration is one entry of
 `tests/helpers/trainer_kinds.py`; each kind's runs happen once and are shared by its
