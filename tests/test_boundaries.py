@@ -4,6 +4,8 @@ module (those inside functions included: a lazy import is still a dependency).""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,6 +117,24 @@ def test_every_module_keeps_the_package_rules():
 
 def test_no_package_imports_one_that_imports_it_back():
     assert package_cycles(import_graph()) == []
+
+
+def test_importing_analysis_loads_nothing_it_must_not_import():
+    """The analysis rules at run time, where reading the imports cannot see (a library
+    that imports torch, an import by name): every analysis module, imported in a fresh
+    interpreter, leaves no module of a forbidden package in sys.modules, and of trainers
+    only the vocabulary."""
+    modules = sorted(m for m in import_graph() if m.split(".")[0] == "analysis")
+    code = (f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+            "print('\\n'.join(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.split()
+    bad = [m for m in loaded if m.split(".")[0] in FORBIDDEN["analysis"] or (
+        m.startswith("trainers.") and not (m == VOCABULARY or m.startswith(VOCABULARY + ".")))]
+    assert len(modules) >= 10 and set(modules) <= set(loaded)  # every analysis module was imported
+    assert bad == []
 
 
 @pytest.mark.parametrize("source, expected", [

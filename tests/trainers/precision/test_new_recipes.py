@@ -1,4 +1,4 @@
-"""Issue 17's named recipes, in the style of the conformance tests: NVFP4 4-over-6
+"""Issue 17's named recipes, in the style of test_numerics_table.py: NVFP4 4-over-6
 (arXiv 2512.02010), row-scaled NVFP4 activations, the hybrid per-direction recipes, and
 the backward override every quantized recipe takes. Known points computed by hand,
 bit-exactness against straightforward torch references written here, the 4-over-6

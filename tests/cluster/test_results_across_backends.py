@@ -1,6 +1,7 @@
 """One campaign, three backends (local processes, a real Ray instance, the real dev
 Slurm through submitit): the same runs, recorded the same way, with the same
-tokens-to-target per run key (determinism carries across backends)."""
+tokens-to-target per run key (determinism carries across backends). The Backend
+protocol's own suite, over every backend, is tests/conformance/test_backends.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ BACKENDS = {
 }
 
 
-def conformance_campaign(backend: dict) -> dict:
+def campaign_on(backend: dict) -> dict:
     data = tiny_campaign(recipes=["fp8_tensorwise"], seeds=2, backend=backend)
     data["trainer"] = dict(data["trainer"], checkpoint_every_evals=2)
     return data
@@ -32,7 +33,7 @@ def _outcome(folder_factory, kind: str, address: str | None = None) -> dict[str,
     if kind in _DONE:
         return _DONE[kind]
     backend = dict(BACKENDS[kind], **({"address": address} if address else {}))
-    path = write_campaign(folder_factory.mktemp(kind), conformance_campaign(backend))
+    path = write_campaign(folder_factory.mktemp(kind), campaign_on(backend))
     proc = run_cli("run", str(path), "--backend", kind)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "launched 4 runs; 4 converged" in proc.stdout

@@ -1,5 +1,7 @@
-"""The conformance table of NUMERICS.md, one test per line (line 11, the torchao
-cross-check, is in test_torchao.py). Expected values are the specification's numbers."""
+"""The table of checks of NUMERICS.md (its "Conformance table"), one test per line: the
+formats' rounding and saturation, the scaling schemes, the Hadamard transform and
+stochastic rounding (line 11, the torchao cross-check, is in test_torchao.py). Expected
+values are the specification's numbers."""
 
 from __future__ import annotations
 
