@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainers.contract.revisions import recipe_revision  # noqa: F401 - also this registry's name for it
+from trainers.contract.run_key import keyed
 
 ElementFormat = Literal["e4m3", "e5m2", "e2m1"]
 # tensorwise: one FP32 current scale; delayed: FP32 scale from an amax history;
@@ -87,8 +88,9 @@ class RecipeOptions(BaseModel):
     backward: Literal["quantized", "high_precision", "dequantized"] = "quantized"
 
 
-# Options every recipe got after run keys existed: left out of a named recipe's options
-# at their defaults, so its run keys stay what they were (bf16_last_blocks was an FP4 option).
+# Options every recipe got after run keys existed, with their defaults: a named recipe's
+# options enter its run key only off them (trainers/contract/run_key.py: `keyed`), so its
+# run keys stay what they were (bf16_last_blocks was an FP4 option: always in theirs).
 ADDED_LATER = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [], "bf16_from_tokens": None,
                "fp8_attention": False, "backward": "quantized"}
 
@@ -498,12 +500,10 @@ def _based(name: str, options: dict[str, Any]) -> tuple[RecipeConfig, dict[str, 
 def options_dump(recipe: RecipeConfig, opts: RecipeOptions) -> dict[str, Any]:
     """A named recipe's options with defaults filled in, less the options added later
     at their defaults (`ADDED_LATER`); refused on the reference, which has nothing to place."""
-    out = opts.model_dump(mode="json")
     always = {"bf16_last_blocks"} if issubclass(recipe.options, Fp4Options) else set()
-    for key, default in ADDED_LATER.items():
-        if key not in always and out.get(key) == default:
-            del out[key]
-    placed = sorted(set(out) & set(ADDED_LATER) - always)
+    added_later = {k: default for k, default in ADDED_LATER.items() if k not in always}
+    out = keyed(opts.model_dump(mode="json"), added_later)
+    placed = sorted(set(out) & set(added_later))
     if recipe.is_reference and placed:
         raise RecipeError(f"recipes.{recipe.name}.{placed[0]}: {recipe.name} runs every GEMM in BF16 already; "
                           "remove it")

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainers.contract.run_key import keyed
 from trainers.recipes import (
     DelayedOptions,
     ElementFormat,
@@ -55,8 +56,9 @@ _DEFAULT_BLOCK = {"mx": 32, "nvfp4": 16}
 # options that only operands of one scaling read
 _SCALING_OPTIONS = (("amax_history_len", "delayed"), ("margin", "delayed"), ("threshold", "mor"))
 _FORMATS = {"delayed": ("e4m3", "e5m2"), "nvfp4": ("e2m1",), "mor": ("e4m3",)}
-# options a written recipe got after its definitions entered run keys: left out at their
-# defaults, so those keys stay what they were
+# options a written recipe got after its definitions entered run keys, with their
+# defaults: they enter its run key only off them (trainers/contract/run_key.py: `keyed`),
+# so those keys stay what they were; so do the wgrad transform's size and signs
 _ADDED_LATER = {"fp8_attention": False, "backward": "quantized"}
 _WGRAD_ADDED_LATER = {"size": 16, "signs": "fixed"}
 
@@ -193,12 +195,8 @@ def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
         raise _fail(name, option, f"applies to {dict(_SCALING_OPTIONS)[option]} operands only, and this recipe "
                     "has none; remove it")
     out: dict[str, Any] = {o: q.model_dump(mode="json") for o, q in operands.items()}
-    # the transform's size and signs at their defaults are left out, so the run keys of the
-    # written recipes from before they existed stay what they were
-    out["wgrad"] = {k: v for k, v in wgrad.model_dump(mode="json").items()
-                    if not (k in _WGRAD_ADDED_LATER and v == _WGRAD_ADDED_LATER[k])}
-    out.update({k: v for k, v in opts.model_dump(mode="json").items()
-                if k not in unused and not (k in _ADDED_LATER and v == _ADDED_LATER[k])})
+    out["wgrad"] = keyed(wgrad.model_dump(mode="json"), _WGRAD_ADDED_LATER)
+    out.update(keyed({k: v for k, v in opts.model_dump(mode="json").items() if k not in unused}, _ADDED_LATER))
     return out
 
 
@@ -219,7 +217,8 @@ def build_written(name: str, options: dict[str, Any]) -> RecipeConfig:
         x=quant("x"), w=quant("w"), dy=quant("dy"), w_dgrad=quant("w_dgrad"),
         x_wgrad=quant("x_wgrad"), dy_wgrad=quant("dy_wgrad"),
         wgrad_hp=d["wgrad"]["precision"] == "bf16", hadamard_wgrad=d["wgrad"]["transform"] == "hadamard",
-        hadamard_size=d["wgrad"].get("size", 16), hadamard_signs=d["wgrad"].get("signs", "fixed"),
+        hadamard_size=d["wgrad"].get("size", _WGRAD_ADDED_LATER["size"]),
+        hadamard_signs=d["wgrad"].get("signs", _WGRAD_ADDED_LATER["signs"]),
         options=WrittenOptions, settings=settings,
     )
 

@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
+from trainers.contract.run_key import keyed
+
 # Placeholders every run has, besides its hyperparameters and its recipe's options (see
 # `run_values`), with what each stands for: `rcpforge recipes` and the README list them.
 PLACEHOLDERS: dict[str, str] = {
@@ -119,6 +121,11 @@ def env_name(field: str) -> str:
     return "RCPFORGE_" + re.sub(r"[^A-Za-z0-9]", "_", field).upper()
 
 
+# Settings added after the first command campaigns, with their defaults: they enter the
+# run key only off them (trainers/contract/run_key.py: `keyed`).
+ADDED_LATER: dict[str, Any] = {"start": "per_rank", "mllog_file": None}
+
+
 class CommandSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     argv: list[str] = Field(min_length=1)
@@ -159,15 +166,10 @@ class CommandSettings(BaseModel):
 
     @model_serializer(mode="wrap")
     def _drop_defaults_added_later(self, handler):
-        # Left out of the dump while it holds its default: the run keys of campaigns
-        # written before it existed stay what they were.
+        # Left out of the dump (the run key's trainer) while they hold their defaults:
+        # the run keys of campaigns written before they existed stay what they were.
         data = handler(self)
-        if isinstance(data, dict):
-            if data.get("start") == "per_rank":
-                data.pop("start", None)
-            if data.get("mllog_file") is None:
-                data.pop("mllog_file", None)
-        return data
+        return keyed(data, ADDED_LATER) if isinstance(data, dict) else data
 
     @field_validator("argv", "env", "workdir", "mllog_file")
     @classmethod

@@ -3,6 +3,8 @@ readers (the analysis) of runs both speak.
 
 - `run`: the run contract's plain types (RunSpec and its run key, RunResult, EvalPoint,
   the Reporter and Trainer protocols), re-exported here;
+- `run_key`: the one rule of what enters a run key (settings added later only off their
+  defaults, revisions only above their first) and its hash;
 - `revisions`: the numerics revision of each recipe, which enters the run key;
 - `schema`: the tag and metric names a run is filed under in MLflow;
 - `uri`: tracking URIs as a person may see them (passwords masked);
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 from trainers.contract.run import (
     OUTCOMES,
-    RUN_KEY_VERSION,
     Budget,
     EvalPoint,
     Reporter,
@@ -28,6 +29,7 @@ from trainers.contract.run import (
     Target,
     Trainer,
 )
+from trainers.contract.run_key import RUN_KEY_VERSION
 
 __all__ = [
     "OUTCOMES", "RUN_KEY_VERSION", "Budget", "EvalPoint", "Reporter", "RunResult", "RunSpec", "RunStatus",

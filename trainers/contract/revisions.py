@@ -1,12 +1,14 @@
 """The numerics revisions: of each recipe, bumped when a change to the code gives a recipe
 different results, and of a trainer on a device, bumped when a change gives every run of
-that trainer there different results whatever its recipe. Each enters the run key (above
-1), so a resumed campaign re-runs the old runs instead of pooling results of two
-different numerics. Part of the run contract, not of the recipe registry, because the
-run key is computed from them wherever a RunSpec is (the registry's configs read their
-revision from here)."""
+that trainer there different results whatever its recipe. Each enters the run key above
+1 (trainers/contract/run_key.py: `revision_entries`), so a resumed campaign re-runs the
+old runs instead of pooling results of two different numerics. Part of the run
+contract, not of the recipe registry, because the run key is computed from them wherever
+a RunSpec is (the registry's configs read their revision from here)."""
 
 from __future__ import annotations
+
+from trainers.contract.run_key import FIRST_REVISION
 
 RECIPE_REVISIONS: dict[str, int] = {
     "fp8_channelwise": 2,  # 2: the forward GEMM on BF16 with the channel scales on its output
@@ -19,7 +21,7 @@ RECIPE_REVISIONS: dict[str, int] = {
 def recipe_revision(name: str) -> int:
     """The numerics revision of a recipe (1 for names never revised, such as a command
     trainer's own recipes)."""
-    return RECIPE_REVISIONS.get(name, 1)
+    return RECIPE_REVISIONS.get(name, FIRST_REVISION)
 
 
 # (trainer kind, device) -> revision. A command trainer's runs, and the tiny LM's on CUDA,
@@ -36,4 +38,4 @@ def trainer_revision(trainer: dict) -> int:
     `device`, CPU by default), 1 where never revised."""
     kind = str(trainer.get("kind"))
     device = str(trainer.get("device", "cpu")) if kind == "tinylm" else ""
-    return TRAINER_REVISIONS.get((kind, device), 1)
+    return TRAINER_REVISIONS.get((kind, device), FIRST_REVISION)

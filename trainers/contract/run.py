@@ -10,8 +10,6 @@ the analysis import it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from enum import Enum
 from pathlib import Path
@@ -20,9 +18,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainers.contract.revisions import recipe_revision, trainer_revision
-
-# Bump when the meaning of a RunSpec field changes, so old ledgers are not reused.
-RUN_KEY_VERSION = 1
+from trainers.contract.run_key import FIRST_REVISION, digest, keyed, revision_entries
 
 
 def _switch_target(options: dict[str, Any]) -> str | None:
@@ -88,6 +84,10 @@ class RunStatus(str, Enum):
 
 OUTCOMES = frozenset({RunStatus.converged, RunStatus.not_converged, RunStatus.diverged})
 
+# RunSpec fields added after run keys existed, with their defaults: a one-process run's
+# key stays what it was before runs could be gangs.
+RUNSPEC_ADDED_LATER = {"world_size": 1}
+
 
 class RunSpec(_Frozen):
     campaign: str
@@ -113,26 +113,20 @@ class RunSpec(_Frozen):
 
     @property
     def run_key(self) -> str:
-        """Hash of all that decides the result. The campaign name and the role are left
-        out: they say where a run is filed, not what it computes."""
-        # A one-process run leaves the world size out: its key stays what it was before
-        # runs could be gangs.
-        left_out = {"campaign", "role"} | ({"world_size"} if self.world_size == 1 else set())
-        decisive = self.model_dump(mode="json", exclude=left_out)
-        decisive["_version"] = RUN_KEY_VERSION
+        """Hash of all that decides the result (trainers/contract/run_key.py says what
+        enters). The campaign name and the role are left out: they say where a run is
+        filed, not what it computes."""
+        decisive = keyed(self.model_dump(mode="json", exclude={"campaign", "role"}), RUNSPEC_ADDED_LATER)
         # a variant of a named recipe under the campaign's own name (`base:`, a `grid:`
         # variant) has that recipe's numerics revision
         base = self.recipe_options.get("base")
-        revision = recipe_revision(base if isinstance(base, str) else self.recipe)
-        if revision > 1:  # only then: the keys of recipes never revised stay as they were
-            decisive["_recipe_revision"] = revision
-        target = _switch_target(self.recipe_options)
-        if target is not None and recipe_revision(target) > 1:  # the recipe a schedule switches to
-            decisive["_switch_revision"] = recipe_revision(target)
-        if trainer_revision(self.trainer) > 1:  # the trainer's numerics on its device
-            decisive["_trainer_revision"] = trainer_revision(self.trainer)
-        blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+        target = _switch_target(self.recipe_options)  # the recipe a schedule switches to
+        decisive.update(revision_entries(
+            recipe=recipe_revision(base if isinstance(base, str) else self.recipe),
+            switch=recipe_revision(target) if target is not None else FIRST_REVISION,
+            trainer=trainer_revision(self.trainer),  # the trainer's numerics on its device
+        ))
+        return digest(decisive)
 
 
 class EvalPoint(_Frozen):

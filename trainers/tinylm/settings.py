@@ -9,12 +9,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from trainers.contract.run_key import keyed
+
 # The linear layers of each block (trainers/tinylm/model.py), named blocks.<i>.<layer>:
 # the GEMMs a recipe quantizes and its placement (bf16_layers) names.
 LINEAR_LAYERS = ("qkv", "proj", "fc1", "fc2")
 # The attention matmuls of each block (S = Q K^T, O = P V), blocks.<i>.attn_qk|attn_pv:
 # in BF16 unless a recipe's fp8_attention quantizes them; placement names them too.
 ATTENTION_MATMULS = ("attn_qk", "attn_pv")
+
+# Settings added after the first campaigns, with their defaults: they enter the run key
+# only off them (trainers/contract/run_key.py: `keyed`).
+ADDED_LATER: dict[str, Any] = {"checkpoint_every_evals": None, "device": "cpu", "fp8_gemm": "auto"}
 
 
 def no_cuda_device() -> bool:
@@ -167,18 +173,11 @@ class TinyLMSettings(BaseModel):
 
     @model_serializer(mode="wrap")
     def _drop_defaults_added_later(self, handler):
-        # Settings added after the first campaigns are left out of the dump while they
-        # hold their defaults, so run keys of campaigns that never set them stay what
-        # they were before the settings existed.
+        # Settings added after the first campaigns are left out of the dump (the run
+        # key's trainer) while they hold their defaults, so run keys of campaigns that
+        # never set them stay what they were before the settings existed.
         data = handler(self)
-        if isinstance(data, dict):
-            if data.get("checkpoint_every_evals") is None:
-                data.pop("checkpoint_every_evals", None)
-            if data.get("device") == "cpu":
-                data.pop("device", None)
-            if data.get("fp8_gemm") == "auto":
-                data.pop("fp8_gemm", None)
-        return data
+        return keyed(data, ADDED_LATER) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _scaled_mm_on_a_gpu(self) -> TinyLMSettings:
