@@ -231,7 +231,7 @@ def runs_for_half_width(goal: float, spread_candidate: float, spread_reference: 
     each recipe's runs spread as given (the winsorized variance of their logs). With
     `max_seeds`, the interval is the repeated one of an adaptive campaign looking at
     min_seeds, min_seeds + step, ... (None past max_seeds: no error is left to spend);
-    without, the fixed-sample interval at n runs. A prediction for planning: the spreads
+    without, the fixed-sample interval at n runs. A prediction for sizing: the spreads
     are estimates."""
     alpha = 1 - confidence
     full = information(max_seeds, max_seeds, trim) if max_seeds else None

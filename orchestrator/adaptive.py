@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from analysis.rcp import trimmed_count
 from analysis.sequential import SequentialInterval, arm, boundaries, factor_interval, information
-from orchestrator.tracking import LedgerEntry
+from orchestrator.ledger import LedgerEntry
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.expand import expand
 from sweeps.spec import Campaign

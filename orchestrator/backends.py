@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from cluster.backend import Backend, BackendError
-from orchestrator.tracking import LedgerEntry
+from orchestrator.ledger import LedgerEntry
 from sweeps.spec import Campaign
 
 SLURM_PREFIX = "slurm:"

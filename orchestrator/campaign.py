@@ -1,16 +1,12 @@
-"""The campaign engine: plan (desired runs minus the ledger), launch, follow, retry.
+"""The campaign engine: read the ledger, plan (the desired runs minus the ledger,
+`orchestrator/ledger.py`), launch, follow, retry.
 
-The ledger is the tracking store itself: one MLflow run per run key, whose status tag
-says whether the key has an outcome. A key with an outcome is never launched again; a
-key whose run failed is retried until it has `backend.max_attempts` attempts (a
-preempted Slurm job is requeued by Slurm within its attempt, never counted). One
-orchestrator at a time per campaign (a lock file), and a key whose cluster job is still
-live (submitted by a detached or killed orchestrator) is followed, not launched again, so
-a key is never run twice at once.
-
-An adaptive campaign (`adaptive:`) runs look by look: the runs that its plan asks for
-(`orchestrator/adaptive.py`, a pure function of the ledger), then, once all of them have
-an outcome, the next look's, until every cell has stopped.
+A fixed campaign desires every run it expands to; an adaptive one (`adaptive:`) runs
+look by look: the runs that its adaptive plan asks for (`orchestrator/adaptive.py`, a
+pure function of the ledger), then, once all of them have an outcome, the next look's,
+until every cell has stopped. One orchestrator at a time per campaign (a lock file); a
+failed attempt is launched again while the run has attempts left, and a key whose cluster
+job is still live is followed until the store records its outcome.
 """
 
 from __future__ import annotations
@@ -28,7 +24,8 @@ from cluster.backend import Backend, BackendError, Job
 from orchestrator.adaptive import AdaptivePlan, campaign_plan, look_specs
 from orchestrator.backends import check_backend, live_keys, running_backend
 from orchestrator.execute import assignment_for, execute_run, note_requeue
-from orchestrator.tracking import LedgerEntry, Tracking
+from orchestrator.ledger import LedgerEntry, Plan, make_plan
+from orchestrator.tracking import Tracking
 from sweeps.expand import expand
 from sweeps.spec import Campaign
 from trainers.contract import RunResult, RunSpec, RunStatus
@@ -45,17 +42,6 @@ MADE_AHEAD = 64
 
 class CampaignBusy(RuntimeError):
     pass
-
-
-@dataclass
-class Plan:
-    specs: list[RunSpec]
-    launch: list[RunSpec]
-    done: int  # keys with an outcome
-    gave_up: list[RunSpec]  # failed keys with no attempts left
-    # keys whose job is still live on the cluster (an earlier, detached or killed
-    # orchestrator submitted it): followed, never launched twice
-    elsewhere: list[RunSpec] = field(default_factory=list)
 
 
 @dataclass
@@ -76,28 +62,8 @@ def desired_runs(campaign: Campaign, ledger: dict[str, LedgerEntry],
     """Every run of a fixed campaign; of an adaptive one, the runs its looks ask for so far."""
     if campaign.adaptive is None:
         return expand(campaign), None
-    plan = campaign_plan(campaign, ledger, retry_failed)
-    return look_specs(campaign, plan), plan
-
-
-def make_plan(
-    specs: list[RunSpec], ledger: dict[str, LedgerEntry], max_attempts: int, retry_failed: bool,
-    live: frozenset[str] | set[str] = frozenset(),
-) -> Plan:
-    launch, gave_up, done, elsewhere = [], [], 0, []
-    for spec in specs:
-        entry = ledger.get(spec.run_key)
-        if entry is None:
-            launch.append(spec)
-        elif entry.status.is_outcome:
-            done += 1
-        elif spec.run_key in live:
-            elsewhere.append(spec)
-        elif entry.status is RunStatus.failed and entry.attempts >= max_attempts and not retry_failed:
-            gave_up.append(spec)
-        else:
-            launch.append(spec)
-    return Plan(specs, launch, done, gave_up, elsewhere)
+    looked = campaign_plan(campaign, ledger, retry_failed)
+    return look_specs(campaign, looked), looked
 
 
 @contextmanager

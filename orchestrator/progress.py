@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 from orchestrator.adaptive import AdaptivePlan, interval_text
-from orchestrator.campaign import Plan
+from orchestrator.ledger import Plan
 from trainers.contract import RunResult, RunSpec, RunStatus
 
 Cell = tuple[str, int]

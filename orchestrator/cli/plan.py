@@ -1,4 +1,5 @@
-"""`rcpforge plan`: the runs and compute each comparison needs for a precision."""
+"""`rcpforge plan`: the runs and compute each comparison needs for a precision
+(`orchestrator/sizing.py`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def plan(
     if precisions and any(not 0 < p < 1 for p in precisions):
         fail(f"--precision: each is a relative half-width between 0 and 1 (0.03 is +-3%), got {list(precisions)}")
     reference = reference_or_fail(campaign, reference)
-    from orchestrator.planner import PRECISIONS, campaign_totals, plan_runs
+    from orchestrator.sizing import PRECISIONS, campaign_totals, size_comparisons
     from orchestrator.tracking import Tracking, TrackingUnavailable
 
     try:
@@ -42,7 +43,7 @@ def plan(
         ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
     except TrackingUnavailable as err:
         fail(escape(str(err)))
-    rows = plan_runs(campaign, ledger, reference, precisions or PRECISIONS)
+    rows = size_comparisons(campaign, ledger, reference, precisions or PRECISIONS)
     totals = campaign_totals(rows, reference)
     unit = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
     design = "adaptive" if campaign.adaptive is not None else "fixed"

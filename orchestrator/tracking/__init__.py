@@ -6,7 +6,7 @@ run is launched and reattached on every retry, so a run key never has two MLflow
 The tag schema (`trainers/contract/schema.py`) is a public contract: analysis reads it.
 
 - `client`: the retry policy every call runs under;
-- `store`: the orchestrator's calls (experiment, ledger, runs, imports);
+- `store`: the orchestrator's calls (experiment, ledger read, runs, imports);
 - `run_log`: a worker's calls on its own run.
 """
 
@@ -23,8 +23,8 @@ from orchestrator.tracking.client import (
     sqlite_uri,
 )
 from orchestrator.tracking.run_log import RunLog
-from orchestrator.tracking.store import ImportedRun, LedgerEntry, Tracking, mark_preempted, run_params, spec_tags
+from orchestrator.tracking.store import ImportedRun, Tracking, mark_preempted, run_params, spec_tags
 
-__all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "ImportedRun", "LedgerEntry", "RunLog", "Tracking", "TrackingUnavailable",
+__all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "ImportedRun", "RunLog", "Tracking", "TrackingUnavailable",
            "TrackingUriError", "_RetryingClient", "check_tracking_uri", "mark_preempted", "probe_store", "run_params",
            "sqlite_uri", "spec_tags"]

@@ -1,14 +1,15 @@
-"""The orchestrator's side of the tracking store: a campaign's experiment, its ledger
-(one MLflow run per run key), runs created, taken up, failed; imported runs and their
-result files."""
+"""The orchestrator's side of the tracking store: a campaign's experiment, its ledger read
+(one MLflow run per run key, as `orchestrator/ledger.py`'s entries), runs created, taken
+up, failed; imported runs and their result files."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.ledger import LedgerEntry
 from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
 from orchestrator.tracking.run_log import attempt_tags
 from trainers.contract import RunResult, RunSpec, RunStatus
@@ -41,24 +42,6 @@ _PAGE = 5000
 
 _LEDGER_METRICS = frozenset({METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_CORE_HOURS, METRIC_GPU_HOURS,
                              METRIC_SAMPLES_TO_TARGET})
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    run_id: str
-    run_key: str
-    status: RunStatus
-    attempts: int
-    backend_job: str | None = None
-    recipe: str = ""
-    batch_size: int = 0
-    # False for a run made just before the store went away: its hyperparameters were
-    # never logged, and the launcher logs them when it takes the run up again
-    has_params: bool = True
-    # The run's final metrics (tokens_trained, run_wall_s, core_hours or gpu_hours,
-    # samples_to_target), written with its outcome: what `rcpforge status` counts its
-    # cost and ETA from, and what an adaptive campaign's looks decide on.
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def run_params(spec: RunSpec) -> dict[str, str]:

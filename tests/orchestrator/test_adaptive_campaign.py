@@ -30,7 +30,7 @@ from tests.helpers.store import run_statuses
 
 def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
     path = write_campaign(tmp_path, adaptive_campaign())
-    # a pilot of the first look's seeds, then the planner's prediction from it
+    # a pilot of the first look's seeds, then the runs needed, sized from it
     planned = run_cli("plan", str(path), "--pilot", "5", "--json", "--precision", "0.05")
     assert planned.returncode == 0, planned.stderr
     predicted = json.loads(planned.stdout[planned.stdout.index("{"):])

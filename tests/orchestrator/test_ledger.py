@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign
-from orchestrator.campaign import make_plan
+from orchestrator.ledger import LedgerEntry, make_plan
 from orchestrator.status import _column
-from orchestrator.tracking import LedgerEntry
 from tests.helpers.campaigns import tiny_campaign
 from trainers.contract import RunStatus
 

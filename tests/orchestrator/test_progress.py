@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from orchestrator.campaign import make_plan
+from orchestrator.ledger import make_plan
 from orchestrator.progress import RunProgress
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign

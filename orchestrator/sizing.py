@@ -1,8 +1,9 @@
-"""`rcpforge plan`: how many runs each comparison needs for a precision, predicted from
-the runs recorded so far (or a pilot of a few seeds per cell): per candidate recipe and
-batch size, the runs per recipe and the compute that would bring its factor's interval
-to +-2%, +-3%, +-5%, ..., under the campaign's design (the repeated intervals of its
-adaptive section, or a fixed-sample interval)."""
+"""Sizing a campaign (the `rcpforge plan` command): how many runs each comparison needs
+for a precision, predicted from the runs recorded so far (or a pilot of a few seeds per
+cell): per candidate recipe and batch size, the runs per recipe and the compute that
+would bring its factor's interval to +-2%, +-3%, +-5%, ..., under the campaign's design
+(the repeated intervals of its adaptive section, or a fixed-sample interval). A
+prediction only: what a campaign launches is its plan (`orchestrator/ledger.py`)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from dataclasses import asdict, dataclass, field
 from analysis.rcp import trimmed_count
 from analysis.sequential import arm, factor_interval, runs_for_half_width
 from orchestrator.adaptive import Outcome, campaign_outcomes, unit_cost
-from orchestrator.tracking import LedgerEntry
+from orchestrator.ledger import LedgerEntry
 from sweeps.spec import Campaign
 
 PRECISIONS = (0.02, 0.03, 0.05)
 
 
 @dataclass
-class PlanRow:
+class ComparisonSize:
+    """What one comparison (a candidate against the reference at a batch size) needs."""
+
     candidate: str
     batch_size: int
     runs_candidate: int  # with an outcome, so far
@@ -41,8 +44,8 @@ class PlanRow:
         return asdict(self)
 
 
-def plan_runs(campaign: Campaign, ledger: dict[str, LedgerEntry], reference: str,
-              precisions: tuple[float, ...] = PRECISIONS) -> list[PlanRow]:
+def size_comparisons(campaign: Campaign, ledger: dict[str, LedgerEntry], reference: str,
+                     precisions: tuple[float, ...] = PRECISIONS) -> list[ComparisonSize]:
     trim = trimmed_count(campaign.benchmark)
     outcomes = campaign_outcomes(campaign, ledger)
     done = {cell: [o for o in seen if isinstance(o, Outcome)] for cell, seen in outcomes.items()}
@@ -54,7 +57,7 @@ def plan_runs(campaign: Campaign, ledger: dict[str, LedgerEntry], reference: str
     return rows
 
 
-def campaign_totals(rows: list[PlanRow], reference: str) -> dict[str, dict]:
+def campaign_totals(rows: list[ComparisonSize], reference: str) -> dict[str, dict]:
     """Per precision, the runs and compute of the whole campaign: every candidate's runs,
     and each batch size's reference runs once, as many as its neediest comparison's (None
     where any comparison is out of reach)."""
@@ -78,8 +81,8 @@ def campaign_totals(rows: list[PlanRow], reference: str) -> dict[str, dict]:
 
 
 def _row(recipe: str, bs: int, cand: list[Outcome], ref: list[Outcome], campaign: Campaign,
-         precisions: tuple[float, ...], trim: int) -> PlanRow:
-    row = PlanRow(recipe, bs, len(cand), len(ref), None, None, None)
+         precisions: tuple[float, ...], trim: int) -> ComparisonSize:
+    row = ComparisonSize(recipe, bs, len(cand), len(ref), None, None, None)
     values_c, values_r = [o.value for o in cand], [o.value for o in ref]
     finite = [v for v in (*values_c, *values_r) if math.isfinite(v)]
     a_c = arm(values_c, trim, max(finite)) if finite else None
