@@ -115,7 +115,7 @@ def _half_width(n: int, spread: float, z: float) -> float:
     return math.sinh(stats.t.isf(stats.norm.sf(z), df) * math.sqrt(2 * d))
 
 
-def test_the_planner_finds_the_fewest_runs_for_a_precision():
+def test_sizing_finds_the_fewest_runs_for_a_precision():
     from analysis.sequential import runs_for_half_width
 
     spread = 0.05 ** 2
