@@ -31,7 +31,6 @@ LONG_FILES = {
 }
 LONG_FUNCTIONS = {
     "analysis/check.py::check_directory": 67,
-    "orchestrator/cli/plan.py::plan": 64,
     "orchestrator/cli/round.py::round_cmd": 62,
     "orchestrator/cli/tune.py::tune": 62,
 }

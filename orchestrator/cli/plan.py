@@ -51,7 +51,12 @@ def plan(
         print(json.dumps({"campaign": campaign.name, "reference": reference, "design": design,
                           "hours_unit": unit, "cells": [r.as_dict() for r in rows], "totals": totals}, indent=2))
         return
-    goals = [f"{p:g}" for p in (precisions or PRECISIONS)]
+    _print_sizes(rows, totals, [f"{p:g}" for p in (precisions or PRECISIONS)], unit, design, reference, campaign)
+
+
+def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, reference: str, campaign) -> None:
+    """The sizing table, each comparison's reason where it has no prediction, the
+    campaign's totals per precision."""
     view = Table(title=f"runs per recipe to reach each precision ({design} design, against {reference})")
     for col in ("candidate", "batch size", "runs so far", "factor", "spread (cand, ref)",
                 *(f"+-{float(g):.0%}" for g in goals)):
