@@ -4,9 +4,10 @@ CPU at the speed of its FP32 GEMMs.
 On a GPU a BF16 GEMM multiplies BF16 operands exactly (the product of two 8-bit
 significands has at most 16 bits, within FP32's 24), accumulates the products in FP32
 and rounds the output to BF16 once. torch's CPU BF16 GEMM (oneDNN, or torch's own loops
-where the CPU lacks AVX512-BF16 and AMX) does the same arithmetic 20-50x slower than an
-FP32 GEMM of the same shape on such CPUs. So on a CPU every BF16 GEMM of the tiny LM is
-computed here as that GEMM is defined, in NUMERICS.md's terms:
+where the CPU lacks AVX512-BF16 and AMX) does the same arithmetic 10-25x slower than an
+FP32 GEMM of the same shape on such CPUs (2.5-7.5 against 55-79 GFLOP/s for the tiny LM's
+shapes on an AVX2 AMD EPYC). So on a CPU every BF16 GEMM of the tiny LM is computed here
+as that GEMM is defined:
 
 - each operand is rounded to BF16 (round to nearest even, as `Tensor.bfloat16()`; an
   operand that is BF16 already, or BF16-exact as a fake-quantized core is, is unchanged)
