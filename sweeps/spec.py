@@ -34,6 +34,7 @@ from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from sweeps.launch import LaunchSpec
 from sweeps.recipe_grid import expand_grid
 from trainers.contract import Budget, RunSpec, Target
+from trainers.contract.fields import validation_message
 from trainers.contract.gang import Gang
 from trainers.contract.submission import SUBMISSION_RUNS
 from trainers.contract.uri import uri_form_problem
@@ -404,24 +405,10 @@ def _check_rcp_against_checker(rcp: RcpSpec, benchmark: str) -> None:
         )
 
 
-_NAMES_ITS_FIELD = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_+-]+|\[\d+\])*: ")
-
-
-def _format_errors(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(p if isinstance(p, str) and p.isidentifier() else repr(p) if isinstance(p, str) else str(p)
-                       for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "missing":
-            msg = "is required but missing; add it to the campaign file"
-        elif e["type"] == "extra_forbidden":
-            msg = "is not a known field; check its spelling"
-        if (loc == "(top level)" or msg.startswith(loc + ".")) and _NAMES_ITS_FIELD.match(msg):
-            lines.append(msg)  # a cross-field check that already says which field
-        else:
-            lines.append(f"{loc}: {msg}")
-    return "; ".join(lines)
+# pydantic's words where the campaign's reader needs the reason
+_MESSAGES = {("too_short", ("batch_sizes",)): (
+    "needs at least two batch sizes, the smallest and the largest you will submit: an MLPerf RCP set has an RCP "
+    "at the minimum and at the maximum batch size, and interpolates between them")}
 
 
 def parse_campaign(data: Any, base_dir: Path = Path("."), source: str = "campaign") -> Campaign:
@@ -430,7 +417,7 @@ def parse_campaign(data: Any, base_dir: Path = Path("."), source: str = "campaig
     try:
         return Campaign.model_validate({**data, "base_dir": base_dir})
     except ValidationError as err:
-        raise CampaignError(f"{source}: {_format_errors(err)}") from None
+        raise CampaignError(f"{source}: {validation_message(err, Campaign, ('base_dir',), _MESSAGES)}") from None
 
 
 def load_campaign(path: str | Path) -> Campaign:

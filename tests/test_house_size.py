@@ -25,7 +25,7 @@ MAX_FUNCTION_LINES = 60
 # offender moved or renamed as it is (its old entry goes), at no more than its old size.
 LONG_FILES = {
     "cluster/ray_backend.py": 456,
-    "sweeps/spec.py": 448,
+    "sweeps/spec.py": 435,
     "trainers/precision/quantize.py": 422,
     "trainers/recipes.py": 566,
 }

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trainers.contract import Trainer
+from trainers.contract.fields import known_fields, unknown_field
 
 # kind -> (settings model, hyperparameters model, trainer class)
 _BUILTIN: dict[str, tuple[str, str, str]] = {
@@ -66,14 +67,16 @@ def validate_trainer_settings(settings: dict[str, Any]) -> dict[str, Any]:
     try:
         parsed = model.model_validate(rest)
     except ValidationError as err:
-        raise TrainerError(_first_error(err, "trainer")) from None
+        raise TrainerError(_first_error(err, "trainer", model)) from None
     return {"kind": kind, **parsed.model_dump(mode="json")}
 
 
-def _first_error(err: ValidationError, prefix: str) -> str:
+def _first_error(err: ValidationError, prefix: str, model: type[BaseModel]) -> str:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = unknown_field(first["loc"][-1], known_fields(model, first["loc"]))
     if not where and re.match(r"^[a-z][a-z0-9_]*: ", msg):  # a check across fields that names its field
         return f"{prefix}.{msg}"
     return f"{prefix}.{where}: {msg}" if where else f"{prefix}: {msg}"
@@ -88,7 +91,7 @@ def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str
         return model.model_validate(hparams).model_dump(mode="json")
     except ValidationError as err:
         valid = ", ".join(model.model_fields)
-        raise TrainerError(f"{_first_error(err, where)} (hyperparameters of {kind}: {valid})") from None
+        raise TrainerError(f"{_first_error(err, where, model)} (hyperparameters of {kind}: {valid})") from None
 
 
 def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],

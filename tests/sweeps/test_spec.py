@@ -43,6 +43,39 @@ def test_unknown_field_is_named():
     assert "bugdet" in message and "budget" in message
 
 
+@pytest.mark.parametrize(("where", "typo", "meant"), [
+    ((), "sedes", "seeds"),
+    (("budget",), "eval_every_tokns", "eval_every_tokens"),
+    (("backend",), "array_paralelism", "array_parallelism"),
+    (("rcp",), "benchmak", "benchmark"),
+    (("trainer",), "d_modl", "d_model"),
+    (("trainer", "data"), "vocb", "vocab"),
+    (("hparams", 16), "betaa1", "beta1"),
+])
+def test_a_misspelt_field_gets_the_closest_valid_name(where, typo, meant):
+    data = tiny_campaign(backend={"kind": "slurm"})
+    parent = data
+    for part in where:
+        parent = parent[part]
+    parent[typo] = parent.pop(meant, 1)
+    message = _error(data)
+    assert f"is not a known field; did you mean `{meant}`?" in message, message
+
+
+def test_a_field_like_no_valid_one_lists_the_valid_ones():
+    data = tiny_campaign()
+    data["launch"] = {"nodes": 1, "ranks": 4}
+    message = _error(data)
+    assert "launch.ranks: is not a known field" in message and "did you mean" not in message
+    assert "(the fields here: gpu_type, gpus_per_process, nodes, processes_per_node)" in message, message
+
+
+def test_one_batch_size_is_refused_with_the_reason_for_two():
+    message = _error(tiny_campaign(batch_sizes=[16]))
+    assert "batch_sizes: needs at least two batch sizes" in message
+    assert "at the minimum and at the maximum batch size" in message and "List should" not in message
+
+
 def test_unknown_recipe_lists_valid_ones():
     message = _error(tiny_campaign(recipes=["bf16", "fp9"]))
     assert "fp9" in message and "fp8_tensorwise" in message and "recipes" in message
