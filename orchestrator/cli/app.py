@@ -29,6 +29,21 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(EXIT_USAGE)
 
 
+def output_path_or_fail(path: Path, flag: str, *, folder: bool) -> None:
+    """One line, before anything is read or written, for an output path of the wrong kind:
+    a file where `flag` names a folder, a folder where it names a file, or a file on the
+    way to it."""
+    kind, other = ("a folder", "a file") if folder else ("a file", "a folder")
+    if path.exists() and path.is_dir() != folder:
+        fail(f"{flag} {escape(str(path))}: {other} is there, and {flag} names {kind}; "
+             f"give the path of {kind} (a new one, or {'an existing folder' if folder else 'a file to replace'})")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                fail(f"{flag} {escape(str(path))}: {escape(str(parent))} is a file, not a folder; give another path")
+            break
+
+
 def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False):
     """The campaign, its tracking URI checked. A command that only reads gives a
     tracking server READ_RETRY_S to answer; one that runs the campaign

@@ -15,6 +15,7 @@ from orchestrator.cli.app import (
     fail,
     load_campaign_or_fail,
     load_runs_or_fail,
+    output_path_or_fail,
     tracking_uri_or_fail,
 )
 from trainers.contract.uri import redact_uri
@@ -76,6 +77,9 @@ def export(
         given = ", ".join(flag for flag, v in package_flags.items() if v is not None)
         fail(f"{given}: only with --package DIR")
     request = _package_request(submitter, system, recipe, batch_size, division, ruleset) if package else None
+    for flag, path, folder in (("--parquet", parquet, False), ("--results", results, True), ("--package", package, True)):
+        if path is not None:
+            output_path_or_fail(path, flag, folder=folder)
     campaign = load_campaign_or_fail(campaign_file)
     if parquet is not None:
         from analysis.load import write_parquet
