@@ -18,10 +18,10 @@ from orchestrator.cli.app import (
     console,
     err_console,
     fail,
-    load_campaign_or_fail,
     load_runs_or_fail,
     output_path_or_fail,
     reference_or_fail,
+    stored_campaign_or_fail,
 )
 
 
@@ -40,7 +40,7 @@ def analyze(
 ) -> None:
     """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary."""
     output_path_or_fail(out, "--out", folder=True)
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.analyze import analyze_runs
 

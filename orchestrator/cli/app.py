@@ -75,6 +75,19 @@ def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
         fail(escape(str(err)))
 
 
+def stored_campaign_or_fail(path: Path):
+    """The campaign of a command that reads its runs (status, analyze, report, export): a
+    SQLite store that does not exist yet is one line, and stays unmade (MLflow would make
+    it, and a mistyped file name would then read as a campaign whose runs are lost)."""
+    from orchestrator.tracking import absent_sqlite_store
+
+    campaign = load_campaign_or_fail(path)
+    if (db := absent_sqlite_store(campaign.tracking_uri)) is not None:
+        fail(f"no runs of campaign {campaign.name} at {escape(str(db))} (no such store yet): run "
+             f"`rcpforge run {escape(str(path))}` first, or check tracking.uri")
+    return campaign
+
+
 def load_runs_or_fail(campaign):
     """The campaign's runs table, or one line saying there is no such campaign."""
     from analysis.load import NoSuchCampaign, load_campaign_runs

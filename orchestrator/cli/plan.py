@@ -33,14 +33,16 @@ def plan(
         fail(f"--precision: each is a relative half-width between 0 and 1 (0.03 is +-3%), got {list(precisions)}")
     reference = reference_or_fail(campaign, reference)
     from orchestrator.sizing import PRECISIONS, campaign_totals, size_comparisons
-    from orchestrator.tracking import Tracking, TrackingUnavailable
+    from orchestrator.tracking import Tracking, TrackingUnavailable, absent_sqlite_store
 
     try:
         if pilot:
             _run_pilot(campaign, pilot)
-        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
-        exp = tracking.client.get_experiment_by_name(campaign.name)
-        ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
+        ledger = {}  # a SQLite store not made yet records nothing, and planning makes none
+        if absent_sqlite_store(campaign.tracking_uri) is None:
+            tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
+            exp = tracking.client.get_experiment_by_name(campaign.name)
+            ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
     except TrackingUnavailable as err:
         fail(escape(str(err)))
     rows = size_comparisons(campaign, ledger, reference, precisions or PRECISIONS)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli.analysis import analysis_request
-from orchestrator.cli.app import app, console, fail, load_campaign_or_fail, output_path_or_fail, reference_or_fail
+from orchestrator.cli.app import app, console, fail, output_path_or_fail, reference_or_fail, stored_campaign_or_fail
 from trainers.contract.uri import redact_uri
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
@@ -39,7 +39,7 @@ def report(
     cost, settings."""
     fmt = report_format(out, fmt)
     output_path_or_fail(out, "--out", folder=False)
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.campaign_report import CampaignFacts, build_sections
     from analysis.curves import load_curves, telemetry_metrics

@@ -13,9 +13,9 @@ from orchestrator.cli.app import (
     console,
     err_console,
     fail,
-    load_campaign_or_fail,
     load_runs_or_fail,
     output_path_or_fail,
+    stored_campaign_or_fail,
     tracking_uri_or_fail,
 )
 from trainers.contract.uri import redact_uri
@@ -80,7 +80,7 @@ def export(
     for flag, path, folder in (("--parquet", parquet, False), ("--results", results, True), ("--package", package, True)):
         if path is not None:
             output_path_or_fail(path, flag, folder=folder)
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = stored_campaign_or_fail(campaign_file)
     if parquet is not None:
         from analysis.load import write_parquet
 

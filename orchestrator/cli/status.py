@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from orchestrator.cli.app import app, console, fail, load_campaign_or_fail
+from orchestrator.cli.app import app, console, fail, stored_campaign_or_fail
 
 
 @app.command()
@@ -21,7 +21,7 @@ def status(
     """Per (recipe, batch size): runs pending, running, converged, not converged,
     diverged, failed, the Slurm job states of runs on Slurm, the compute spent (GPU- or
     core-hours) and an ETA; the same for the whole campaign."""
-    campaign = load_campaign_or_fail(campaign_file)
+    campaign = stored_campaign_or_fail(campaign_file)
     from orchestrator.status import COLUMNS, campaign_status
     from orchestrator.tracking import TrackingUnavailable
     from trainers.contract.uri import redact_uri

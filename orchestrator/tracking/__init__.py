@@ -18,6 +18,7 @@ from orchestrator.tracking.client import (
     TrackingUnavailable,
     TrackingUriError,
     _RetryingClient,
+    absent_sqlite_store,
     check_tracking_uri,
     probe_store,
     sqlite_uri,
@@ -26,5 +27,5 @@ from orchestrator.tracking.run_log import RunLog
 from orchestrator.tracking.store import ImportedRun, Tracking, mark_preempted, run_params, spec_tags
 
 __all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "ImportedRun", "RunLog", "Tracking", "TrackingUnavailable",
-           "TrackingUriError", "_RetryingClient", "check_tracking_uri", "mark_preempted", "probe_store", "run_params",
-           "sqlite_uri", "spec_tags"]
+           "TrackingUriError", "_RetryingClient", "absent_sqlite_store", "check_tracking_uri", "mark_preempted",
+           "probe_store", "run_params", "sqlite_uri", "spec_tags"]

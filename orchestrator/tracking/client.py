@@ -181,6 +181,23 @@ def _database_problem(uri: str) -> str | None:
     return None
 
 
+def absent_sqlite_store(uri: str) -> Path | None:
+    """The database file of a SQLite URI that names no store yet (no file, or an empty one
+    that an earlier failed open left); None for a store that exists or is no SQLite file.
+    The commands that only read ask first: opening it through MLflow would make it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        return None
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    db = Path(url.database)
+    return db if not db.exists() or (db.is_file() and db.stat().st_size == 0) else None
+
+
 def _sqlite_folder_problem(db: Path) -> str | None:
     """MLflow makes the file's missing folders, then SQLite the file: each must be possible."""
     import tempfile

@@ -20,7 +20,12 @@ def _cells(cli, path) -> dict[tuple[str, int], dict]:
 
 
 def test_status_of_a_campaign_with_no_runs(tmp_path, cli):
+    """In a store that exists (another campaign's, say); before a store exists, status says
+    so in one line (tests/orchestrator/test_reading_commands.py)."""
+    from mlflow.tracking import MlflowClient
+
     path = write_campaign(tmp_path, tiny_campaign())
+    MlflowClient(f"sqlite:///{tmp_path / 'rcpforge-mlflow.db'}").create_experiment("another campaign")
     cells = _cells(cli, path)
     assert len(cells) == 4
     for cell in cells.values():
