@@ -35,7 +35,7 @@ def output_path_or_fail(path: Path, flag: str, *, folder: bool) -> None:
     way to it."""
     kind, other = ("a folder", "a file") if folder else ("a file", "a folder")
     if path.exists() and path.is_dir() != folder:
-        fail(f"{flag} {escape(str(path))}: {other} is there, and {flag} names {kind}; "
+        fail(f"{flag} {escape(str(path))} is {other}, and {flag} names {kind}; "
              f"give the path of {kind} (a new one, or {'an existing folder' if folder else 'a file to replace'})")
     for parent in path.parents:
         if parent.exists():

@@ -31,7 +31,7 @@ def test_an_output_path_of_the_wrong_kind_is_one_line_and_writes_nothing(command
     if mistake == "other kind":
         out = tmp_path / ("results" if folder else "out.html")  # .html: report tells its format by the name
         out.write_text("a file of the user's\n") if folder else out.mkdir()
-        expect = ("a file is there" if folder else "a folder is there")
+        expect = ("is a file, and" if folder else "is a folder, and")
     else:
         (tmp_path / "notes.txt").write_text("a file of the user's\n")
         out = tmp_path / "notes.txt" / ("folder" if folder else "report.html")
@@ -48,5 +48,5 @@ def test_a_package_folder_that_is_a_file_is_one_line(tmp_path):
     (tmp_path / "pkg").write_text("x")
     before = _tree(tmp_path)
     result = invoke("export", str(path), "--package", str(tmp_path / "pkg"), "--submitter", "org", "--system", "sys")
-    one_line_usage_error(result, "--package", "a file is there")
+    one_line_usage_error(result, "--package", "pkg is a file, and --package names a folder")
     assert _tree(tmp_path) == before
