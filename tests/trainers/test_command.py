@@ -196,6 +196,40 @@ def test_placeholders_that_name_no_field_fail_validation():
     assert ok.trainer["argv"][1] == "{{literal}}" and ok.trainer["unit"] == "samples"
 
 
+@pytest.mark.parametrize("name", ["max_samples", "seed", "batch_size", "output_dir"])
+def test_a_hyperparameter_named_like_a_built_in_placeholder_is_refused_naming_both(name):
+    """A campaign file written before the placeholder existed: the built-in would win in argv
+    while MLflow and the RCP file recorded the hyperparameter's value."""
+    data = _campaign_with(["prog", "--x", f"{{{name}}}"])
+    data["hparams"] = {16: {"lr": 0.1, name: 12288}, 64: {"lr": 0.2, name: 12288}}
+    with pytest.raises(CampaignError) as info:
+        parse_campaign(data)
+    message = str(info.value)
+    assert f"hparams.16.{name}: a hyperparameter named like the built-in placeholder {{{name}}}" in message
+    assert f"rename the hyperparameter (e.g. my_{name})" in message
+    # refused even where argv does not name it (yet)
+    data["trainer"]["argv"] = ["prog"]
+    with pytest.raises(CampaignError, match=f"hparams.16.{name}: a hyperparameter named like"):
+        parse_campaign(data)
+
+
+def test_a_hyperparameter_named_like_a_recipe_options_placeholder_is_refused():
+    data = _campaign_with(["prog", "{recipe_block}"])
+    data["recipes"] = [{"mine": {"block": 16}}]
+    data["hparams"] = {16: {"lr": 0.1, "recipe_block": 32}, 64: {"lr": 0.2, "recipe_block": 32}}
+    with pytest.raises(CampaignError, match=r"hparams.16.recipe_block: .*placeholder \{recipe_block\} of recipe mine"):
+        parse_campaign(data)
+
+
+def test_once_renamed_the_recorded_hyperparameters_are_what_the_program_receives(tmp_path):
+    data = _campaign_with(["prog", "--steps", "{my_max_samples}", "--budget", "{max_samples}"])
+    data["hparams"] = {16: {"lr": 0.1, "my_max_samples": 12288}, 64: {"lr": 0.2, "my_max_samples": 12288}}
+    spec = next(s for s in expand(parse_campaign(data)) if s.batch_size == 16)
+    values = run_values(spec, tmp_path, tmp_path, "bench", tokens_per_sample=8)
+    assert spec.hparams["my_max_samples"] == 12288 and values["my_max_samples"] == "12288"
+    assert values["max_samples"] == str(spec.budget.max_tokens // 8)  # the built-in, under its own name
+
+
 def test_the_cli_refuses_a_bad_placeholder_before_any_run(tmp_path, cli):
     from tests.helpers.campaigns import write_campaign
 

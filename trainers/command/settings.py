@@ -205,6 +205,7 @@ class CommandSettings(BaseModel):
         """Every placeholder names a fixed field, an option of every recipe, or a
         hyperparameter of every batch size."""
         recipes = recipes or {}
+        _refuse_placeholder_clashes(hparams_by_bs, recipes)
         for where, text in _located_texts(settings):
             for name in placeholders(text):
                 if name in FIXED_FIELDS:
@@ -233,6 +234,26 @@ class CommandSettings(BaseModel):
                                | {RECIPE_OPTION_PREFIX + o for opts in recipes.values() for o in opts})
                 raise ValueError(
                     f"trainer.{where}: placeholder {{{name}}} names no field; valid placeholders: {', '.join(known)}"
+                )
+
+
+def _refuse_placeholder_clashes(hparams_by_bs: dict[int, dict[str, Any]], recipes: dict[str, dict[str, Any]]) -> None:
+    """A hyperparameter named like a built-in placeholder, or like a recipe option's
+    `recipe_<option>`: the program would get one value and the run would record the other,
+    so the campaign is refused, whether or not its argv names the placeholder yet."""
+    options = {RECIPE_OPTION_PREFIX + o: r for r, opts in recipes.items() for o in opts}
+    for bs, hp in hparams_by_bs.items():
+        for name in hp:
+            if name in FIXED_FIELDS:
+                raise ValueError(
+                    f"hparams.{bs}.{name}: a hyperparameter named like the built-in placeholder {{{name}}} "
+                    f"({PLACEHOLDERS[name]}), which would win in the program's argv and environment while the run "
+                    f"records this value; rename the hyperparameter (e.g. my_{name}) and its {{placeholder}} in argv"
+                )
+            if name in options:
+                raise ValueError(
+                    f"hparams.{bs}.{name}: a hyperparameter named like the placeholder {{{name}}} of recipe "
+                    f"{options[name]}'s option {name[len(RECIPE_OPTION_PREFIX):]!r}; rename the hyperparameter"
                 )
 
 
