@@ -76,6 +76,13 @@ def test_one_batch_size_is_refused_with_the_reason_for_two():
     assert "at the minimum and at the maximum batch size" in message and "List should" not in message
 
 
+def test_a_model_deeper_than_the_bound_is_refused_before_any_layer_is_listed():
+    """n_layers is bounded (a fuzzed 10**6 once listed 6 million layer names at load)."""
+    data = tiny_campaign()
+    data["trainer"]["n_layers"] = 10**6
+    assert "trainer.n_layers: Input should be less than or equal to 1024" in _error(data)
+
+
 def test_unknown_recipe_lists_valid_ones():
     message = _error(tiny_campaign(recipes=["bf16", "fp9"]))
     assert "fp9" in message and "fp8_tensorwise" in message and "recipes" in message

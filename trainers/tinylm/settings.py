@@ -81,7 +81,7 @@ class TinyLMSettings(BaseModel):
     data: MarkovData | TextData = Field(default_factory=MarkovData, discriminator="source")
     context: int = Field(16, ge=2, le=4096)
     d_model: int = Field(64, ge=8)
-    n_layers: int = Field(2, ge=1)
+    n_layers: int = Field(2, ge=1, le=1024)  # bounded: the placement checks list every layer
     n_heads: int = Field(4, ge=1)
     mlp_ratio: int = Field(4, ge=1)
     eval_tokens: int = Field(8192, ge=64)
@@ -150,12 +150,13 @@ class TinyLMSettings(BaseModel):
         block quantized, and every name or pattern of bf16_layers names a layer; so does
         the placement of the recipe its schedule switches to (`switch_to`)."""
         n = int(settings.get("n_layers", cls.model_fields["n_layers"].default))
-        layers = [f"blocks.{i}.{g}" for i in range(n) for g in (*LINEAR_LAYERS, *ATTENTION_MATMULS)]
         placed = dict(recipes or {})
         for name, opts in (recipes or {}).items():
             target = opts.get("switch_to")  # normalized: {target: its options}
             if isinstance(target, dict):
                 placed.update({f"{name}.switch_to.{t}": o for t, o in target.items() if isinstance(o, dict)})
+        layers = ([f"blocks.{i}.{g}" for i in range(n) for g in (*LINEAR_LAYERS, *ATTENTION_MATMULS)]
+                  if any(opts.get("bf16_layers") for opts in placed.values()) else [])
         for name, opts in placed.items():
             first, last = int(opts.get("bf16_first_blocks", 0)), int(opts.get("bf16_last_blocks", 0))
             if first + last > n:
