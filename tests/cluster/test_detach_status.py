@@ -27,8 +27,10 @@ def test_detach_then_status_then_follow(slurm, tmp_path):
     path = write_campaign(tmp_path, paced_campaign(backend, evals=8, sleep=1.0))
     campaign = load_campaign(path)
 
-    before = _status(path)
-    assert [(c["recipe"], c["batch_size"], c["runs"], c["pending"]) for c in before] == [("bf16", 16, 1, 1), ("bf16", 64, 1, 1)]
+    # before the first run there is no store, and status makes none
+    before = run_cli("status", str(path), "--json")
+    assert before.returncode == 2 and "(no such store yet)" in before.stderr, before.stderr
+    assert not (tmp_path / "rcpforge-mlflow.db").exists()
 
     detached = run_cli("run", str(path), "--detach")
     assert detached.returncode == 0, detached.stderr
