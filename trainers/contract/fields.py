@@ -60,13 +60,13 @@ def validation_message(err: ValidationError, root: type[BaseModel], hidden: tupl
     """Every problem of `err` (from validating `root`) on one line, each naming its field:
     `hidden` fields are never suggested; `messages` replaces pydantic's words for an error
     (type, location) with the project's own."""
-    lines = []
+    messages, lines = messages or {}, []
     for e in err.errors():
         loc = ".".join(p if isinstance(p, str) and p.isidentifier() else repr(p) if isinstance(p, str) else str(p)
                        for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
-        if (e["type"], tuple(e["loc"])) in (messages or {}):
-            msg = (messages or {})[(e["type"], tuple(e["loc"]))]
+        if (e["type"], tuple(e["loc"])) in messages:
+            msg = messages[(e["type"], tuple(e["loc"]))]
         elif e["type"] == "missing":
             msg = "is required but missing; add it to the campaign file"
         elif e["type"] == "extra_forbidden":
