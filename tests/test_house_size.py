@@ -35,7 +35,6 @@ LONG_FUNCTIONS = {
 }
 # each circle: the modules that reach one another through imports (a strongly connected set)
 CIRCLES = [
-    ["analysis.load", "analysis.load_sql"],
     ["trainers.layer_map", "trainers.recipe_switch", "trainers.recipes", "trainers.written_recipes"],
 ]
 
