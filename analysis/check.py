@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.contract.mllog.read import CheckerStops, read_submission
+from trainers.contract.mllog.read import CheckerStops, Submission, read_submission
 from trainers.contract.submission import SUBMISSION_RUNS
 from analysis.rcp_set import (
     PRUNE_MODES, RULESETS, RcpError, RcpSet, Record, carried_runs, ruleset_file, with_405b_slack,
@@ -109,6 +109,38 @@ def _rcp_set(path: str, mtime_ns: int, benchmark: str, prune: str, runs: int | N
     return RcpSet.from_file(Path(path), benchmark, prune=prune, submission_runs=runs)
 
 
+def _refuse_unknown_options(ruleset: str, prune: str, rcp_pass: str) -> None:
+    if ruleset not in RULESETS:
+        raise RcpError(f"ruleset {ruleset!r} is not one the checker knows; allowed: {', '.join(RULESETS)}")
+    if prune not in PRUNE_MODES:
+        raise RcpError(f"prune {prune!r} is not allowed; allowed: {', '.join(PRUNE_MODES)}")
+    if rcp_pass not in ("pruned", "full"):
+        raise RcpError(f"rcp pass {rcp_pass!r} is not allowed; allowed: pruned, full")
+
+
+def _no_run_count(sub: Submission) -> tuple[str, str | None]:
+    """Why the checker stops on a benchmark it has no run count of, and the flag that
+    fixes it where one does."""
+    what = sub.mismatch or f"benchmark {sub.benchmark!r} has no run count in the checker"
+    usage = None if sub.mismatch or not isinstance(sub.benchmark, str) else (
+        f"benchmark {sub.benchmark!r} is not one the MLCommons checker knows: give --submission-runs N, "
+        "its runs per submission (a campaign's rcp.submission_runs)")
+    return f"{what} (the reference checker raises KeyError)", usage
+
+
+def _load_rcp_set(result: CheckResult, sub: Submission, rcps: str | Path | None, ruleset: str, prune: str,
+                  submission_runs: int | None) -> RcpSet:
+    """The RCPs of the submission's benchmark, from `rcps` or the ruleset's file; a
+    --submission-runs the checker overrides is a warning on `result`."""
+    path = Path(rcps) if rcps is not None else ruleset_file(ruleset, sub.benchmark)
+    runs = SUBMISSION_RUNS.get(sub.benchmark, submission_runs)
+    if submission_runs and sub.benchmark in SUBMISSION_RUNS and submission_runs != runs:
+        result.warnings.append(
+            f"--submission-runs {submission_runs} ignored: the checker counts {runs} runs per submission of "
+            f"{sub.benchmark}, and this verdict is the checker's; leave --submission-runs out for it")
+    return _rcp_set(str(path), path.stat().st_mtime_ns, sub.benchmark, prune, runs)
+
+
 def check_directory(
     results_dir: str | Path,
     rcps: str | Path | None = None,
@@ -124,12 +156,7 @@ def check_directory(
     the checker's pruning (a what-if: only "mlperf" is the checker's verdict).
     `submission_runs` registers the run count of a benchmark the checker does not know
     (a campaign's own), as a submitter adds it to the checker's `submission_runs`."""
-    if ruleset not in RULESETS:
-        raise RcpError(f"ruleset {ruleset!r} is not one the checker knows; allowed: {', '.join(RULESETS)}")
-    if prune not in PRUNE_MODES:
-        raise RcpError(f"prune {prune!r} is not allowed; allowed: {', '.join(PRUNE_MODES)}")
-    if rcp_pass not in ("pruned", "full"):
-        raise RcpError(f"rcp pass {rcp_pass!r} is not allowed; allowed: pruned, full")
+    _refuse_unknown_options(ruleset, prune, rcp_pass)
     result = CheckResult(False, "", 1.0)
     try:
         sub = read_submission(str(results_dir), ruleset, use_train_samples)
@@ -145,19 +172,9 @@ def check_directory(
     if submission_runs is None and rcps is not None and sub.benchmark not in SUBMISSION_RUNS:
         submission_runs = _carried(Path(rcps))  # the N of a campaign's own benchmark, in rcpforge's RCP files
     if sub.benchmark not in SUBMISSION_RUNS and not (submission_runs and isinstance(sub.benchmark, str)):
-        what = sub.mismatch or f"benchmark {sub.benchmark!r} has no run count in the checker"
-        usage = None if sub.mismatch or not isinstance(sub.benchmark, str) else (
-            f"benchmark {sub.benchmark!r} is not one the MLCommons checker knows: give --submission-runs N, "
-            "its runs per submission (a campaign's rcp.submission_runs)")
-        return _stopped(result, f"{what} (the reference checker raises KeyError)", usage)
+        return _stopped(result, *_no_run_count(sub))
     try:
-        path = Path(rcps) if rcps is not None else ruleset_file(ruleset, sub.benchmark)
-        runs = SUBMISSION_RUNS.get(sub.benchmark, submission_runs)
-        if submission_runs and sub.benchmark in SUBMISSION_RUNS and submission_runs != runs:
-            result.warnings.append(
-                f"--submission-runs {submission_runs} ignored: the checker counts {runs} runs per submission of "
-                f"{sub.benchmark}, and this verdict is the checker's; leave --submission-runs out for it")
-        rcp_set = _rcp_set(str(path), path.stat().st_mtime_ns, sub.benchmark, prune, runs)
+        rcp_set = _load_rcp_set(result, sub, rcps, ruleset, prune, submission_runs)
     except Exception as err:  # the checker raises on a missing or malformed RCP file
         return _stopped(result, f"RCPs: {type(err).__name__}: {err}", _rcp_usage(err, rcps, ruleset, sub.benchmark))
     result.warnings += rcp_set.warnings

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from analysis.load import StoreReader
 from analysis.report import Section
 from trainers.contract.schema import TAG_DISCLOSED, TAG_PRECISION_MAP
 
@@ -20,15 +21,13 @@ def load_layer_maps(tracking_uri: str, runs: pa.Table) -> dict[tuple[str, int], 
     """(recipe, batch size) -> the map of its first run that has one, with that run's
     disclosed precisions under `disclosed` (a map depends on the recipe, the model and,
     through the schedule's switch step, the batch size: one run per cell tells it)."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
+    store = StoreReader(tracking_uri)
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for row in runs.select(["run_id", "recipe", "batch_size"]).to_pylist():
         cell = (row["recipe"], int(row["batch_size"]))
         if cell in out:
             continue
-        tags = client.get_run(row["run_id"]).data.tags
+        tags = store.tags(row["run_id"])
         if TAG_PRECISION_MAP not in tags:
             continue
         found = json.loads(tags[TAG_PRECISION_MAP])

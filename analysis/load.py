@@ -1,16 +1,22 @@
-"""Load a campaign's runs from the tracking store into an Arrow table, one row per run.
+"""The runs table (`RUN_SCHEMA`, one row per run) and every read analysis makes of a
+tracking store through MLflow's client (`StoreReader`), under the tracking store's retry
+policy (`trainers/contract/retry.py`): the runs of a campaign (`load_runs`), their eval
+curves (`analysis/curves.py`) and their tags (`analysis/layer_map.py`).
 
-`load_runs` reads through the MLflow API, which works for any tracking URI (a SQLite
-file, a tracking server); `load_campaign_runs` takes the SQL fast path
-(`analysis/load_sql.py`) where the URI allows it."""
+`load_runs` works for any tracking URI (a SQLite file, a tracking server);
+`analysis/load_sql.py` reads the same table straight from a SQL store, and its
+`load_campaign_runs` takes that fast path where the URI allows it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainers.contract.retry import under_retry_policy
 from trainers.contract.uri import redact_uri
 from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
@@ -56,38 +62,69 @@ class NoSuchCampaign(LookupError):
     pass
 
 
-def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
-    from mlflow import MlflowClient
+def no_such_campaign(campaign: str, tracking_uri: str) -> NoSuchCampaign:
+    return NoSuchCampaign(f"no runs of campaign {campaign!r} in {redact_uri(tracking_uri)}; run `rcpforge run` first")
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(campaign)
-    if exp is None:
-        raise NoSuchCampaign(
-            f"no runs of campaign {campaign!r} in {redact_uri(tracking_uri)}; run `rcpforge run` first"
-        )
+
+class StoreReader:
+    """The reads of one tracking store through MLflow's client, each under the retry
+    policy: a store that is briefly unavailable is waited out, one that stays down is
+    `TrackingUnavailable` naming it."""
+
+    def __init__(self, tracking_uri: str):
+        from mlflow import MlflowClient
+
+        self.uri = tracking_uri
+        self._client = under_retry_policy(MlflowClient, tracking_uri)
+
+    def experiment_id(self, campaign: str) -> str:
+        """The id of the campaign's experiment; `NoSuchCampaign` where there is none."""
+        exp = self._client.get_experiment_by_name(campaign)
+        if exp is None:
+            raise no_such_campaign(campaign, self.uri)
+        return exp.experiment_id
+
+    def runs(self, experiment_id: str, role: str) -> Iterator[Any]:
+        """The experiment's MLflow runs of one role, page by page."""
+        token = None
+        while True:
+            page = self._client.search_runs(
+                [experiment_id], filter_string=f"tags.`{TAG_ROLE}` = '{role}'", max_results=5000, page_token=token
+            )
+            yield from page
+            token = page.token
+            if not token:
+                return
+
+    def tags(self, run_id: str) -> dict[str, str]:
+        return self._client.get_run(run_id).data.tags
+
+    def metrics(self, run_id: str) -> dict[str, float]:
+        """The run's metrics, each at its last value."""
+        return self._client.get_run(run_id).data.metrics
+
+    def history(self, run_id: str, metric: str) -> list[Any]:
+        """Every point the run logged of `metric`, by step (tokens)."""
+        return sorted(self._client.get_metric_history(run_id, metric), key=lambda m: m.step)
+
+
+def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
+    store = StoreReader(tracking_uri)
     rows: dict[str, list] = {name: [] for name in RUN_SCHEMA.names}
-    token = None
-    while True:
-        page = client.search_runs(
-            [exp.experiment_id], filter_string=f"tags.`{TAG_ROLE}` = '{role}'", max_results=5000, page_token=token
-        )
-        for run in page:
-            tags, metrics = run.data.tags, run.data.metrics
-            if TAG_RUN_KEY not in tags:
-                continue
-            rows["run_id"].append(run.info.run_id)
-            rows["run_key"].append(tags[TAG_RUN_KEY])
-            rows["recipe"].append(tags.get(TAG_RECIPE))
-            rows["batch_size"].append(int(tags[TAG_BATCH_SIZE]))
-            rows["seed"].append(int(tags[TAG_SEED]))
-            rows["status"].append(tags.get(TAG_STATUS))
-            for column, name in METRIC_COLUMNS.items():
-                rows[column].append(metrics.get(name))
-            rows["error"].append(tags.get(TAG_ERROR))
-            rows["hparams"].append(sorted((k, v) for k, v in run.data.params.items() if not k.startswith(TAG_PREFIX)))
-        token = page.token
-        if not token:
-            break
+    for run in store.runs(store.experiment_id(campaign), role):
+        tags, metrics = run.data.tags, run.data.metrics
+        if TAG_RUN_KEY not in tags:
+            continue
+        rows["run_id"].append(run.info.run_id)
+        rows["run_key"].append(tags[TAG_RUN_KEY])
+        rows["recipe"].append(tags.get(TAG_RECIPE))
+        rows["batch_size"].append(int(tags[TAG_BATCH_SIZE]))
+        rows["seed"].append(int(tags[TAG_SEED]))
+        rows["status"].append(tags.get(TAG_STATUS))
+        for column, name in METRIC_COLUMNS.items():
+            rows[column].append(metrics.get(name))
+        rows["error"].append(tags.get(TAG_ERROR))
+        rows["hparams"].append(sorted((k, v) for k, v in run.data.params.items() if not k.startswith(TAG_PREFIX)))
     return sort_runs(pa.table(rows, schema=RUN_SCHEMA))
 
 
@@ -95,16 +132,6 @@ def sort_runs(table: pa.Table) -> pa.Table:
     """The one row order of a runs table, whichever path loaded it."""
     keys = ("recipe", "batch_size", "seed", "run_id")
     return table.sort_by([(k, "ascending") for k in keys])
-
-
-def load_campaign_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
-    """The SQL fast path for SQLite and PostgreSQL stores, the MLflow API otherwise
-    (a tracking server over http(s))."""
-    from analysis.load_sql import is_sql_uri, load_runs_sql
-
-    if is_sql_uri(tracking_uri):
-        return load_runs_sql(tracking_uri, campaign, role)
-    return load_runs(tracking_uri, campaign, role)
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:

@@ -1,4 +1,6 @@
-"""The fast path of loading: read MLflow's SQL store (SQLite, PostgreSQL) directly.
+"""The fast path of loading: read MLflow's SQL store (SQLite, PostgreSQL) directly, and
+`load_campaign_runs`, which takes it where the URI allows (`analysis/load.py`'s MLflow
+client otherwise).
 
 `mlflow.search_runs` builds a Python entity per run with every tag, param and metric;
 at 100,000 runs that dominates the analysis. Here the database pivots the few tags and
@@ -17,9 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.load import METRIC_COLUMNS, RUN_SCHEMA, TAG_COLUMNS, NoSuchCampaign, sort_runs
+from analysis.load import METRIC_COLUMNS, RUN_SCHEMA, TAG_COLUMNS, load_runs, no_such_campaign, sort_runs
 from trainers.contract.schema import TAG_PREFIX, TAG_ROLE
-from trainers.contract.uri import redact_uri
 
 SQL_SCHEMES = ("sqlite", "postgresql")
 _DEFAULT_WORKSPACE = "default"
@@ -28,6 +29,14 @@ _DEFAULT_WORKSPACE = "default"
 def is_sql_uri(uri: str) -> bool:
     scheme = uri.split(":", 1)[0].split("+", 1)[0]
     return scheme in SQL_SCHEMES
+
+
+def load_campaign_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
+    """The SQL fast path for SQLite and PostgreSQL stores, the MLflow API otherwise
+    (a tracking server over http(s))."""
+    if is_sql_uri(tracking_uri):
+        return load_runs_sql(tracking_uri, campaign, role)
+    return load_runs(tracking_uri, campaign, role)
 
 
 def _experiment_id(conn, campaign: str, uri: str) -> int:
@@ -41,7 +50,7 @@ def _experiment_id(conn, campaign: str, uri: str) -> int:
         binds["ws"] = _DEFAULT_WORKSPACE
     row = conn.execute(text(sql), binds).first()
     if row is None:
-        raise NoSuchCampaign(f"no runs of campaign {campaign!r} in {redact_uri(uri)}; run `rcpforge run` first")
+        raise no_such_campaign(campaign, uri)
     return row[0]
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlflow import MlflowClient  # noqa: E402
-
+from analysis.load import StoreReader  # noqa: E402
 from sweeps.spec import load_campaign  # noqa: E402
 from orchestrator.tune import select_cells, tune_campaign  # noqa: E402
 from tests.helpers.campaigns import tiny_campaign, write_campaign  # noqa: E402
@@ -27,11 +26,10 @@ GRID = [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
 
 def tokens_trained(campaign) -> int:
     """Sum over the tune runs of the last eval's tokens (pruned runs stop early)."""
-    client = MlflowClient(tracking_uri=campaign.tracking_uri)
-    exp = client.get_experiment_by_name(campaign.name)
+    store = StoreReader(campaign.tracking_uri)
     total = 0
-    for run in client.search_runs([exp.experiment_id], max_results=1000):
-        history = client.get_metric_history(run.info.run_id, campaign.target.metric)
+    for run in store.runs(store.experiment_id(campaign.name), "tune"):
+        history = store.history(run.info.run_id, campaign.target.metric)
         total += max((m.step for m in history), default=0)
     return total
 

@@ -355,7 +355,5 @@ def read_adaptive_record(campaign: Campaign) -> dict | None:
         return None
     from orchestrator.tracking import Tracking
 
-    tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
-    exp = tracking.client.get_experiment_by_name(campaign.name)
-    ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
+    ledger = Tracking(campaign.tracking_uri, campaign.tracking.retry_s).campaign_ledger(campaign.name)
     return adaptive_record(campaign, campaign_plan(campaign, ledger))

@@ -66,8 +66,7 @@ def _column(status: RunStatus, slurm_state: str | None) -> str:
 
 def campaign_status(campaign: Campaign) -> CampaignStatus:
     tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
-    exp = tracking.client.get_experiment_by_name(campaign.name)
-    ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
+    ledger = tracking.campaign_ledger(campaign.name)
     states = slurm_states(ledger)
     cells: dict[tuple[str, int], CellStatus] = {}
     running = 0

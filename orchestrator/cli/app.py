@@ -90,7 +90,8 @@ def stored_campaign_or_fail(path: Path):
 
 def load_runs_or_fail(campaign):
     """The campaign's runs table, or one line saying there is no such campaign."""
-    from analysis.load import NoSuchCampaign, load_campaign_runs
+    from analysis.load import NoSuchCampaign
+    from analysis.load_sql import load_campaign_runs
 
     try:
         return load_campaign_runs(campaign.tracking_uri, campaign.name)

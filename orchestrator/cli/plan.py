@@ -40,9 +40,7 @@ def plan(
             _run_pilot(campaign, pilot)
         ledger = {}  # a SQLite store not made yet records nothing, and planning makes none
         if absent_sqlite_store(campaign.tracking_uri) is None:
-            tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
-            exp = tracking.client.get_experiment_by_name(campaign.name)
-            ledger = tracking.ledger(exp.experiment_id) if exp is not None else {}
+            ledger = Tracking(campaign.tracking_uri, campaign.tracking.retry_s).campaign_ledger(campaign.name)
     except TrackingUnavailable as err:
         fail(escape(str(err)))
     rows = size_comparisons(campaign, ledger, reference, precisions or PRECISIONS)

@@ -1,8 +1,8 @@
 """`rcpforge round`: a published round (or any folder of results directories) checked
 submission by submission as the MLCommons checker checks it, with each one's olympic mean
 against the RCP in percent and in eval intervals, grouped like with like and scored
-within its group (`analysis/round.py`, `analysis/round_groups.py`), the precision
-factors where precision is disclosed or mapped (`analysis/round_precision.py`), and the
+within its group (`analysis/round/verdicts.py`, `analysis/round/groups.py`), the precision
+factors where precision is disclosed or mapped (`analysis/round/precision.py`), and the
 round written as JSON, Parquet or a self-contained HTML report."""
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def round_cmd(
     if tracking_uri is not None and no_import:
         fail("--tracking-uri and --no-import: give one (--no-import reads the files without a store)")
     from analysis.rcp_set import RcpError
-    from analysis.round import analyze_round
-    from analysis.round_groups import FlagSettings, parse_group_keys
-    from analysis.round_precision import load_precision_map, precision_factors
+    from analysis.round.groups import FlagSettings, parse_group_keys
+    from analysis.round.precision import load_precision_map, precision_factors
+    from analysis.round.verdicts import analyze_round
 
     if not 0 < p_threshold < 1:
         fail(f"--p-threshold {p_threshold}: give a probability between 0 and 1")
@@ -84,12 +84,12 @@ def _write_files(rows: list[dict], factors: list[dict], keys, parquet: Path | No
                  title: str) -> None:
     try:
         if parquet is not None:
-            from analysis.round_report import write_parquet
+            from analysis.round.report import write_parquet
 
             write_parquet(rows, parquet)
             err_console.print(f"wrote {parquet}", highlight=False)
         if html is not None:
-            from analysis.round_report import write_round_report
+            from analysis.round.report import write_round_report
 
             write_round_report(html, rows, factors, keys, title)
             err_console.print(f"wrote {html}", highlight=False)
@@ -101,7 +101,7 @@ def _tables(rows: list[dict], factors: list[dict]) -> None:
     from rich.table import Table
 
     from analysis.display import cell_text, header
-    from analysis.round_groups import group_summaries
+    from analysis.round.groups import group_summaries
 
     groups = group_summaries(rows)
     number = {g["group"]: i for i, g in enumerate(groups, 1)}

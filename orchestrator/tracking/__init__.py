@@ -5,7 +5,8 @@ Experiment = campaign; one MLflow run per run key, created by the orchestrator b
 run is launched and reattached on every retry, so a run key never has two MLflow runs.
 The tag schema (`trainers/contract/schema.py`) is a public contract: analysis reads it.
 
-- `client`: the retry policy every call runs under;
+- `client`: MLflow's client under the retry policy (`trainers/contract/retry.py`) every
+  call runs under, the checks of a tracking URI and the probe of a store;
 - `store`: the orchestrator's calls (experiment, ledger read, runs, imports);
 - `run_log`: a worker's calls on its own run.
 """

@@ -1,14 +1,17 @@
-"""The retry policy of every call to the tracking store: an unavailable store (a
-restarting server, a locked SQLite file) is waited out for `retry_s`, then named in one
-`TrackingUnavailable` line."""
+"""The tracking store as the orchestrator opens it: an MLflow client under the retry
+policy (`trainers/contract/retry.py`: an unavailable store is waited out for `retry_s`,
+then named in one `TrackingUnavailable` line), the checks of a tracking URI before any
+call, and the short probe of the commands that only read."""
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from trainers.contract.retry import DEFAULT_RETRY_S, TrackingUnavailable, first_line, under_retry_policy
+from trainers.contract.retry import RetryingClient as _RetryingClient  # noqa: F401 - orchestrator.tracking exports it
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -21,121 +24,10 @@ def sqlite_uri(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
-_log = logging.getLogger("rcpforge.tracking")
-
-# How long a call waits for an unavailable tracking store before giving up: a tracking
-# server restart or a SQLite file locked by a backup takes seconds to minutes, and a run
-# that gave up fails its attempt. A campaign sets its own in `tracking.retry_s`.
-DEFAULT_RETRY_S = 600.0
-_MAX_DELAY_S = 10.0
-
-# Errors that retrying cannot fix: the request itself is wrong.
-_PERMANENT = {"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS", "BAD_REQUEST",
-              "INVALID_STATE", "PERMISSION_DENIED", "UNAUTHENTICATED"}
-
-
-class TrackingUnavailable(RuntimeError):
-    """The tracking store stayed unreachable for the whole retry window."""
-
-
-# Python errors that say the call itself is wrong (a bug, bad data), never the store's state.
-_PROGRAMMING = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, NotImplementedError)
-
-
-def _transient(err: Exception) -> bool:
-    """Whether waiting can help: not an MLflow refusal of the request, not a programming
-    error, and not a database's refusal of the data (a constraint, a bad statement),
-    which MLflow's SQL store reports as INTERNAL_ERROR like a lost connection; the
-    cause is in the exception's chain."""
-    from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
-
-    if isinstance(err, TrackingUnavailable) or getattr(err, "error_code", None) in _PERMANENT:
-        return False
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, (*_PROGRAMMING, IntegrityError, DataError, ProgrammingError)):
-            return False
-        cause = cause.__cause__ or cause.__context__
-    return True
-
-
-def _first_line(err: Exception) -> str:
-    """The error on one line, its head and its tail: an HTTP client's message puts the
-    cause ("Connection refused") at the end of a long line. A URI in it is shown
-    without its password."""
-    from trainers.contract.uri import redact_uri
-
-    text = redact_uri(" ".join(str(err).split()))
-    if len(text) > 300:
-        text = f"{text[:150]} ... {text[-120:]}"
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-class _RetryingClient:
-    """An MlflowClient whose calls are retried with exponential backoff (0.5 s doubling
-    to 10 s) while the store is unavailable (a SQLite file locked past its busy timeout, a
-    tracking server stopped or restarting), for at most `retry_s` seconds per call; then
-    `TrackingUnavailable` names the store and says what to do. A run's result is not
-    lost to a hiccup of the tracking store, and a store that stays down ends the
-    campaign with a clear message instead of hanging it."""
-
-    def __init__(self, client: MlflowClient, uri: str, retry_s: float = DEFAULT_RETRY_S, first_delay_s: float = 0.5,
-                 log_retries: bool = True):
-        self._client = client
-        self._log_retries = log_retries
-        self._uri = uri
-        self._retry_s = retry_s
-        self._first_delay_s = first_delay_s
-
-    @property
-    def raw(self) -> MlflowClient:
-        return self._client
-
-    def __getattr__(self, name: str):
-        method = getattr(self._client, name)
-        if not callable(method):
-            return method
-        return lambda *args, **kwargs: self.retry(name, lambda: method(*args, **kwargs))
-
-    def retry(self, what: str, call):
-        """`call()` under the retry policy; `what` names it in the log."""
-        from trainers.contract.uri import redact_uri
-
-        deadline = time.monotonic() + self._retry_s
-        delay = self._first_delay_s
-        while True:
-            try:
-                return call()
-            except Exception as err:  # noqa: BLE001 - classified just below
-                if not _transient(err):
-                    raise
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TrackingUnavailable(
-                        f"tracking store {redact_uri(self._uri)} unavailable for {self._retry_s:g} s "
-                        f"(tracking.retry_s), last error on {what}: {_first_line(err)}; start it again or fix "
-                        "tracking.uri, then run the command again (`rcpforge run` resumes the campaign)"
-                    ) from err
-                pause = min(delay, left)
-                if self._log_retries:
-                    _log.warning("tracking store unavailable: %s (%s); retrying %s in %.1f s, for up to %.0f s more",
-                                 redact_uri(self._uri), _first_line(err), what, pause, left)
-                time.sleep(pause)
-                delay = min(delay * 2, _MAX_DELAY_S)
-
-
 def retrying_client(uri: str, retry_s: float = DEFAULT_RETRY_S, log_retries: bool = True) -> MlflowClient:
     from mlflow import MlflowClient
 
-    if uri.startswith(("http://", "https://")):
-        # MLflow's HTTP client retries a refused connection itself, 7 times over about 4
-        # minutes per call, which would stretch our window unpredictably: the retry
-        # policy is ours. A value the user set is kept.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    return _RetryingClient(MlflowClient(tracking_uri=uri), uri, retry_s,  # type: ignore[return-value]
-                           log_retries=log_retries)
+    return under_retry_policy(MlflowClient, uri, retry_s, log_retries)
 
 
 class TrackingUriError(ValueError):
@@ -245,11 +137,11 @@ def probe_store(uri: str, retry_s: float | None = None) -> None:
     except TrackingUnavailable as err:
         cause = err.__cause__ if isinstance(err.__cause__, Exception) else err
         raise TrackingUnavailable(
-            f"tracking server {redact_uri(uri)} did not answer within {retry_s:g} s ({_first_line(cause)}); "
+            f"tracking server {redact_uri(uri)} did not answer within {retry_s:g} s ({first_line(cause)}); "
             "check tracking.uri (a mistyped host or port?) or start the server"
         ) from None
     except Exception as err:  # noqa: BLE001 - a refusal (a login needed, not an MLflow server): said in one line
-        raise TrackingUnavailable(f"tracking server {redact_uri(uri)} refused a first call: {_first_line(err)}; "
+        raise TrackingUnavailable(f"tracking server {redact_uri(uri)} refused a first call: {first_line(err)}; "
                                   "check tracking.uri and its credentials") from None
 
 

@@ -131,6 +131,11 @@ class Tracking:
             if not token:
                 return entries
 
+    def campaign_ledger(self, campaign: str) -> dict[str, LedgerEntry]:
+        """The ledger of the campaign's experiment; empty where no run has made one yet."""
+        exp = self.client.get_experiment_by_name(campaign)
+        return self.ledger(exp.experiment_id) if exp is not None else {}
+
     def create_run(
         self, experiment_id: str, spec: RunSpec, extra_tags: dict[str, str] | None = None, run_name: str | None = None,
         starts_now: bool = False,

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.load import NoSuchCampaign, load_campaign_runs, load_runs, write_parquet
-from analysis.load_sql import is_sql_uri, load_runs_sql
+from analysis.load import NoSuchCampaign, load_runs, write_parquet
+from analysis.load_sql import is_sql_uri, load_campaign_runs, load_runs_sql
 from trainers.contract import schema as ts
 
 

@@ -1,4 +1,4 @@
-"""Like with like across a round (`analysis/round_groups.py`): the probabilities against
+"""Like with like across a round (`analysis/round/groups.py`): the probabilities against
 brute force (an independent simulation, and exact enumeration for a small pool), the
 flags on a synthetic round with one cherry-picked submission, the fallback to the MLLOG
 lines without system files, and the --group-by setting."""
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from analysis.rcp_set import RcpError
-from analysis.round import analyze_round
-from analysis.round_groups import p_lognormal, p_pooled, parse_group_keys
+from analysis.round.groups import p_lognormal, p_pooled, parse_group_keys
+from analysis.round.verdicts import analyze_round
 from tests.conftest import run_cli
 from tests.helpers.cli import invoke, one_line_usage_error
 from tests.helpers.round_data import (

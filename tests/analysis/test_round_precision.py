@@ -1,4 +1,4 @@
-"""Precision across a round (`analysis/round_precision.py`): a synthetic round whose FP8
+"""Precision across a round (`analysis/round/precision.py`): a synthetic round whose FP8
 submissions converge 10% later than the RCP and whose BF16 ones do not; the precision
 disclosed in the MLLOG lines, or given by a precision map."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from analysis.rcp_set import RcpError
-from analysis.round import analyze_round
-from analysis.round_precision import load_precision_map, precision_factors
+from analysis.round.precision import load_precision_map, precision_factors
+from analysis.round.verdicts import analyze_round
 from tests.analysis.mllog_dirs import rcp_file
 from tests.helpers.cli import invoke, one_line_usage_error
 from tests.helpers.round_data import write_submission

@@ -1,4 +1,4 @@
-"""The round's outputs (`analysis/round_report.py`): Parquet with every submission's
+"""The round's outputs (`analysis/round/report.py`): Parquet with every submission's
 numbers, and the self-contained HTML round report, rendered in headless Chromium like
 the campaign report: no console errors, figures embedded, every table within the page."""
 

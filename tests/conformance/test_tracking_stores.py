@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from analysis.curves import load_curves
-from analysis.load import RUN_SCHEMA, NoSuchCampaign, load_campaign_runs, load_runs
+from analysis.load import RUN_SCHEMA, NoSuchCampaign, load_runs
+from analysis.load_sql import load_campaign_runs
 from orchestrator.tracking import ImportedRun, RunLog, Tracking, mark_preempted, run_params
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign

@@ -8,6 +8,7 @@ readers (the analysis) of runs both speak.
 - `revisions`: the numerics revision of each recipe, which enters the run key;
 - `schema`: the tag and metric names a run is filed under in MLflow;
 - `uri`: tracking URIs as a person may see them (passwords masked);
+- `retry`: the retry policy of every call to a tracking store, writes and reads;
 - `mllog`: the one home of MLLOG, the checker-exact reader and the result-file writer.
 
 This package imports nothing else of rcpforge (`tests/test_boundaries.py` holds it to

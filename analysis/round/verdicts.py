@@ -14,7 +14,7 @@ from pathlib import Path
 
 from analysis.check import check_directory
 from analysis.rcp_set import RULESETS, RcpError
-from analysis.round_groups import DEFAULT_GROUP_KEYS, FlagSettings, assign_groups
+from analysis.round.groups import DEFAULT_GROUP_KEYS, FlagSettings, assign_groups
 from trainers.contract.mllog.read import (
     NOT_CONVERGED,
     convergence_unit,
@@ -39,7 +39,7 @@ def analyze_round(root: Path, rcps: str, ruleset: str = "5.0.0", group_by: Seque
                   flags: FlagSettings | None = None, precision_map: dict[str, str] | None = None) -> list[dict]:
     """`rcps` is a ruleset (its shipped RCPs) or an RCP file (read with `ruleset`'s rules).
     Every submission is grouped by `group_by` and scored within its group
-    (`analysis.round_groups`); `precision_map` (dir -> label) overrides the MLLOG
+    (`analysis.round.groups`); `precision_map` (dir -> label) overrides the MLLOG
     precision disclosure."""
     if rcps in RULESETS:
         rcp_file, ruleset = None, rcps

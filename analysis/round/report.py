@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.report import Section, write_report
-from analysis.round_groups import group_summaries
+from analysis.round.groups import group_summaries
 
 # columns of the Parquet file that are not plain scalars
 _LIST_COLUMNS = {"run_values": pa.list_(pa.float64())}
@@ -49,7 +49,7 @@ _SUBMISSION_COLUMNS = ["dir", "batch_size", "passed", "message", "norm_factor", 
 
 
 def round_sections(rows: list[dict], factors: list[dict], keys: Sequence[str]) -> list[Section]:
-    from analysis.round_plots import deviations_figure, factors_figure, groups_figure
+    from analysis.round.plots import deviations_figure, factors_figure, groups_figure
 
     groups = group_summaries(rows)
     number = {g["group"]: i for i, g in enumerate(groups, 1)}

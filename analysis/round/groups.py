@@ -140,7 +140,7 @@ def assign_groups(rows: list[dict], keys: Sequence[str], settings: FlagSettings 
     """Adds group, group_size, score (the value compared: olympic mean / RCP mean, or the
     olympic mean), robust_z, p_value(_rcp, _pooled), flagged, flag_reason and the group's
     median score and spread (group_median, group_spread_pct) to every row (a submission
-    of `analysis.round`)."""
+    of `analysis.round.verdicts`)."""
     settings = settings or FlagSettings()
     groups: dict[str, list[dict]] = {}
     for row in rows:
