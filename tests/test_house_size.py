@@ -35,7 +35,7 @@ LONG_FUNCTIONS = {
 }
 # each circle: the modules that reach one another through imports (a strongly connected set)
 CIRCLES = [
-    ["trainers.layer_map", "trainers.recipe_switch", "trainers.recipes", "trainers.written_recipes"],
+    ["trainers.recipe_switch", "trainers.recipes", "trainers.written_recipes"],
 ]
 
 

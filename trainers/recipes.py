@@ -444,15 +444,6 @@ class RecipeError(ValueError):
     pass
 
 
-def mlperf_precision(recipe: RecipeConfig) -> str:
-    """The recipe's lowest precision in a quantized linear layer, in the words of MLPerf's
-    `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling),
-    before placement: a run discloses its precision map's (trainers/layer_map.py)."""
-    from trainers.layer_map import linear_gemms, lowest
-
-    return lowest(list(linear_gemms(recipe).values()))
-
-
 def get_recipe(name: str) -> RecipeConfig:
     try:
         return RECIPES[name]

@@ -15,12 +15,12 @@ from tests.helpers.campaigns import tiny_campaign, tiny_run_specs, write_campaig
 from tests.helpers.cli import invoke, one_line_usage_error
 from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
 from trainers.contract import revisions
-from trainers.layer_map import disclosed_precisions, precision_map
 from trainers.precision import reference
 from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
 from trainers.precision.linear import QuantizedGemm
 from trainers.recipes import RECIPES, resolve_recipe, validate_recipe_options
 from trainers.tinylm.model import TinyLM
+from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 from trainers.tinylm.settings import TinyLMSettings
 from trainers.tinylm.train import TinyLMTrainer
 

@@ -1,6 +1,7 @@
 """The per-layer precision map of a tiny-LM run (torch-free): which GEMM of which layer
 runs in which format, after the recipe's placement and schedule, and the MLPerf 6.1
-disclosure keys derived from it.
+disclosure keys derived from it. It is the tiny LM's: the layers it names are its model's
+(trainers/tinylm/settings.py).
 
 Every GEMM of the model has three products: `fprop` (the forward product), `dgrad` (the
 gradient of its first input) and `wgrad` (of its second: the weight of a linear layer).
@@ -138,6 +139,13 @@ def lowest(formats: list[str]) -> str:
     """The lowest of some GEMM format names in MLPerf's words."""
     values = {_MLPERF[part] for f in formats for part in f.split(" x ")} or {"bfloat16"}
     return min(values, key=_ORDER.index)
+
+
+def mlperf_precision(recipe: RecipeConfig) -> str:
+    """The recipe's lowest precision in a quantized linear layer, in the words of MLPerf's
+    `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling),
+    before placement: a run discloses its precision map's."""
+    return lowest(list(linear_gemms(recipe).values()))
 
 
 def disclosed_precisions(pmap: dict[str, Any]) -> dict[str, str]:
