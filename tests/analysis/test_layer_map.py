@@ -11,7 +11,7 @@ from analysis.report import render_html, render_markdown
 from tests.analysis.stores import file_runs
 from tests.analysis.test_report import _Tables
 from trainers.contract.schema import TAG_DISCLOSED, TAG_PRECISION_MAP
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 
 

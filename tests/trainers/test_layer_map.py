@@ -17,7 +17,8 @@ from trainers.contract.schema import TAG_PRECISION_MAP
 from trainers.precision import reference
 from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import RECIPES, resolve_recipe
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.precision_map import disclosed_precisions, layer_names, mlperf_precision, precision_map
 from trainers.tinylm.settings import TinyLMSettings

@@ -15,7 +15,7 @@ from trainers.precision.attention import Fp8Attention
 from trainers.precision.fused import TorchaoFp8Gemm
 from trainers.precision.linear import LinearFn, QuantizedGemm
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import RecipeConfig
+from trainers.recipes.config import RecipeConfig
 from trainers.tinylm.precision_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
 
 # Each phase of a schedule gets stochastic-rounding streams of its own: the second

@@ -22,8 +22,10 @@ from trainers.precision.quantize import (
     Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
 )
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
-from trainers.written_recipes import WrittenOptions
+from trainers.recipes.config import RecipeConfig
+from trainers.recipes.operands import OperandQuant
+from trainers.recipes.options import DelayedOptions, MorOptions
+from trainers.recipes.written import WrittenOptions
 
 LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 

@@ -27,7 +27,9 @@ import fnmatch
 import re
 from typing import Any
 
-from trainers.recipes import OperandQuant, RecipeConfig, RecipeOptions
+from trainers.recipes.config import RecipeConfig
+from trainers.recipes.operands import OperandQuant
+from trainers.recipes.options import RecipeOptions
 from trainers.tinylm.settings import ATTENTION_MATMULS, LINEAR_LAYERS
 
 GEMMS = ("fprop", "dgrad", "wgrad")

@@ -17,7 +17,7 @@ from trainers.precision.fused import fp8_gemm_path
 from trainers.precision.heap import keep_freed_memory
 from trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_recipe
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm import checkpoint
 from trainers.tinylm.data import Batches, EvalSet
 from trainers.tinylm.distributed import DataParallel
