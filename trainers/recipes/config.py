@@ -9,17 +9,26 @@ Everything that is not a linear-layer GEMM input runs in the reference precision
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from pydantic import ValidationError
 
 from trainers.contract.revisions import recipe_revision
 from trainers.recipes.operands import OperandQuant
-from trainers.recipes.options import ADDED_LATER, RecipeOptions
+from trainers.recipes.options import ADDED_LATER, Backward, RecipeOptions
 
 
 class RecipeError(ValueError):
     pass
+
+
+class HadamardSigns(StrEnum):
+    """The signs of the wgrad GEMM's Hadamard transform."""
+
+    FIXED = "fixed"  # fixed random ones (TransformerEngine's NVFP4)
+    RANDOM = "random"  # random ones drawn per wgrad GEMM from the layer's stream
+    NONE = "none"  # none: a deterministic transform
 
 
 @dataclass(frozen=True)
@@ -47,10 +56,9 @@ class RecipeConfig:
     dy_wgrad: OperandQuant | None = None
     wgrad_hp: bool = False  # the wgrad GEMM runs in the reference precision (BF16)
     hadamard_wgrad: bool = False
-    # the wgrad transform's size and signs: fixed random ones (TransformerEngine's NVFP4),
-    # random ones drawn per wgrad GEMM from the layer's stream, or none (deterministic)
+    # the wgrad transform's size and signs
     hadamard_size: int = 16
-    hadamard_signs: Literal["fixed", "random", "none"] = "fixed"
+    hadamard_signs: HadamardSigns = HadamardSigns.FIXED
     options: type[RecipeOptions] = field(default=RecipeOptions)
     # The option values this config was resolved with (None: the defaults).
     settings: RecipeOptions | None = None
@@ -100,14 +108,16 @@ class RecipeConfig:
         wgrad = ("BF16" if self.is_reference or self.wgrad_hp
                  else f"dY {fmt(self.dy_wgrad or self.dy)}, x {fmt(self.x_wgrad or self.x)}")
         if self.hadamard_wgrad and not self.wgrad_hp:
-            kind = {"fixed": "random", "random": "random (signs drawn per GEMM)", "none": "deterministic"}
+            kind = {HadamardSigns.FIXED: "random", HadamardSigns.RANDOM: "random (signs drawn per GEMM)",
+                    HadamardSigns.NONE: "deterministic"}
             wgrad += f", {self.hadamard_size}-point {kind[self.hadamard_signs]} Hadamard"
         w = fmt(self.w) + (f"; dgrad copy {fmt(self.w_dgrad)}" if self.w_dgrad else "")
         dy = fmt(self.dy)
-        if not self.is_reference and self.opts.backward != "quantized":  # issue 17: the backward override
-            hp = self.opts.backward == "high_precision"
+        backward = self.opts.backward
+        if not self.is_reference and backward != Backward.QUANTIZED:  # issue 17: the backward override
+            hp = backward == Backward.HIGH_PRECISION
             w = fmt(self.w) + ("; dgrad on BF16 W" if hp else "; dgrad on the forward's dequantized W")
-            dy = f"BF16 ({self.opts.backward} backward)"
+            dy = f"BF16 ({backward.value} backward)"
             wgrad = "BF16" if hp else "dY BF16, x the forward's dequantized copy"
         return {
             "name": self.name,

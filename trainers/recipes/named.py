@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from trainers.recipes.config import REFERENCE, RecipeConfig, RecipeError
+from trainers.recipes.config import REFERENCE, HadamardSigns, RecipeConfig, RecipeError
 from trainers.recipes.operands import DELAYED, E4M3, E5M2, MOR, MX4, MX8, NV, NV_TILED, ROW, OperandQuant
 from trainers.recipes.options import (
     BlockOptions,
@@ -80,7 +80,7 @@ RECIPES: dict[str, RecipeConfig] = {
             "mxfp4_sr_rht", "MXFP4 with stochastic rounding on dY and a random 32-point Hadamard on the wgrad "
             "copies (arXiv 2502.20586)",
             x=MX4, w=MX4, dy=replace(MX4, rounding="sr"), hadamard_wgrad=True, hadamard_size=32,
-            hadamard_signs="random", options=Mxfp4Options,
+            hadamard_signs=HadamardSigns.RANDOM, options=Mxfp4Options,
         ),
         # MXFP4 with a deterministic Hadamard (Cim et al., arXiv 2605.09825, who found that
         # SR and randomized rotations fail to stabilize a quantized wgrad while a
@@ -89,7 +89,7 @@ RECIPES: dict[str, RecipeConfig] = {
         # signs) along the token dimension before quantization.
         RecipeConfig(
             "mxfp4_dethad", "MXFP4 with a deterministic 32-point Hadamard on the wgrad copies (arXiv 2605.09825)",
-            x=MX4, w=MX4, dy=MX4, hadamard_wgrad=True, hadamard_size=32, hadamard_signs="none",
+            x=MX4, w=MX4, dy=MX4, hadamard_wgrad=True, hadamard_size=32, hadamard_signs=HadamardSigns.NONE,
             options=Mxfp4Options,
         ),
         RecipeConfig(

@@ -4,6 +4,7 @@ how each family's options set the recipe's operands (torch-free)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +13,15 @@ from trainers.recipes.operands import MX8, NV, NV_TILED
 
 if TYPE_CHECKING:
     from trainers.recipes.config import RecipeConfig
+
+
+class Backward(StrEnum):
+    """The backward override (TransformerEngine's): which operands the dgrad and wgrad
+    GEMMs take."""
+
+    QUANTIZED = "quantized"  # the recipe's own dgrad and wgrad operands
+    HIGH_PRECISION = "high_precision"  # both GEMMs on the unquantized BF16 dY, W and x
+    DEQUANTIZED = "dequantized"  # on the forward's quantized-then-dequantized W and x, dY in BF16
 
 
 class RecipeOptions(BaseModel):
@@ -37,10 +47,7 @@ class RecipeOptions(BaseModel):
     # GEMMs: E4M3 operands with tensorwise current scaling, E5M2 gradients
     # (trainers/precision/attention.py); off: BF16 autocast, as before the option existed.
     fp8_attention: bool = False
-    # The backward override (TransformerEngine's): quantized (the recipe's own dgrad and
-    # wgrad operands), high_precision (both GEMMs on the unquantized BF16 dY, W and x) or
-    # dequantized (on the forward's quantized-then-dequantized W and x, dY in BF16).
-    backward: Literal["quantized", "high_precision", "dequantized"] = "quantized"
+    backward: Backward = Backward.QUANTIZED
 
     def operands(self, recipe: RecipeConfig) -> RecipeConfig:
         """The recipe's operands under these option values (these: as the table has them)."""

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainers.contract.run_key import keyed
-from trainers.recipes.config import RecipeConfig, RecipeError
+from trainers.recipes.config import HadamardSigns, RecipeConfig, RecipeError
 from trainers.recipes.named import RECIPES, check_recipe_name
 from trainers.recipes.operands import ElementFormat, OperandQuant, ScaleMode, Scaling
 from trainers.recipes.options import DelayedOptions
@@ -82,7 +82,7 @@ class WgradSpec(_Strict):
     # ones, random ones drawn per wgrad GEMM from the layer's stream (arXiv 2502.20586), or
     # none, the deterministic Hadamard (arXiv 2605.09825)
     size: int = Field(16, ge=2, le=256)
-    signs: Literal["fixed", "random", "none"] = "fixed"
+    signs: HadamardSigns = HadamardSigns.FIXED
 
 
 class WrittenOptions(DelayedOptions):
@@ -211,7 +211,7 @@ def build_written(name: str, options: dict[str, Any]) -> RecipeConfig:
         x_wgrad=quant("x_wgrad"), dy_wgrad=quant("dy_wgrad"),
         wgrad_hp=d["wgrad"]["precision"] == "bf16", hadamard_wgrad=d["wgrad"]["transform"] == "hadamard",
         hadamard_size=d["wgrad"].get("size", _WGRAD_ADDED_LATER["size"]),
-        hadamard_signs=d["wgrad"].get("signs", _WGRAD_ADDED_LATER["signs"]),
+        hadamard_signs=HadamardSigns(d["wgrad"].get("signs", _WGRAD_ADDED_LATER["signs"])),
         options=WrittenOptions, settings=settings,
     )
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from trainers.recipes.config import RecipeConfig
 from trainers.recipes.operands import OperandQuant
-from trainers.recipes.options import RecipeOptions
+from trainers.recipes.options import Backward, RecipeOptions
 from trainers.tinylm.settings import ATTENTION_MATMULS, LINEAR_LAYERS
 
 GEMMS = ("fprop", "dgrad", "wgrad")
@@ -87,9 +87,9 @@ def linear_gemms(recipe: RecipeConfig) -> dict[str, str]:
         return dict.fromkeys(GEMMS, BF16)
     fprop = _product(recipe.x, recipe.w)
     backward = recipe.opts.backward  # the backward override: dgrad and wgrad on other operands
-    if backward == "high_precision":  # on the unquantized BF16 dY, W and x
+    if backward == Backward.HIGH_PRECISION:  # on the unquantized BF16 dY, W and x
         return {"fprop": fprop, "dgrad": BF16, "wgrad": BF16}
-    if backward == "dequantized":  # dY in BF16, W and x as the forward quantized them
+    if backward == Backward.DEQUANTIZED:  # dY in BF16, W and x as the forward quantized them
         return {"fprop": fprop, "dgrad": _product(None, recipe.w), "wgrad": _product(None, recipe.x)}
     wgrad = BF16 if recipe.wgrad_hp else _product(recipe.dy_wgrad or recipe.dy, recipe.x_wgrad or recipe.x)
     return {"fprop": fprop, "dgrad": _product(recipe.dy, recipe.w_dgrad or recipe.w), "wgrad": wgrad}
