@@ -31,7 +31,7 @@ import torch
 
 from trainers.precision import fused, gpu
 from trainers.precision.layers import gemm_factory
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import MarkovData, TinyLMSettings
 

@@ -25,7 +25,8 @@ import torch
 
 from trainers.precision.heap import keep_freed_memory
 from trainers.precision.layers import attention_factory, gemm_factory
-from trainers.recipes import RECIPES, resolve_recipe
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.data import Batches
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import MarkovData, TinyLMSettings

@@ -5,7 +5,7 @@
     target: {metric: eval_excess_loss, mode: min, value: 0.4}
     budget: {max_tokens: 2000000, eval_every_tokens: 16384}
     recipes: [bf16, fp8_tensorwise]          # or {recipe_name: {option: value}}; a recipe
-                                             # written by its operands (trainers/written_recipes.py);
+                                             # written by its operands (trainers/recipes/written.py);
                                              # {nvfp4: {grid: {hadamard: [true, false]}}} (sweeps/recipe_grid.py)
     batch_sizes: [32, 128]                   # min first, max last
     seeds: 4                                 # or {default: 4, nvfp4: 8}

@@ -180,7 +180,8 @@ def validate_recipe(kind: str, name: str, options: dict[str, Any]) -> dict[str, 
     """A campaign's recipe for this trainer kind: a label with free-form options where
     the trainer takes labels, else one of rcpforge's quantizer recipes with its options
     (defaults filled in)."""
-    from trainers.recipes import RecipeError, validate_recipe_options
+    from trainers.recipes.config import RecipeError
+    from trainers.recipes.resolve import validate_recipe_options
 
     check = getattr(_model(kind, 0, "Settings"), "validate_recipe", None)
     try:

@@ -16,7 +16,7 @@ def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable
     (with defaults) a campaign may set as `{recipe: {option: value}}`; the grammar of a
     recipe written in the campaign file by its operands and of an ablation `grid:`; and, for a command
     trainer (your own program), recipe labels and the placeholders of its argv and env."""
-    from trainers.recipes import RECIPES
+    from trainers.recipes.named import RECIPES
 
     rows = [r.summary() for r in RECIPES.values()]
     if as_json:
@@ -29,7 +29,7 @@ def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable
         options = "\n".join(f"{k}={json.dumps(v)}" for k, v in r["options"].items())
         view.add_row(r["name"], r["x"], r["w"], r["dy"], r["wgrad"], options, r["description"])
     console.print(view)
-    from trainers.written_recipes import grammar_lines
+    from trainers.recipes.written import grammar_lines
 
     console.print("\n".join(grammar_lines()), highlight=False, markup=False)
     _command_trainer_help()

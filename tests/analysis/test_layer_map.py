@@ -11,8 +11,8 @@ from analysis.report import render_html, render_markdown
 from tests.analysis.stores import file_runs
 from tests.analysis.test_report import _Tables
 from trainers.contract.schema import TAG_DISCLOSED, TAG_PRECISION_MAP
-from trainers.layer_map import disclosed_precisions, precision_map
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
+from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 
 
 def _map(name: str, options: dict | None = None, tokens_per_step: int = 128) -> dict:

@@ -10,7 +10,8 @@ from sweeps.expand import expand
 from sweeps.recipe_grid import variant_name
 from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
-from trainers.recipes import resolve_recipe, same_gemms
+from trainers.recipes.config import same_gemms
+from trainers.recipes.resolve import resolve_recipe
 
 SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ABLATION = ["bf16", {"nvfp4": {"grid": {"hadamard": [True, False], "stochastic_rounding": [True, False]}}}]

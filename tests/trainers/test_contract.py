@@ -73,7 +73,7 @@ def test_a_recipes_numerics_revision_changes_its_run_keys_only(monkeypatch):
     campaign then re-runs that recipe's old runs (new keys) and keeps every other
     recipe's runs (same keys)."""
     import trainers.contract.revisions as revisions
-    import trainers.recipes as recipes
+    import trainers.recipes.config as recipes
 
     base = _first_spec()
     specs = {name: base.model_copy(update={"recipe": name}) for name in ("bf16", "fp8_tensorwise", "mor")}
@@ -90,7 +90,7 @@ def test_every_revised_recipe_is_a_registered_one():
     """The revisions table of the run contract names recipes of the registry (a typo
     there would leave the misspelt recipe's old runs pooled with its new ones)."""
     from trainers.contract.revisions import RECIPE_REVISIONS
-    from trainers.recipes import RECIPES
+    from trainers.recipes.named import RECIPES
 
     assert set(RECIPE_REVISIONS) <= set(RECIPES)
     assert {name: RECIPES[name].revision for name in RECIPE_REVISIONS} == RECIPE_REVISIONS

@@ -1,6 +1,6 @@
-"""The per-layer precision map (trainers/layer_map.py): what it says for each recipe and
-placement, that it is what the model runs, the MLPerf disclosure keys derived from it,
-and its way into the run's MLLOG and tags."""
+"""The per-layer precision map (trainers/tinylm/precision_map.py): what it says for each
+recipe and placement, that it is what the model runs, the MLPerf disclosure keys derived
+from it, and its way into the run's MLLOG and tags."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from trainers.command.settings import MLPERF_PRECISIONS
 from trainers.contract.mllog.read import PRECISION_MAP_KEY, facts_tags, run_facts
 from trainers.contract.mllog.write import MllogReporter, MllogWriter
 from trainers.contract.schema import TAG_PRECISION_MAP
-from trainers.layer_map import disclosed_precisions, layer_names, precision_map
 from trainers.precision import reference
 from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import RECIPES, mlperf_precision, resolve_recipe
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.model import TinyLM
+from trainers.tinylm.precision_map import disclosed_precisions, layer_names, mlperf_precision, precision_map
 from trainers.tinylm.settings import TinyLMSettings
 from trainers.tinylm.train import TinyLMTrainer, run_precision_map
 

@@ -10,7 +10,7 @@ from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
 from trainers.precision import reference
 from trainers.precision.layers import gemm_factory
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.train import TinyLMTrainer
 
 
@@ -42,7 +42,7 @@ def test_the_schedule_switches_to_bf16_at_its_token_count(tmp_path):
     assert switched[0] == fp8[0] and switched[1] != fp8[1]  # FP8 up to 256 tokens, then BF16
 
 
-# to BF16, and to a recipe of its own (trainers/recipe_switch.py; after the switch:
+# to BF16, and to a recipe of its own (trainers/recipes/switch.py; after the switch:
 # tests/trainers/test_recipe_switch.py)
 @pytest.mark.parametrize("schedule", [{"bf16_from_tokens": 640}, {"switch_to": "fp8_delayed",
                                                                   "switch_from_tokens": 640}])

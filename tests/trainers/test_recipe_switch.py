@@ -1,5 +1,5 @@
 """A recipe's schedule to any recipe (`switch_to` with `switch_from_tokens`,
-trainers/recipe_switch.py): when the switch happens, what the model runs after it, its
+trainers/recipes/switch.py): when the switch happens, what the model runs after it, its
 precision map and run key, a resume across it, and the errors for bad input."""
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from tests.helpers.campaigns import tiny_campaign, tiny_run_specs, write_campaig
 from tests.helpers.cli import invoke, one_line_usage_error
 from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
 from trainers.contract import revisions
-from trainers.layer_map import disclosed_precisions, precision_map
 from trainers.precision import reference
 from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import RECIPES, resolve_recipe, validate_recipe_options
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
 from trainers.tinylm.model import TinyLM
+from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 from trainers.tinylm.settings import TinyLMSettings
 from trainers.tinylm.train import TinyLMTrainer
 
@@ -193,7 +194,7 @@ def test_rcpforge_run_refuses_a_bad_switch_with_exit_2(tmp_path):
 
 
 def test_the_readme_and_rcpforge_recipes_examples_of_a_switch_hold():
-    from trainers.written_recipes import grammar_lines
+    from trainers.recipes.written import grammar_lines
 
     text = (Path(__file__).parents[2] / "README.md").read_text()
     block = text[text.index("`switch_to` with `switch_from_tokens` switches to any recipe"):]

@@ -12,12 +12,12 @@ from trainers.command.settings import CommandSettings
 from trainers.contract import RunSpec
 from trainers.contract.run import RUNSPEC_ADDED_LATER
 from trainers.contract.run_key import FIRST_REVISION, digest, keyed, revision_entries
-from trainers.recipes import ADDED_LATER as RECIPE_ADDED_LATER
-from trainers.recipes import RecipeOptions
+from trainers.recipes.options import ADDED_LATER as RECIPE_ADDED_LATER
+from trainers.recipes.options import RecipeOptions
+from trainers.recipes.written import _ADDED_LATER as WRITTEN_ADDED_LATER
+from trainers.recipes.written import _WGRAD_ADDED_LATER, WgradSpec, WrittenOptions
 from trainers.tinylm.settings import ADDED_LATER as TINYLM_ADDED_LATER
 from trainers.tinylm.settings import TinyLMSettings
-from trainers.written_recipes import _ADDED_LATER as WRITTEN_ADDED_LATER
-from trainers.written_recipes import _WGRAD_ADDED_LATER, WgradSpec, WrittenOptions
 
 
 def test_a_setting_added_later_enters_only_off_its_default_and_the_rest_as_it_is():

@@ -1,4 +1,4 @@
-"""Recipes written in the campaign file by their operands (trainers/written_recipes.py)."""
+"""Recipes written in the campaign file by their operands (trainers/recipes/written.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign
 from tests.trainers.test_tinylm import Recorder
 from trainers.contract import revisions
-from trainers.recipes import RECIPES, resolve_recipe, same_gemms, validate_recipe_options
+from trainers.recipes.config import same_gemms
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
 from trainers.tinylm.train import TinyLMTrainer
 
 # nvfp4 as written in a campaign file (its defaults: 2-D weights, SR on dY, Hadamard on wgrad)
@@ -223,7 +225,7 @@ def test_rcpforge_recipes_lists_every_named_recipe_and_a_grammar_whose_examples_
     import json
 
     from tests.helpers.cli import invoke
-    from trainers.written_recipes import grammar_lines
+    from trainers.recipes.written import grammar_lines
 
     text = invoke("recipes").output
     assert all(name in text for name in RECIPES) and "A recipe written in the campaign file" in text

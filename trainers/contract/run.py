@@ -23,7 +23,7 @@ from trainers.contract.run_key import FIRST_REVISION, digest, keyed, revision_en
 
 def _switch_target(options: dict[str, Any]) -> str | None:
     """The recipe a run's schedule switches to (`switch_to: {name: options}`, normalized;
-    trainers/recipe_switch.py), or its base: whose numerics revision the run key carries."""
+    trainers/recipes/switch.py), or its base: whose numerics revision the run key carries."""
     raw = options.get("switch_to")
     if not isinstance(raw, dict) or len(raw) != 1:
         return None

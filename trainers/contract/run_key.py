@@ -13,8 +13,8 @@ ledger, so:
 
 The lists of what was added later, and with which default, stay beside what they
 describe (`RunSpec`'s own fields in trainers/contract/run.py, every recipe's options in
-trainers/recipes.py, a written recipe's in trainers/written_recipes.py, each trainer's
-settings); this module applies them. Plain Python: the contract imports it.
+trainers/recipes/options.py, a written recipe's in trainers/recipes/written.py, each
+trainer's settings); this module applies them. Plain Python: the contract imports it.
 """
 
 from __future__ import annotations

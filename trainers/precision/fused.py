@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from trainers.recipes import RECIPES, RecipeConfig, same_gemms
+from trainers.recipes.config import RecipeConfig, same_gemms
+from trainers.recipes.named import RECIPES
 
 # our recipe -> torchao's recipe of the same operands (Float8LinearConfig.from_recipe_name)
 TORCHAO_RECIPES = {"fp8_tensorwise": "tensorwise", "fp8_rowwise": "rowwise", "fp8_rowwise_gw_hp": "rowwise_with_gw_hp"}

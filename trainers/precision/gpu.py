@@ -14,7 +14,8 @@ import torch
 
 from trainers.precision.formats import FORMATS
 from trainers.precision.scaling import block_fp32_scale
-from trainers.recipes import RECIPES, RecipeConfig, same_gemms
+from trainers.recipes.config import RecipeConfig, same_gemms
+from trainers.recipes.named import RECIPES
 
 if TYPE_CHECKING:
     from trainers.precision.linear import QuantizedGemm

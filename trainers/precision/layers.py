@@ -1,6 +1,7 @@
 """What a model needs from a recipe beyond one GEMM: a GEMM per named layer (with the
-layers its placement names in BF16, as the run's precision map says: trainers/layer_map.py),
-the FP8 attention matmuls and the residual-stream ablation."""
+layers its placement names in BF16, as the run's precision map says:
+trainers/tinylm/precision_map.py), the FP8 attention matmuls and the residual-stream
+ablation."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from typing import Callable
 
 import torch
 
-from trainers.layer_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
 from trainers.precision import reference
 from trainers.precision.attention import Fp8Attention
 from trainers.precision.fused import TorchaoFp8Gemm
 from trainers.precision.linear import LinearFn, QuantizedGemm
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import RecipeConfig
+from trainers.recipes.config import RecipeConfig
+from trainers.tinylm.precision_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
 
 # Each phase of a schedule gets stochastic-rounding streams of its own: the second
 # phase's layer indices start here, past any model's layer count and below the seed

@@ -22,8 +22,10 @@ from trainers.precision.quantize import (
     Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
 )
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import DelayedOptions, MorOptions, OperandQuant, RecipeConfig
-from trainers.written_recipes import WrittenOptions
+from trainers.recipes.config import HadamardSigns, RecipeConfig
+from trainers.recipes.operands import OperandQuant
+from trainers.recipes.options import Backward, DelayedOptions, MorOptions
+from trainers.recipes.written import WrittenOptions
 
 LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
@@ -124,14 +126,14 @@ class QuantizedGemm:
         """The wgrad GEMM's Hadamard matrix: None for the default 16-point one with fixed
         signs; random signs are drawn from the layer's stream, one vector per GEMM."""
         r = self.recipe
-        if r.hadamard_signs == "random":
+        if r.hadamard_signs == HadamardSigns.RANDOM:
             g = self.generator
             signs = torch.randint(0, 2, (r.hadamard_size,), generator=g, device=g.device) * 2 - 1
             return hadamard_matrix(torch.float32, r.hadamard_size, signs)
-        if (r.hadamard_size, r.hadamard_signs) == (16, "fixed"):
+        if (r.hadamard_size, r.hadamard_signs) == (16, HadamardSigns.FIXED):
             return None
         if self._hadamard is None:
-            self._hadamard = hadamard_matrix(torch.float32, r.hadamard_size, r.hadamard_signs == "fixed")
+            self._hadamard = hadamard_matrix(torch.float32, r.hadamard_size, r.hadamard_signs == HadamardSigns.FIXED)
         return self._hadamard
 
     def numeric_state(self) -> dict:
@@ -277,14 +279,14 @@ def _mm(a: Quantized, b: Quantized, bias: torch.Tensor | None = None) -> torch.T
     return out if bias is None else out + bias.float()
 
 
-def _backward_override(backward: str, dy2, x2, w, xq: Quantized, wq: Quantized):
+def _backward_override(backward: Backward, dy2, x2, w, xq: Quantized, wq: Quantized):
     """TransformerEngine's backward override. high_precision: dgrad and wgrad on the
     unquantized tensors in BF16 (dY, W and x rounded to BF16, FP32 accumulation, the
     output rounded to BF16: the bf16 recipe's backward GEMMs). dequantized: on the
     forward's quantized-then-dequantized W and x (reused transposed, whatever the
     scaling: no fresh quantization along the other dimension) and dY in BF16 (no
     quantization of dY)."""
-    if backward == "high_precision":
+    if backward == Backward.HIGH_PRECISION:
         return reference.gemm(dy2, w), reference.gemm(dy2.t(), x2)
     dy_h = dy2.bfloat16()
     dyq = Quantized(dy_h.float(), _bf16=dy_h)
@@ -294,7 +296,7 @@ def _backward_override(backward: str, dy2, x2, w, xq: Quantized, wq: Quantized):
 def _backward_emulated(gemm: QuantizedGemm, dy2, x2, w, xq: Quantized, wq: Quantized):
     recipe = gemm.recipe
     backward = recipe.opts.backward
-    if backward != "quantized":
+    if backward != Backward.QUANTIZED:
         return _backward_override(backward, dy2, x2, w, xq, wq)
     # dgrad dX = dY . W contracts over the output features: W's copy has them last
     if recipe.w_dgrad is not None and recipe.w_dgrad.per_gemm:  # along the output features, from W

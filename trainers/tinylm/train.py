@@ -13,16 +13,16 @@ import torch
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
 from trainers.contract.mllog.read import PRECISION_MAP_KEY
-from trainers.layer_map import disclosed_precisions, precision_map
 from trainers.precision.fused import fp8_gemm_path
 from trainers.precision.heap import keep_freed_memory
 from trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_recipe
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm import checkpoint
 from trainers.tinylm.data import Batches, EvalSet
 from trainers.tinylm.distributed import DataParallel
 from trainers.tinylm.model import TinyLM
+from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 EVAL_BATCH = 256
@@ -73,7 +73,7 @@ def evaluate(model: TinyLM, eval_set: EvalSet) -> dict[str, float]:
 
 
 def run_precision_map(spec: RunSpec) -> dict:
-    """The run's precision map (trainers/layer_map.py): its recipe on this model, the
+    """The run's precision map (trainers/tinylm/precision_map.py): its recipe on this model, the
     schedule's switch at the step it happens."""
     cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
     recipe = resolve_recipe(spec.recipe, spec.recipe_options)

@@ -13,7 +13,7 @@ from tests.helpers.campaigns import tiny_campaign
 from trainers.precision.attention import Fp8Attention, _Fp8Matmul
 from trainers.precision.layers import attention_factory, gemm_factory
 from trainers.precision.quantize import fake_quant_tensorwise
-from trainers.recipes import resolve_recipe, validate_recipe_options
+from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import TinyLMSettings
 

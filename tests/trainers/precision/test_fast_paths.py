@@ -15,7 +15,8 @@ from trainers.precision import kernels
 from trainers.precision.formats import round_inplace_ok, round_to_format
 from trainers.precision.heap import keep_freed_memory
 from trainers.precision.linear import QuantizedGemm, _mm
-from trainers.recipes import RECIPES, resolve_recipe
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe
 
 QUANTIZED = [n for n, r in RECIPES.items() if not r.is_reference]
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import RECIPES, resolve_recipe
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe
 
 try:
     with warnings.catch_warnings():

@@ -15,7 +15,7 @@ from sweeps.expand import expand
 from sweeps.spec import parse_campaign
 from trainers.contract import RunStatus
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.train import TinyLMTrainer
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)

@@ -12,7 +12,8 @@ from trainers.precision.hadamard import hadamard_last_dim
 from trainers.precision.layers import gemm_factory, residual_quantizer
 from trainers.precision.linear import QuantizedGemm
 from trainers.precision.telemetry import Telemetry
-from trainers.recipes import RECIPES, resolve_recipe
+from trainers.recipes.named import RECIPES
+from trainers.recipes.resolve import resolve_recipe
 
 QUANTIZED = [n for n, r in RECIPES.items() if not r.is_reference]
 # max relative rounding error of one element, 2^-(m+1) (NUMERICS.md line 4)

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from tests.trainers.precision.test_linear import _oracle_grads, _problem, _rel, _run
-from trainers.layer_map import disclosed_precisions, precision_map
 from trainers.precision import quantize
 from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import resolve_recipe, same_gemms
+from trainers.recipes.config import same_gemms
+from trainers.recipes.resolve import resolve_recipe
+from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 
 
 def _mx(t: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,8 @@ from tests.helpers.campaigns import tiny_campaign
 from tests.trainers.test_tinylm import Recorder
 from trainers.precision import kernels, quantize, reference
 from trainers.precision.linear import QuantizedGemm
-from trainers.recipes import RecipeError, resolve_recipe, same_gemms, validate_recipe_options
+from trainers.recipes.config import RecipeError, same_gemms
+from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
 from trainers.tinylm.train import TinyLMTrainer
 
 NEW = ["nvfp4_4over6", "nvfp4_rowscaled", "mxfp8_fwd_nvfp4_bwd", "nvfp4_fwd_mxfp8_bwd"]

@@ -243,7 +243,7 @@ def test_gemm_epilogue_equals_torch(torch_path, name, options, with_bias):
     """The BF16 GEMM's output widened, scaled by the per-tensor and per-row factors and
     biased in one pass gives the separate torch ops' result bit for bit."""
     from trainers.precision.linear import QuantizedGemm, _mm
-    from trainers.recipes import resolve_recipe
+    from trainers.recipes.resolve import resolve_recipe
 
     gen = torch.Generator().manual_seed(8)
     x, w = torch.randn(40, 64, generator=gen) * 5, torch.randn(24, 64, generator=gen) / 7

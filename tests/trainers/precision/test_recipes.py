@@ -12,7 +12,9 @@ import pytest
 
 from sweeps.spec import parse_campaign
 from tests.helpers.campaigns import tiny_campaign
-from trainers.recipes import RECIPES, RecipeError, get_recipe, resolve_recipe, validate_recipe_options
+from trainers.recipes.config import RecipeError
+from trainers.recipes.named import RECIPES, get_recipe
+from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
 
 ISSUE_RECIPES = [
     "bf16", "fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp",
@@ -95,7 +97,7 @@ def test_campaign_recipe_options_are_filled_in():
 
 
 def test_registry_stays_torch_free():
-    code = "import sys, trainers.recipes; print('torch' in sys.modules)"
+    code = "import sys, trainers.recipes.resolve; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

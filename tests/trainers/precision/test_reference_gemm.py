@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from trainers.contract import RunSpec, revisions
 from trainers.precision import reference
 from trainers.precision.layers import attention_factory, gemm_factory
-from trainers.recipes import resolve_recipe
+from trainers.recipes.resolve import resolve_recipe
 from trainers.tinylm.data import Batches
 from trainers.tinylm.model import TinyLM
 from trainers.tinylm.settings import MarkovData, TinyLMSettings

@@ -12,7 +12,7 @@ from sweeps.expand import expand
 from sweeps.spec import parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 from trainers.contract import EvalPoint, RunStatus
-from trainers.recipes import RECIPES
+from trainers.recipes.named import RECIPES
 from trainers.tinylm.train import TinyLMTrainer
 
 

@@ -249,9 +249,9 @@ DISCLOSURE_KEYS = (
     "context_parallelism", "expert_parallelism", "micro_batch_size",
 )
 
-# The run's per-layer precision map (trainers/layer_map.py), one event of the header whose
-# value is the map: which GEMM of which layer ran in which format. rcpforge records it per
-# run as the tag `rcpforge.precision_map` (trainers/contract/schema.py).
+# The run's per-layer precision map (trainers/tinylm/precision_map.py), one event of the
+# header whose value is the map: which GEMM of which layer ran in which format. rcpforge
+# records it per run as the tag `rcpforge.precision_map` (trainers/contract/schema.py).
 PRECISION_MAP_KEY = "rcpforge_precision_map"
 
 

@@ -12,7 +12,7 @@
           # x_wgrad, dy_wgrad: {...}    # the wgrad GEMM's copies, where unlike x and dy
           # quantize_residual, placement (bf16_first_blocks, bf16_last_blocks,
           # bf16_layers), schedule (bf16_from_tokens, or switch_to with switch_from_tokens:
-          # trainers/recipe_switch.py), fp8_attention; amax_history_len and margin
+          # trainers/recipes/switch.py), fp8_attention; amax_history_len and margin
           # (delayed operands); threshold (mor operands)
 
 An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
@@ -30,15 +30,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainers.contract.run_key import keyed
-from trainers.recipes import (
-    DelayedOptions,
-    ElementFormat,
-    OperandQuant,
-    RecipeConfig,
-    RecipeError,
-    ScaleMode,
-    Scaling,
-)
+from trainers.recipes.config import HadamardSigns, RecipeConfig, RecipeError
+from trainers.recipes.named import RECIPES, check_recipe_name
+from trainers.recipes.operands import ElementFormat, OperandQuant, ScaleMode, Scaling
+from trainers.recipes.options import DelayedOptions
 
 OPERANDS = ("x", "w", "dy", "w_dgrad", "x_wgrad", "dy_wgrad")
 # the scale types each scaling takes; the first is its default
@@ -87,7 +82,7 @@ class WgradSpec(_Strict):
     # ones, random ones drawn per wgrad GEMM from the layer's stream (arXiv 2502.20586), or
     # none, the deterministic Hadamard (arXiv 2605.09825)
     size: int = Field(16, ge=2, le=256)
-    signs: Literal["fixed", "random", "none"] = "fixed"
+    signs: HadamardSigns = HadamardSigns.FIXED
 
 
 class WrittenOptions(DelayedOptions):
@@ -158,8 +153,6 @@ def _operand(name: str, which: str, raw: Any) -> OperandSpec:
 def validate_written(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The normalized definition of a written recipe (every field, defaults filled in),
     or a RecipeError naming the recipe, the operand and the field, and the fix."""
-    from trainers.recipes import RECIPES, check_recipe_name
-
     check_recipe_name(name)
     if name in RECIPES:
         raise _fail(name, "", f"{name} is a named recipe; give your written recipe its own name "
@@ -218,7 +211,7 @@ def build_written(name: str, options: dict[str, Any]) -> RecipeConfig:
         x_wgrad=quant("x_wgrad"), dy_wgrad=quant("dy_wgrad"),
         wgrad_hp=d["wgrad"]["precision"] == "bf16", hadamard_wgrad=d["wgrad"]["transform"] == "hadamard",
         hadamard_size=d["wgrad"].get("size", _WGRAD_ADDED_LATER["size"]),
-        hadamard_signs=d["wgrad"].get("signs", _WGRAD_ADDED_LATER["signs"]),
+        hadamard_signs=HadamardSigns(d["wgrad"].get("signs", _WGRAD_ADDED_LATER["signs"])),
         options=WrittenOptions, settings=settings,
     )
 

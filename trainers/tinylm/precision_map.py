@@ -1,6 +1,7 @@
 """The per-layer precision map of a tiny-LM run (torch-free): which GEMM of which layer
 runs in which format, after the recipe's placement and schedule, and the MLPerf 6.1
-disclosure keys derived from it.
+disclosure keys derived from it. It is the tiny LM's: the layers it names are its model's
+(trainers/tinylm/settings.py).
 
 Every GEMM of the model has three products: `fprop` (the forward product), `dgrad` (the
 gradient of its first input) and `wgrad` (of its second: the weight of a linear layer).
@@ -26,7 +27,9 @@ import fnmatch
 import re
 from typing import Any
 
-from trainers.recipes import OperandQuant, RecipeConfig, RecipeOptions
+from trainers.recipes.config import RecipeConfig
+from trainers.recipes.operands import OperandQuant
+from trainers.recipes.options import Backward, RecipeOptions
 from trainers.tinylm.settings import ATTENTION_MATMULS, LINEAR_LAYERS
 
 GEMMS = ("fprop", "dgrad", "wgrad")
@@ -84,9 +87,9 @@ def linear_gemms(recipe: RecipeConfig) -> dict[str, str]:
         return dict.fromkeys(GEMMS, BF16)
     fprop = _product(recipe.x, recipe.w)
     backward = recipe.opts.backward  # the backward override: dgrad and wgrad on other operands
-    if backward == "high_precision":  # on the unquantized BF16 dY, W and x
+    if backward == Backward.HIGH_PRECISION:  # on the unquantized BF16 dY, W and x
         return {"fprop": fprop, "dgrad": BF16, "wgrad": BF16}
-    if backward == "dequantized":  # dY in BF16, W and x as the forward quantized them
+    if backward == Backward.DEQUANTIZED:  # dY in BF16, W and x as the forward quantized them
         return {"fprop": fprop, "dgrad": _product(None, recipe.w), "wgrad": _product(None, recipe.x)}
     wgrad = BF16 if recipe.wgrad_hp else _product(recipe.dy_wgrad or recipe.dy, recipe.x_wgrad or recipe.x)
     return {"fprop": fprop, "dgrad": _product(recipe.dy, recipe.w_dgrad or recipe.w), "wgrad": wgrad}
@@ -138,6 +141,13 @@ def lowest(formats: list[str]) -> str:
     """The lowest of some GEMM format names in MLPerf's words."""
     values = {_MLPERF[part] for f in formats for part in f.split(" x ")} or {"bfloat16"}
     return min(values, key=_ORDER.index)
+
+
+def mlperf_precision(recipe: RecipeConfig) -> str:
+    """The recipe's lowest precision in a quantized linear layer, in the words of MLPerf's
+    `lowest_numerical_precision_in_linear` (FP8 formats are `fp8`; FP4 by its scaling),
+    before placement: a run discloses its precision map's."""
+    return lowest(list(linear_gemms(recipe).values()))
 
 
 def disclosed_precisions(pmap: dict[str, Any]) -> dict[str, str]:

@@ -14,7 +14,9 @@ histories; stochastic-rounding streams of their own, not the first phase's again
 `bf16_from_tokens: N` is the short form of `switch_to: bf16, switch_from_tokens: N` and
 keeps its own run keys. The target is normalized (`{name: options with defaults}`) into
 the recipe's options, so its whole definition enters the run key; a recipe without a
-switch has no such keys, so its run key stays what it was.
+switch has no such keys, so its run key stays what it was. This module reads and checks
+the switch itself; trainers/recipes/resolve.py validates and resolves its target, as it
+does any recipe.
 
 Refused with a one-line error naming `recipes.<name>.<field>`: a target that is unknown or
 invalid, that has a schedule of its own (a run switches once), that is the recipe itself
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainers.recipes import RecipeConfig, RecipeError, Switch
+from trainers.recipes.config import RecipeConfig, RecipeError, same_recipe
 
 SWITCH_KEYS = ("switch_to", "switch_from_tokens")
 # a target's own schedule: the keys that give one
@@ -53,7 +55,7 @@ def _target(name: str, raw: Any) -> tuple[str, dict[str, Any]]:
                       f"(switch_to: {{mxfp8: {{scale_mode: rceil}}}}), got {raw!r}")
 
 
-def _reworded(name: str, target: str, err: RecipeError) -> RecipeError:
+def reworded(name: str, target: str, err: RecipeError) -> RecipeError:
     """The target's own error, placed under the recipe's switch_to."""
     message = str(err)
     for prefix in (f"recipes.{target}.", f"recipes.{target}:"):
@@ -62,11 +64,9 @@ def _reworded(name: str, target: str, err: RecipeError) -> RecipeError:
     return RecipeError(f"recipes.{name}.switch_to: {message}")
 
 
-def validate_switch(name: str, source: RecipeConfig, switch: dict[str, Any]) -> dict[str, Any]:
-    """The normalized switch of recipe `name` (`source`: the recipe without it):
-    {"switch_to": {target: its options, defaults filled in}, "switch_from_tokens": N}."""
-    from trainers.recipes import resolve_recipe, same_recipe, validate_recipe_options
-
+def switch_target(name: str, source: RecipeConfig, switch: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
+    """The switch of recipe `name` (`source`: the recipe without it), checked but for its
+    target's own options: the token count, the target's name and its options as given."""
     if "switch_to" not in switch:
         raise RecipeError(f"recipes.{name}.switch_to: switch_from_tokens needs the recipe to switch to; add "
                           "switch_to: <recipe> (e.g. switch_to: bf16)")
@@ -87,22 +87,11 @@ def validate_switch(name: str, source: RecipeConfig, switch: dict[str, Any]) -> 
     if own:
         raise RecipeError(f"recipes.{name}.switch_to.{target}.{own[0]}: a switch target has no schedule of its own "
                           "(a run switches once); remove it")
-    try:
-        normalized = validate_recipe_options(target, options)
-        resolved = resolve_recipe(target, normalized)
-    except RecipeError as err:
-        raise _reworded(name, target, err) from None
+    return at, target, options
+
+
+def check_changes(name: str, target: str, source: RecipeConfig, resolved: RecipeConfig) -> None:
+    """Refuse a switch to a target (`resolved`) that trains as the recipe itself."""
     if same_recipe(source, resolved):
         raise RecipeError(f"recipes.{name}.switch_to: {target} trains as {name} itself, so the switch would change "
                           "nothing; name another recipe (or other options), or remove switch_to")
-    return {"switch_to": {target: normalized}, "switch_from_tokens": at}
-
-
-def build_switch(name: str, source: RecipeConfig, switch: dict[str, Any]) -> Switch:
-    """The resolved switch of recipe `name` (validated; raises RecipeError)."""
-    from trainers.recipes import resolve_recipe
-
-    normalized = validate_switch(name, source, switch)
-    (target, options), = normalized["switch_to"].items()
-    return Switch(normalized["switch_from_tokens"], resolve_recipe(target, options))
-
