@@ -34,7 +34,7 @@ from trainers.contract.schema import (
     METRIC_TIME_TO_TRAIN,
     TAG_WARNING,
 )
-from trainers.registry import get_trainer, precision_disclosure, writes_mllog
+from trainers.registry import get_trainer
 
 
 @dataclass
@@ -130,9 +130,9 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     try:
         trainer = get_trainer(spec.trainer_kind)
         reporter = context
-        if not writes_mllog(trainer):
+        if not trainer.writes_mllog:
             writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec,
-                                 precision_disclosure(trainer, spec))
+                                 dict(trainer.disclosure(spec)))
             reporter = MllogReporter(context, writer, spec.target.metric)
         with stall:
             result = trainer.train(spec, reporter)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, Trainer
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 
@@ -30,7 +30,7 @@ class _SlowReporter:
         time.sleep(self.sleep)
 
 
-class SlowTrainer:
+class SlowTrainer(Trainer):
     Settings = SlowSettings
     HParams = TinyLMHParams
 

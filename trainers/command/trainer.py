@@ -33,7 +33,7 @@ from typing import Any
 
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
 from trainers.command.settings import RECIPE_OPTION_PREFIX, CommandSettings, env_name, substitute
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
 from trainers.contract.mllog.write import RESULT_FILE
@@ -151,7 +151,7 @@ class _Follower:
         self._out.close()
 
 
-class CommandTrainer:
+class CommandTrainer(Trainer):
     writes_mllog = True  # the program's own MLLOG lines are the result file
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:

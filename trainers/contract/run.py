@@ -11,9 +11,10 @@ the analysis import it.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -176,13 +177,26 @@ class StopRun(BaseException):
         self.reason = reason
 
 
-class Trainer(Protocol):
-    """Turns a RunSpec into a RunResult, reporting eval points as they happen.
+class Trainer(ABC):
+    """Turns a RunSpec into a RunResult, reporting eval points as they happen: the class
+    of a trainer kind, which derives from it and overrides what it needs.
 
-    `writes_mllog`: True when the trainer writes the run's MLLOG `result.txt` into
-    `reporter.output_dir` itself (the command trainer keeps its program's lines); else the
-    executor writes it around the trainer. A user's class may leave it out (False)."""
+    `Settings` and `HParams`: the pydantic models of a `module:Class` kind's `trainer:`
+    settings and per-batch-size hyperparameters (None: taken as written); a registered
+    kind names its models in the registry. `writes_mllog`: True when the trainer writes
+    the run's MLLOG `result.txt` into `reporter.output_dir` itself (the command trainer
+    keeps its program's lines); else the executor writes it around the trainer, with the
+    MLPerf disclosure keys of `disclosure(spec)` (the parallelism, the lowest precision).
+    A user's class that does not derive from Trainer gets these defaults for what it
+    leaves out (the registry derives it)."""
 
-    writes_mllog: bool
+    Settings: ClassVar[type[BaseModel] | None] = None
+    HParams: ClassVar[type[BaseModel] | None] = None
+    writes_mllog: ClassVar[bool] = False
 
+    @abstractmethod
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult: ...
+
+    def disclosure(self, spec: RunSpec) -> dict[str, Any]:
+        """MLPerf's disclosure keys of the run, for the result file the executor writes."""
+        return {}

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.contract.mllog.read import PRECISION_MAP_KEY
 from trainers.layer_map import disclosed_precisions, precision_map
 from trainers.precision.fused import fp8_gemm_path
@@ -97,7 +97,7 @@ def lr_at(tokens: int, hp: TinyLMHParams) -> float:
     return hp.lr
 
 
-class TinyLMTrainer:
+class TinyLMTrainer(Trainer):
     writes_mllog = False  # the executor writes result.txt from the eval points
 
     def disclosure(self, spec: RunSpec) -> dict[str, object]:
