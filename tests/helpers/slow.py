@@ -19,11 +19,11 @@ class SlowSettings(TinyLMSettings):
     sleep_per_eval: float = Field(0.3, ge=0.0)
 
 
-class _SlowReporter:
+class _SlowReporter(Reporter):
     def __init__(self, inner: Reporter, sleep: float):
         self.inner, self.sleep, self.output_dir = inner, sleep, inner.output_dir
         # a gang rank's shared run folder (its checkpoints), when it has one
-        self.run_dir = getattr(inner, "run_dir", None)
+        self.run_dir = Reporter.of(inner).run_dir
 
     def eval_point(self, point: EvalPoint) -> None:
         self.inner.eval_point(point)

@@ -156,11 +156,12 @@ class CommandTrainer(Trainer):
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         start = time.monotonic()
+        reporter = Reporter.of(reporter)
         cfg = CommandSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
         output_dir = Path(reporter.output_dir).resolve()
         output_dir.mkdir(parents=True, exist_ok=True)
-        campaign_dir = Path(getattr(reporter, "campaign_dir", None) or Path.cwd()).resolve()
-        benchmark = getattr(reporter, "benchmark", None) or spec.campaign
+        campaign_dir = Path(reporter.campaign_dir or Path.cwd()).resolve()
+        benchmark = reporter.benchmark or spec.campaign
         values = run_values(spec, output_dir, campaign_dir, benchmark, cfg.tokens_per_sample)
         argv = [substitute(a, values) for a in cfg.argv]
         # Unbuffered, so MLLOG lines a Python program print()s arrive as they are printed
@@ -179,7 +180,7 @@ class CommandTrainer(Trainer):
                 argv, cwd=workdir, env=env, on_line=follower.on_line, max_wall_s=cfg.max_wall_s,
                 grace_s=cfg.stop_grace_s, raw_log=output_dir / OUTPUT_LOG, mllog_file=mllog_file,
                 done=lambda: follower.reading.stop_status is not None,
-                on_idle=lambda: (follower.flush(), getattr(reporter, "idle", lambda: None)()),
+                on_idle=lambda: (follower.flush(), reporter.idle()),
             )
         except OSError as err:  # the program cannot be started: missing, not executable
             return RunResult(status=RunStatus.failed, error=f"cannot start {argv[0]!r} in {workdir}: {err.strerror or err}")

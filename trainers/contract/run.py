@@ -14,7 +14,7 @@ import math
 from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -146,22 +146,50 @@ class RunResult(_Frozen):
     error: str | None = None
 
 
-class Reporter(Protocol):
-    """What a trainer gets besides its RunSpec.
+class Reporter(ABC):
+    """What a trainer gets besides its RunSpec. All a trainer may read from it is
+    declared here, each extra with its default.
 
     `eval_point` receives eval points as they happen (the orchestrator logs them to
     MLflow; extra entries in `metrics`, such as numeric telemetry, are logged beside the
     eval curve). `output_dir` is this run's own folder, the same on every attempt: result
-    files (MLLOG `result.txt`) and checkpoints go there.
+    files (MLLOG `result.txt`) and checkpoints go there. The extras: `campaign_dir`,
+    where relative paths of the campaign resolve (None: the working folder);
+    `benchmark`, the MLLOG benchmark name (None: the campaign's name); `run_dir`, the
+    run's folder where a gang's ranks share files (their checkpoints) when `output_dir`
+    is one rank's own (None: `output_dir`); `idle()`, which a trainer that waits on
+    something else calls, so pending points get written (by default nothing is pending).
 
-    The executor's reporter also carries `campaign_dir` (where relative paths of the
-    campaign resolve), `benchmark` (the MLLOG benchmark name) and `idle()` (a trainer
-    that waits on something else calls it, so pending points get written); trainers read
-    them with a default, so a bare reporter of a test or another tool still works."""
+    The executor's reporters derive from it. An object that does not (a bare reporter of
+    a test or another tool, with `output_dir` and `eval_point` only) is taken through
+    `Reporter.of`, with the defaults for the rest."""
 
     output_dir: Path
+    campaign_dir: Path | None = None
+    benchmark: str | None = None
+    run_dir: Path | None = None
 
+    @abstractmethod
     def eval_point(self, point: EvalPoint) -> None: ...
+
+    def idle(self) -> None:  # noqa: B027 - a default, not abstract: a reporter may have nothing pending
+        """The trainer has nothing to do for now: a chance to write pending points."""
+
+    @staticmethod
+    def of(reporter: Any) -> Reporter:
+        """`reporter` as a Reporter: itself when it derives from Reporter, else wrapped,
+        with every extra at its default."""
+        return reporter if isinstance(reporter, Reporter) else _BareReporter(reporter)
+
+
+class _BareReporter(Reporter):
+    """An object with only `output_dir` and `eval_point`, as a Reporter."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.output_dir = inner, inner.output_dir
+
+    def eval_point(self, point: EvalPoint) -> None:
+        self.inner.eval_point(point)
 
 
 class StopRun(BaseException):
