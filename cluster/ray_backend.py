@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from cluster.backend import BackendError, Done, Job
+from cluster.backend import Backend, BackendError, Done, Job
 from cluster.gang import GANG_GRACE_S, free_port, gang_error, run_task
 from trainers.contract.gang import Gang
 
@@ -146,7 +146,7 @@ class _GangRun:
         return list(self.tasks)
 
 
-class RayBackend:
+class RayBackend(Backend):
     """`settings` is the campaign's `backend:` section of kind ray (`RayBackendSpec` in
     `sweeps/backends.py` defines every setting and default once); `gang` the campaign's
     run shape, checked against the cluster before anything is submitted; `gpu_type` its
