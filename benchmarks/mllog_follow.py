@@ -19,7 +19,7 @@ from pathlib import Path
 from mlperf_logging.rcp_checker import rcp_checker
 
 from trainers.command.trainer import CommandTrainer
-from trainers.contract import Budget, EvalPoint, RunSpec, Target
+from trainers.contract import Budget, EvalPoint, Reporter, RunSpec, Target
 from trainers.contract.mllog.read import follow_file, read_result_file
 from trainers.registry import validate_trainer_settings
 
@@ -40,7 +40,7 @@ w(':::MLLOG {"key": "run_stop", "value": null, "metadata": {"status": "success"}
 
 
 @dataclass
-class NullReporter:
+class NullReporter(Reporter):
     output_dir: Path
     campaign_dir: Path
     points: int = 0

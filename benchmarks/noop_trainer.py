@@ -3,10 +3,10 @@ run's wall time is the orchestration: launch, tracking, collection."""
 
 from __future__ import annotations
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 
 
-class NoopTrainer:
+class NoopTrainer(Trainer):
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         tokens = spec.budget.eval_every_tokens
         reporter.eval_point(EvalPoint(tokens=tokens, samples=tokens // 8, metrics={spec.target.metric: 0.0}))

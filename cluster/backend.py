@@ -8,15 +8,17 @@ backend stops every other task of the gang (no orphan keeps a GPU or a port) and
 the job's error naming the task; once task 0 has returned, the others get a short grace
 to end, then are stopped.
 It knows nothing of MLflow or campaigns: the orchestrator hands it `execute_run` jobs.
-`Backend` is the whole contract, every method included: callers never probe a backend
-for optional parts, and `tests/conformance/test_backends.py` runs every backend
+`Backend` is the whole contract, every method and property included, with the default of
+each that a backend may leave out: callers never probe a backend for optional parts nor
+ask its kind, and `tests/conformance/test_backends.py` runs every backend
 through the same tests.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ClassVar
 
 from trainers.contract.gang import Gang
 
@@ -45,29 +47,49 @@ class Done:
     error: str | None = None
 
 
-class Backend(Protocol):
+class Backend(ABC):
+    """Every backend derives from it; what it does not override is the default below."""
+
+    # Whether the cluster owns submitted jobs beyond this process (Slurm), so that they
+    # go on when the orchestrator ends (`--detach`); default: they end with it.
+    jobs_outlive_process: ClassVar[bool] = False
+    # Whether a job submitted while `free_slots` says there is room starts at once,
+    # not waiting in a queue (local workers): a run's record may say it started then.
+    starts_at_submit: ClassVar[bool] = False
+    # Whether the backend may run a job again under the same arguments (a Ray retry of a
+    # dead worker, a Slurm requeue), so that a job's call must read back what an earlier
+    # run of it left; default: it may.
+    reruns_jobs: ClassVar[bool] = True
+
+    @abstractmethod
     def submit(self, job: Job) -> None:
         """Queue a job; it may start now or at the next `wait` (Slurm sends each wave of
         submissions as one job array)."""
-        ...
 
+    @abstractmethod
     def job_ids(self) -> dict[str, str]:
         """Task id -> the cluster's id of its job, for jobs the cluster owns beyond this
         process (Slurm): the orchestrator files them on the runs, so nobody launches a
         key again while its job is live. Backends whose jobs die with this process
         (local workers, Ray tasks) return {}."""
-        ...
 
+    @abstractmethod
     def wait(self, timeout: float) -> list[Done]:
         """Completions since the last call; waits up to `timeout` s for the first."""
-        ...
 
+    @abstractmethod
     def in_flight(self) -> int: ...
 
+    def free_slots(self, gang: Gang) -> int | None:
+        """How many more jobs of `gang` to submit now (local: those that would start
+        now; Ray: the cluster's slots and as many again); None, the default: no limit,
+        every job is submitted at once and waits in the cluster's queue (Slurm)."""
+        return None
+
+    @abstractmethod
     def cancel(self) -> None:
         """Stop every job not yet completed; they will not be reported."""
-        ...
 
+    @abstractmethod
     def close(self) -> None:
         """Release this process's hold on the backend; jobs a cluster owns go on."""
-        ...

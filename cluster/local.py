@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-from cluster.backend import BackendError, Done, Job
+from cluster.backend import Backend, BackendError, Done, Job
 from cluster.gang import GANG_GRACE_S, free_port, gang_error, kill_tree, run_task
 from trainers.command.process import describe_exit
 from trainers.contract.gang import Gang
@@ -117,7 +117,10 @@ def check_gpu_type(gpu_type: str, names: list[str]) -> None:
         )
 
 
-class LocalBackend:
+class LocalBackend(Backend):
+    starts_at_submit = True  # `free_slots` counts idle workers
+    reruns_jobs = False  # a job whose worker dies is reported failed, not run again
+
     def __init__(self, workers: int, gang: Gang | None = None, gpus: list[str] | None = None,
                  gpu_type: str | None = None):
         if workers < 1:

@@ -5,20 +5,10 @@ A one-task job whose worker dies (SIGKILL, OOM, a lost node) is re-run by Ray up
 `max_retries` times; the job is the same call with the same MLflow run, so a retry
 reattaches to it and the run is recorded once.
 
-A gang (`Job.gang`, more than one task) gets a placement group of one bundle per task
-(its CPUs, its GPUs, the campaign's `launch.gpu_type`), which Ray places whole or not at
-all by `placement_strategy`. Once it is placed, one actor per bundle runs its task; task
-0's actor names the rendezvous (its node's IP and a free port there). A gang gets no Ray
-retries: a failed gang is one failed attempt, which the campaign retries. When a task
-raises or its actor dies before task 0 has returned, every actor of the gang is killed
-and its group removed. `ray.kill` ends the actor's process only, and the driver cannot
-reach another node's processes: a command trainer's program (its own session) is ended
-by the parent-death signal the command trainer arms on it.
-
-A gang Ray cannot place within `placement_timeout_s` is that job's error, and the other
-jobs go on. The clock runs only while none of this backend's jobs holds resources: a
-gang queued behind the campaign's own runs waits for them however long they train, and
-only one that an otherwise idle campaign still cannot place is given up on.
+A gang (`Job.gang`, more than one task) is a placement group with one actor per task,
+placed whole, stopped whole, and given up on when Ray cannot place it in time:
+`cluster/ray_gang.py`. This backend says since when none of its jobs holds resources,
+the gangs' placement clock.
 
 `cancel` stops every job still out, so nothing keeps writing after the orchestrator
 gave up on it.
@@ -28,16 +18,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from cluster.backend import BackendError, Done, Job
-from cluster.gang import GANG_GRACE_S, free_port, gang_error, run_task
+from cluster.backend import Backend, BackendError, Done, Job
+from cluster.gang import free_port, run_task
+from cluster.ray_gang import RayGangs, outcome
 from trainers.contract.gang import Gang
 
 
@@ -55,7 +44,6 @@ def check_reachable(address: str) -> None:
         ) from None
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CAPACITY_TTL_S = 30.0
 
 
@@ -115,38 +103,13 @@ def _unreachable(address: str, err: Exception) -> NoReturn:
     raise BackendError(f"backend.address: cannot reach Ray at {address!r}: {why}") from None
 
 
-
-
 # Ray's resource for a node's GPU type (`accelerator_type:H100`); a bundle asks for a
 # sliver of it, as Ray's own `accelerator_type=` option does, so it only picks the node.
 _ACCELERATOR_PREFIX = "accelerator_type:"
 _ACCELERATOR_SHARE = 0.001
 
 
-@dataclass
-class _GangRun:
-    """One gang job in flight: placing (no actors yet), finding its rendezvous (the
-    `rendezvous` ref of task 0's actor), then running (one ref per task still out)."""
-
-    job: Job
-    group: Any  # ray.util.placement_group.PlacementGroup
-    placed: Any  # the group's ready() ref
-    queued_at: float
-    actors: list[Any] = field(default_factory=list)
-    rendezvous: Any = None
-    tasks: dict[Any, int] = field(default_factory=dict)  # ref -> gang task
-    result: Done | None = None
-    grace_until: float = 0.0
-
-    def refs(self) -> list[Any]:
-        if self.result is None and not self.actors:
-            return [self.placed]
-        if self.rendezvous is not None:
-            return [self.rendezvous]
-        return list(self.tasks)
-
-
-class RayBackend:
+class RayBackend(Backend):
     """`settings` is the campaign's `backend:` section of kind ray (`RayBackendSpec` in
     `sweeps/backends.py` defines every setting and default once); `gang` the campaign's
     run shape, checked against the cluster before anything is submitted; `gpu_type` its
@@ -165,10 +128,9 @@ class RayBackend:
                 ray.shutdown()
             raise
         self._remote = ray.remote(_run_alone)
-        self._actor = ray.remote(_GangTask)
         self._capacity, self._capacity_until = 1, 0.0  # runs the cluster holds at once (`free_slots`)
         self._refs: dict[Any, str] = {}  # object ref -> task id, for one-task jobs
-        self._gangs: dict[str, _GangRun] = {}
+        self._gangs = RayGangs(ray, settings, self._task_options, self._per_task, gpu_type)
         # Since when none of this backend's jobs holds resources (None: some do); the
         # placement clock of a waiting gang runs from here.
         self._free_since: float | None = time.monotonic()
@@ -221,7 +183,7 @@ class RayBackend:
     def submit(self, job: Job) -> None:
         if job.gang.tasks > 1:
             self._check_bundle(job.gang)
-            self._place(job)
+            self._gangs.place(job, self._bundle(job.gang))
             return
         cpus, gpus = self._per_task(job.gang)
         options: dict[str, Any] = dict(num_cpus=cpus, num_gpus=gpus, max_retries=self._settings.max_retries,
@@ -232,19 +194,11 @@ class RayBackend:
         self._refs[ref] = job.task_id
         self._note_holders()
 
-    def _place(self, job: Job) -> None:
-        from ray.util.placement_group import placement_group
-
-        bundle = self._bundle(job.gang)
-        group = placement_group([dict(bundle) for _ in range(job.gang.tasks)],
-                                strategy=self._settings.placement_strategy, name=job.task_id)
-        self._gangs[job.task_id] = _GangRun(job, group, group.ready(), time.monotonic())
-
     def job_ids(self) -> dict[str, str]:
         return {}  # Ray tasks and actors end with the driver: no job outlives this process
 
     def in_flight(self) -> int:
-        return len(self._refs) + len(self._gangs)
+        return len(self._refs) + len(self._gangs.runs)
 
     def free_slots(self, gang: Gang) -> int:
         """How many more runs to submit now: enough for every slot of the cluster and as
@@ -265,140 +219,34 @@ class RayBackend:
 
     def wait(self, timeout: float) -> list[Done]:
         done = self._settle()
-        refs = list(self._refs) + [ref for run in self._gangs.values() for ref in run.refs()]
+        owners = self._gangs.refs()
+        refs = list(self._refs) + list(owners)
         if not refs:
             return done
-        limit = 0.0 if done else max(0.0, min(timeout, self._next_deadline() - time.monotonic()))
+        limit = 0.0 if done else max(0.0, min(timeout, self._gangs.next_deadline(self._free_since) - time.monotonic()))
         ready, _ = self._ray.wait(refs, num_returns=1, timeout=limit)
         if ready:  # collect everything else that finished meanwhile too
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
-        owners = {ref: run for run in self._gangs.values() for ref in run.refs()}
         for ref in ready:
             if ref in self._refs:
                 task_id = self._refs.pop(ref)
-                done.append(self._outcome(task_id, ref, "ray task failed"))
+                done.append(outcome(self._ray, task_id, ref, "ray task failed"))
             else:
-                self._advance(owners[ref], ref)
+                self._gangs.advance(owners[ref], ref)
         self._note_holders()
         return done + self._settle()
 
-    def _outcome(self, task_id: str, ref: Any, failed: str) -> Done:
-        try:
-            return Done(task_id, value=self._ray.get(ref))
-        except Exception as err:  # noqa: BLE001 - a dead worker or a task error: this job's error
-            # Ray colours its tracebacks; the error is stored in a tag, plain.
-            return Done(task_id, error=f"{failed}: {type(err).__name__}: {_ANSI.sub('', str(err))}")
-
-    def _advance(self, run: _GangRun, ref: Any) -> None:
-        """One of the gang's refs is ready: its group is placed, its rendezvous is known,
-        or one of its tasks has ended."""
-        job, gang = run.job, run.job.gang
-        if ref == run.placed:
-            cpus, gpus = self._per_task(gang)
-            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-            for index in range(gang.tasks):
-                where = PlacementGroupSchedulingStrategy(run.group, placement_group_bundle_index=index)
-                run.actors.append(self._actor.options(num_cpus=cpus, num_gpus=gpus, scheduling_strategy=where,
-                                                      max_restarts=0, max_task_retries=0,
-                                                      **self._task_options).remote())
-            run.rendezvous = run.actors[0].rendezvous.remote()
-        elif ref == run.rendezvous:
-            run.rendezvous = None
-            try:
-                host, port = self._ray.get(ref)
-            except Exception as err:  # noqa: BLE001 - task 0's actor could not start
-                self._fail(run, 0, f"ray actor failed: {type(err).__name__}: {_ANSI.sub('', str(err))}")
-                return
-            # Ray sets CUDA_VISIBLE_DEVICES itself for an actor that holds GPUs.
-            run.tasks = {actor.run.remote(job.fn, job.args, gang.task_env(task, host, port, None)): task
-                         for task, actor in enumerate(run.actors)}
-        else:
-            task = run.tasks.pop(ref, None)
-            if task is None:
-                return  # ended as the gang was stopped: the gang's error is already set
-            outcome = self._outcome(job.task_id, ref, "ray actor failed")
-            if run.result is not None:
-                return  # task 0 has returned: the others only had to end
-            if outcome.error is not None:
-                self._fail(run, task, outcome.error)
-            elif task == 0:
-                run.result = outcome
-                run.grace_until = time.monotonic() + GANG_GRACE_S
-
-    def _fail(self, run: _GangRun, task: int, error: str) -> None:
-        run.result = Done(run.job.task_id, error=gang_error(run.job.gang, task, error))
-        self._stop(run)
-
-    def _stop(self, run: _GangRun) -> None:
-        """Kill every actor of the gang (idle or not) and give its bundles back."""
-        for actor in run.actors:
-            try:
-                self._ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead
-                pass
-        from ray.util.placement_group import remove_placement_group
-
-        try:
-            remove_placement_group(run.group)
-        except Exception:  # noqa: BLE001 - already removed
-            pass
-        run.actors, run.tasks, run.rendezvous = [], {}, None
-
     def _settle(self) -> list[Done]:
-        """Gangs that are over: placement given up, a task failed, or task 0 returned
-        and the others ended or ran out of grace."""
-        done, now = [], time.monotonic()
-        for task_id, run in list(self._gangs.items()):
-            if run.result is None and not run.actors and now >= self._placement_deadline(run):
-                run.result = Done(task_id, error=self._unplaceable(run.job.gang))
-                self._stop(run)
-            if run.result is None:
-                continue
-            if run.tasks and now < run.grace_until:
-                continue
-            self._stop(run)
-            del self._gangs[task_id]
-            done.append(run.result)
+        done = self._gangs.settle(self._free_since)
         self._note_holders()
         return done
 
     def _note_holders(self) -> None:
-        holding = bool(self._refs) or any(run.actors for run in self._gangs.values())
+        holding = bool(self._refs) or self._gangs.holding()
         if holding:
             self._free_since = None
         elif self._free_since is None:
             self._free_since = time.monotonic()
-
-    def _placement_deadline(self, run: _GangRun) -> float:
-        if self._free_since is None:
-            return float("inf")  # our own runs may be what it waits for
-        return max(run.queued_at, self._free_since) + self._settings.placement_timeout_s
-
-    def _next_deadline(self) -> float:
-        deadlines = [self._placement_deadline(run) for run in self._gangs.values() if not run.actors]
-        deadlines += [run.grace_until for run in self._gangs.values() if run.result is not None]
-        return min(deadlines, default=float("inf"))
-
-    def _unplaceable(self, gang: Gang) -> str:
-        """What the gang asked and what the cluster has, for the job's error."""
-        total, free = self._ray.cluster_resources(), self._ray.available_resources()
-        nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
-        cpus, gpus = self._per_task(gang)
-        each = f"{cpus:g} CPUs" + (f" + {gpus:g} GPUs" if gpus else "") + (
-            f" on {self._gpu_type}" if self._gpu_type else "")
-        has = "; ".join(
-            f"{total.get(name, 0.0):g} {name}s over {len(nodes)} nodes, at most "
-            f"{max((n.get(name, 0.0) for n in nodes), default=0.0):g} on one, {free.get(name, 0.0):g} free now"
-            for name in ("CPU", "GPU") if name == "CPU" or gpus or total.get(name))
-        what = "node programs" if gang.per_node else "ranks"
-        return (
-            f"the gang of {gang.tasks} {what} x {each} cannot be placed on the Ray cluster with "
-            f"placement_strategy {self._settings.placement_strategy} (it has {has} over {len(nodes)} nodes) within "
-            f"backend.placement_timeout_s={self._settings.placement_timeout_s:g}: lower launch.nodes / "
-            "launch.processes_per_node or each rank's backend.num_cpus / launch.gpus_per_process, choose another "
-            "backend.placement_strategy, or add nodes"
-        )
 
     def cancel(self) -> None:
         if self._owned:
@@ -408,7 +256,7 @@ class RayBackend:
             # driver with a failed internal check ("Tried to complete task that was not
             # pending", seen in CI on Ray 2.x).
             self._refs.clear()
-            self._gangs.clear()
+            self._gangs.runs.clear()
             self._ray.shutdown()
             self._owned = False
             return
@@ -418,12 +266,10 @@ class RayBackend:
             except Exception:  # noqa: BLE001 - already finished or gone
                 pass
         self._refs.clear()
-        for run in self._gangs.values():
-            self._stop(run)
-        self._gangs.clear()
+        self._gangs.stop_all()
 
     def close(self) -> None:
-        if self._refs or self._gangs:
+        if self._refs or self._gangs.runs:
             self.cancel()
         if self._owned:
             self._ray.shutdown()
@@ -440,17 +286,3 @@ def _run_alone(fn: Callable[..., Any], args: tuple, gang: Gang) -> Any:
     """A one-task job in its Ray worker, with the world-1 rendezvous every run sees. The
     port is found here, on the node the task landed on, not on the driver's."""
     return run_task(fn, args, gang.task_env(0, "127.0.0.1", free_port(), None))
-
-
-class _GangTask:
-    """The process of one gang task: a Ray actor in its bundle of the gang's group."""
-
-    def rendezvous(self) -> tuple[str, int]:
-        """This node's address and a port free on it, for task 0's MASTER_ADDR/PORT."""
-        import ray
-
-        host = ray.util.get_node_ip_address()
-        return host, free_port(host)
-
-    def run(self, fn: Callable[..., Any], args: tuple, env: dict[str, str]) -> Any:
-        return run_task(fn, args, env)

@@ -32,7 +32,7 @@ from typing import Any
 
 import submitit
 
-from cluster.backend import BackendError, Done, Job
+from cluster.backend import Backend, BackendError, Done, Job
 from cluster.gang import GANG_GRACE_S, describe_task, run_task
 from cluster.slurm_gang import START_MARK, failed_task, rendezvous_env
 from cluster.slurm_states import ENDED, job_states, preflight
@@ -119,11 +119,14 @@ class _Out:
         return self.handle.task(0)
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     """`settings` is the campaign's `backend:` section of kind slurm (every parameter and
     its default is defined once, in `sweeps/backends.py`'s `SlurmBackendSpec`); this
     class only maps it onto submitit's names. `gang` and `gpu_type` are the campaign's
-    `launch:`; a job of another gang gets its own parameters (`Job.gang`)."""
+    `launch:`; a job of another gang gets its own parameters (`Job.gang`). Every job is
+    submitted at once (no `free_slots` limit: the cluster's queue holds them)."""
+
+    jobs_outlive_process = True  # the cluster owns them; requeued on preemption (`reruns_jobs`)
 
     def __init__(self, settings: Any, folder: Path, job_name: str = "rcpforge", poll_s: float = 1.0,
                  gang: Gang | None = None, gpu_type: str | None = None):

@@ -36,6 +36,21 @@ def check_backend(campaign: Campaign) -> None:
         check_reachable(spec.address)
 
 
+def backend_class(kind: str) -> type[Backend]:
+    """The class of a `backend:` kind, for what it declares before one is started."""
+    if kind == "ray":
+        from cluster.ray_backend import RayBackend
+
+        return RayBackend
+    if kind == "slurm":
+        from cluster.slurm_backend import SlurmBackend
+
+        return SlurmBackend
+    from cluster.local import LocalBackend
+
+    return LocalBackend
+
+
 def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
     """Start the campaign's backend; a bad setting raises BackendError here, before
     anything is submitted."""

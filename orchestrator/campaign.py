@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 from cluster.backend import Backend, BackendError, Job
 from orchestrator.adaptive import AdaptivePlan, campaign_plan, look_specs
-from orchestrator.backends import check_backend, live_keys, running_backend
+from orchestrator.backends import backend_class, check_backend, live_keys, running_backend
 from orchestrator.execute import assignment_for, execute_run, note_requeue
 from orchestrator.ledger import LedgerEntry, Plan, make_plan
 from orchestrator.tracking import Tracking
@@ -98,7 +98,7 @@ def run_campaign(
     detach: bool = False,
     on_look: Look | None = None,
 ) -> CampaignSummary:
-    if detach and campaign.backend.kind != "slurm":
+    if detach and not backend_class(campaign.backend.kind).jobs_outlive_process:
         raise BackendError(
             f"--detach needs backend.kind slurm, not {campaign.backend.kind}: local workers and "
             "Ray tasks stop with the orchestrator"
@@ -172,13 +172,13 @@ class _Launcher:
         self.made_ahead: set[str] = set()  # run keys this launcher made ahead, unlogged
 
     def start(self, specs: list[RunSpec]) -> None:
-        """First attempts: all at once on Slurm (its queue is the cluster's, and a
-        submitted job must be on the ledger), as slots free up on a backend that says how
-        many runs to submit now (local: runs that would start now, so a run's MLflow start
+        """First attempts: all at once on a backend that sets no limit (Slurm: its queue is
+        the cluster's, and a submitted job must be on the ledger), as slots free up on a
+        backend that says how many runs to submit now (local: runs that would start now, so a run's MLflow start
         is its own start; Ray: the cluster's slots and as many again), so a large campaign
         starts at once and collects results from its first run."""
         self.waiting.extend(specs)
-        if getattr(self.backend, "free_slots", None) is None:
+        if self.backend.free_slots(self.campaign.gang) is None:
             self.register([s for s in specs if s.run_key not in self.ledger])
         self.fill()
 
@@ -192,12 +192,16 @@ class _Launcher:
                                                     recipe=spec.recipe, batch_size=spec.batch_size)
 
     def fill(self) -> None:
-        free_slots = getattr(self.backend, "free_slots", None)
-        while self.waiting and (free_slots is None or free_slots(self.campaign.gang) > 0
-                                or not self.backend.in_flight()):
+        while self.waiting and self.has_room():
             if self.makes_ahead and self.waiting[0].run_key not in self.ledger:
                 self.make_ahead()
             self.first_attempt(self.waiting.popleft())
+
+    def has_room(self) -> bool:
+        """The backend takes another first attempt now: it sets no limit, has free
+        slots, or runs nothing (a run bigger than its free slots still gets its turn)."""
+        free = self.backend.free_slots(self.campaign.gang)
+        return free is None or free > 0 or not self.backend.in_flight()
 
     def make_ahead(self) -> None:
         """The next runs to launch, made in bulk (`MADE_AHEAD`)."""
@@ -207,14 +211,17 @@ class _Launcher:
 
     def first_attempt(self, spec: RunSpec) -> None:
         entry = self.ledger.get(spec.run_key)
-        # A local worker is free for it (`fill`): the run starts as it is made.
-        local = self.campaign.backend.kind == "local"
-        run_id = self.tracking.take_up(self.experiment_id, spec, entry, starts_now=local)
-        # A run made ahead by this launcher has nothing logged; on Ray or Slurm a task may
-        # be retried or requeued under the same assignment, so its worker reads back.
-        unlogged = local and spec.run_key in self.made_ahead
-        self.launch(spec, run_id, (entry.attempts if entry else 0) + 1, fresh=local and entry is None,
-                    unlogged=unlogged)
+        # A backend that starts a job as it is submitted has a slot free for it (`fill`):
+        # the run starts as it is made.
+        starts_now = self.backend.starts_at_submit
+        run_id = self.tracking.take_up(self.experiment_id, spec, entry, starts_now=starts_now)
+        # A run made ahead by this launcher has nothing logged, unless the backend may run
+        # the job again under the same assignment (a Ray retry, a Slurm requeue): then its
+        # worker reads back.
+        once = not self.backend.reruns_jobs
+        unlogged = once and spec.run_key in self.made_ahead
+        self.launch(spec, run_id, (entry.attempts if entry else 0) + 1,
+                    fresh=starts_now and once and entry is None, unlogged=unlogged)
 
     def launch(self, spec: RunSpec, run_id: str, attempt: int, fresh: bool = False, unlogged: bool = False) -> None:
         self.runs[spec.run_key] = (spec, run_id, attempt)

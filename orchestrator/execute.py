@@ -24,7 +24,7 @@ from typing import Callable
 from orchestrator.stall import Stalled, StallGuard
 from orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
 from sweeps.spec import Campaign
-from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, StopRun
 from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import facts_tags, run_facts
 from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
@@ -34,15 +34,14 @@ from trainers.contract.schema import (
     METRIC_TIME_TO_TRAIN,
     TAG_WARNING,
 )
-from trainers.registry import get_trainer, precision_disclosure, writes_mllog
+from trainers.registry import get_trainer
 
 
 @dataclass
-class RunContext:
-    """The reporter a trainer gets: the MLflow run log plus where the run belongs.
-    `benchmark` and `campaign_dir` are extras beyond the Reporter protocol, read by
-    trainers that need them (`getattr(reporter, "campaign_dir", None)`). A `watch`
-    sees each eval point once it is logged and may raise `StopRun` (a tuning pruner)."""
+class RunContext(Reporter):
+    """The reporter a trainer gets: the MLflow run log plus where the run belongs (the
+    Reporter's `benchmark` and `campaign_dir`). A `watch` sees each eval point once it
+    is logged and may raise `StopRun` (a tuning pruner)."""
 
     log: RunLog
     output_dir: Path
@@ -129,10 +128,10 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     start = time.monotonic()
     try:
         trainer = get_trainer(spec.trainer_kind)
-        reporter = context
-        if not writes_mllog(trainer):
+        reporter: Reporter = context
+        if not trainer.writes_mllog:
             writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec,
-                                 precision_disclosure(trainer, spec))
+                                 dict(trainer.disclosure(spec)))
             reporter = MllogReporter(context, writer, spec.target.metric)
         with stall:
             result = trainer.train(spec, reporter)
@@ -184,7 +183,7 @@ def cost_of(job: RunAssignment, result: RunResult) -> dict[str, float]:
     return {METRIC_CORE_HOURS: result.wall_s * job.processes / 3600.0}
 
 
-class _Unreported:
+class _Unreported(Reporter):
     """The reporter of a gang task other than 0: it trains, and keeps nothing. Its files
     go to its own `output_dir`; `run_dir` is the run's folder, where the gang's shared
     files are (the tiny LM's checkpoint)."""
@@ -194,9 +193,6 @@ class _Unreported:
         self.benchmark, self.campaign_dir = benchmark, campaign_dir
 
     def eval_point(self, point: EvalPoint) -> None:
-        pass
-
-    def idle(self) -> None:
         pass
 
 

@@ -2,19 +2,25 @@
 trainer class (imported only inside a worker, where the training happens).
 
 A kind is a registered name (`tinylm`), or `module:Class` for a user's own Python
-trainer whose class may define a pydantic `Settings` model.
+trainer whose class may define a pydantic `Settings` model. What a kind declares, and
+the default of what it leaves out: `trainers.contract.Trainer` for the trainer class,
+`trainers.settings.TrainerSettings` for the settings model's checks of a campaign.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from trainers.contract import Trainer
 from trainers.contract.fields import known_fields, unknown_field
+from trainers.settings import TrainerSettings
 
 # kind -> (settings model, hyperparameters model, trainer class)
 _BUILTIN: dict[str, tuple[str, str, str]] = {
@@ -43,15 +49,45 @@ def _load(path: str) -> Any:
         raise TrainerError(f"cannot import {path!r}: {err}") from None
 
 
-def _model(kind: str, which: int, attr: str) -> type[BaseModel] | None:
+def _trainer_class(kind: str) -> type[Trainer]:
+    """A `module:Class` kind's class. One that does not derive from Trainer is derived
+    from it here: what it defines is its own, what it leaves out (`Settings`,
+    `writes_mllog`, `disclosure`...) Trainer's default, as for a class that derives."""
+    cls = _load(kind)
+    if not isinstance(cls, type):
+        raise TrainerError(f"{kind!r} is not a class; a trainer kind names the trainer's class")
+    if issubclass(cls, Trainer):
+        return cls
+    return types.new_class(cls.__name__, (cls, Trainer), {}, lambda ns: ns.update(__module__=cls.__module__))
+
+
+def _model(kind: str, which: int) -> type[BaseModel] | None:
+    """The kind's settings (0) or hyperparameters (1) model; None: taken as written."""
     if kind in _BUILTIN:
         return _load(_BUILTIN[kind][which])
     if ":" in kind:
-        return getattr(_load(kind), attr, None)
+        cls = _trainer_class(kind)
+        return cls.Settings if which == 0 else cls.HParams
     raise TrainerError(
         f"unknown trainer kind {kind!r}; valid kinds: {', '.join(sorted(_BUILTIN))}, "
         "or 'package.module:Class' for your own trainer"
     )
+
+
+def _declared(kind: str) -> type[TrainerSettings]:
+    """What declares the kind's checks: its settings model, or TrainerSettings (every
+    default) for a kind whose settings model is none or does not derive from it."""
+    model = _model(kind, 0)
+    return model if model is not None and issubclass(model, TrainerSettings) else TrainerSettings
+
+
+@contextmanager
+def _as_trainer_error() -> Iterator[None]:
+    """A kind's check raises ValueError; the campaign gets it as a TrainerError."""
+    try:
+        yield
+    except ValueError as err:
+        raise TrainerError(str(err)) from None
 
 
 def validate_trainer_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +96,7 @@ def validate_trainer_settings(settings: dict[str, Any]) -> dict[str, Any]:
     kind = settings.get("kind")
     if not isinstance(kind, str):
         raise TrainerError("trainer.kind is missing; set it, for example `kind: tinylm`")
-    model = _model(kind, 0, "Settings")
+    model = _model(kind, 0)
     rest = {k: v for k, v in settings.items() if k != "kind"}
     if model is None:
         return {"kind": kind, **rest}
@@ -84,7 +120,7 @@ def _first_error(err: ValidationError, prefix: str, model: type[BaseModel]) -> s
 
 def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str, Any]:
     """Validate one batch size's hyperparameters against what the trainer reads."""
-    model = _model(kind, 1, "HParams")
+    model = _model(kind, 1)
     if model is None:
         return dict(hparams)
     try:
@@ -97,34 +133,19 @@ def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str
 def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],
                        recipes: dict[str, dict[str, Any]] | None = None) -> None:
     """Checks that need the trainer settings, every batch size's hyperparameters and the
-    recipes together (the `command` kind's placeholders); a settings model opts in with a
-    `check_campaign(settings, hparams_by_bs, recipes)` classmethod that raises ValueError."""
-    _settings_check(settings, "check_campaign", settings, hparams_by_bs, recipes or {})
-
-
-def _settings_check(settings: dict[str, Any], hook: str, *args: Any) -> None:
-    """Call the settings model's opt-in check `hook(*args)`, if it has one; its
-    ValueError becomes the campaign's TrainerError."""
-    check = getattr(_model(settings["kind"], 0, "Settings"), hook, None)
-    if check is None:
-        return
-    try:
-        check(*args)
-    except ValueError as err:
-        raise TrainerError(str(err)) from None
+    recipes together (`TrainerSettings.check_campaign`: the `command` kind's placeholders,
+    the tiny LM's layer placement)."""
+    declared = _declared(settings["kind"])
+    with _as_trainer_error():
+        declared.check_campaign(settings, hparams_by_bs, recipes or {})
 
 
 def check_target_metric(settings: dict[str, Any], metric: str) -> None:
     """A target metric the trainer never reports fails the campaign when it loads, not
-    every run in its workers; a settings model opts in with a
-    `reported_metrics(settings)` classmethod (the tiny LM's; a command trainer's program
-    may log anything)."""
-    model = _model(settings["kind"], 0, "Settings")
-    reported = getattr(model, "reported_metrics", None)
-    if reported is None:
-        return
-    names = reported(settings)
-    if metric not in names:
+    every run in its workers (`TrainerSettings.reported_metrics`: the tiny LM's; a
+    command trainer's program may log anything)."""
+    names = _declared(settings["kind"]).reported_metrics(settings)
+    if names is not None and metric not in names:
         raise TrainerError(
             f"target.metric: {metric!r} is not reported by the {settings['kind']} trainer with these settings; "
             f"it reports {', '.join(names)}: set target.metric to one of them"
@@ -134,74 +155,57 @@ def check_target_metric(settings: dict[str, Any], metric: str) -> None:
 def check_local_host(settings: dict[str, Any]) -> None:
     """What the trainer needs of the machine its runs start on, checked before a local
     campaign launches (a Ray or Slurm worker checks it itself: the machine that loads
-    the campaign may have no GPU); a settings model opts in with a
-    `check_local_host(settings)` classmethod that raises ValueError."""
-    _settings_check(settings, "check_local_host", settings)
+    the campaign may have no GPU); `TrainerSettings.check_local_host`."""
+    declared = _declared(settings["kind"])
+    with _as_trainer_error():
+        declared.check_local_host(settings)
 
 
 def check_world_size(settings: dict[str, Any], batch_sizes: list[int], world_size: int) -> None:
     """A run of `world_size` ranks that the trainer cannot split fails when the campaign
-    loads; a settings model opts in with a `check_world_size(batch_sizes, world_size)`
-    classmethod that raises ValueError (the tiny LM splits each batch over its ranks)."""
+    loads (`TrainerSettings.check_world_size`: the tiny LM splits each batch over its ranks)."""
     if world_size > 1:
-        _settings_check(settings, "check_world_size", batch_sizes, world_size)
+        declared = _declared(settings["kind"])
+        with _as_trainer_error():
+            declared.check_world_size(batch_sizes, world_size)
 
 
 def launches_per_node(settings: dict[str, Any]) -> bool:
     """Whether the trainer's gang is one task per node that starts the node's ranks
     itself (a command trainer run through torchrun), not one task per rank."""
-    model = _model(settings["kind"], 0, "Settings")
-    per_node = getattr(model, "launches_per_node", None)
-    return bool(per_node(settings)) if per_node is not None else False
-
-
-def writes_mllog(trainer: Trainer) -> bool:
-    """Whether the trainer writes its run's MLLOG result file itself (`Trainer.writes_mllog`;
-    a user's trainer class that does not say is taken as not writing one)."""
-    return bool(getattr(trainer, "writes_mllog", False))
-
-
-def precision_disclosure(trainer: Trainer, spec: Any) -> dict[str, Any]:
-    """MLPerf's disclosure keys of a run (`lowest_numerical_precision_in_linear`, the
-    parallelism...) for the result file rcpforge writes around the trainer; a trainer
-    opts in with a `disclosure(spec)` method (the tiny LM, from its recipe)."""
-    disclose = getattr(trainer, "disclosure", None)
-    return dict(disclose(spec)) if disclose is not None else {}
+    return bool(_declared(settings["kind"]).launches_per_node(settings))
 
 
 def recipe_labels(kind: str) -> bool:
     """Whether the trainer's recipes are labels of its own precision (a command
     trainer's program), any name with free-form options, rather than rcpforge's quantizers."""
-    labels = getattr(_model(kind, 0, "Settings"), "recipe_labels", None)
-    return bool(labels()) if labels is not None else False
+    return bool(_declared(kind).recipe_labels())
 
 
 def validate_recipe(kind: str, name: str, options: dict[str, Any]) -> dict[str, Any]:
     """A campaign's recipe for this trainer kind: a label with free-form options where
     the trainer takes labels, else one of rcpforge's quantizer recipes with its options
     (defaults filled in)."""
-    from trainers.recipes.config import RecipeError
     from trainers.recipes.resolve import validate_recipe_options
 
-    check = getattr(_model(kind, 0, "Settings"), "validate_recipe", None)
+    declared = _declared(kind)
     try:
-        return check(name, options) if check is not None else validate_recipe_options(name, options)
-    except (RecipeError, ValueError) as err:
+        own = declared.validate_recipe(name, options)
+        return own if own is not None else validate_recipe_options(name, options)
+    except ValueError as err:  # the recipe registry's RecipeError included
         message = str(err)
         raise TrainerError(message if message.startswith("recipes") else f"recipes: {message}") from None
 
 
 def campaign_warnings(settings: dict[str, Any], benchmark: str) -> list[str]:
     """What in a valid campaign makes wrong numbers likely (a command trainer's unit
-    against the checker's reading of its benchmark); a settings model opts in with a
-    `campaign_warnings(settings, benchmark)` classmethod."""
-    warn = getattr(_model(settings["kind"], 0, "Settings"), "campaign_warnings", None)
-    return list(warn(settings, benchmark)) if warn is not None else []
+    against the checker's reading of its benchmark); `TrainerSettings.campaign_warnings`."""
+    return list(_declared(settings["kind"]).campaign_warnings(settings, benchmark))
 
 
 def get_trainer(kind: str) -> Trainer:
     if kind in _BUILTIN:
         return _load(_BUILTIN[kind][2])()
     if ":" in kind:
-        return _load(kind)()
+        return _trainer_class(kind)()
     raise TrainerError(f"unknown trainer kind {kind!r}")

@@ -9,7 +9,7 @@ import os
 import time
 from pydantic import Field
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 
@@ -19,7 +19,7 @@ class FaultySettings(TinyLMSettings):
     hang_seeds: list[int] = Field(default_factory=list)
 
 
-class FaultyTrainer:
+class FaultyTrainer(Trainer):
     Settings = FaultySettings
     HParams = TinyLMHParams
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.contract import EvalPoint, RunSpec
+from trainers.contract import EvalPoint, Reporter, RunSpec
 
 
 class _Stopped(Exception):
     pass
 
 
-class _Reporter:
+class _Reporter(Reporter):
     """Every rank gets one; all of them stop at the same eval, as a whole gang preempted."""
 
     def __init__(self, folder: Path, stop_after: int | None):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, Trainer
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 
@@ -19,18 +19,18 @@ class SlowSettings(TinyLMSettings):
     sleep_per_eval: float = Field(0.3, ge=0.0)
 
 
-class _SlowReporter:
+class _SlowReporter(Reporter):
     def __init__(self, inner: Reporter, sleep: float):
         self.inner, self.sleep, self.output_dir = inner, sleep, inner.output_dir
         # a gang rank's shared run folder (its checkpoints), when it has one
-        self.run_dir = getattr(inner, "run_dir", None)
+        self.run_dir = Reporter.of(inner).run_dir
 
     def eval_point(self, point: EvalPoint) -> None:
         self.inner.eval_point(point)
         time.sleep(self.sleep)
 
 
-class SlowTrainer:
+class SlowTrainer(Trainer):
     Settings = SlowSettings
     HParams = TinyLMHParams
 

@@ -17,7 +17,7 @@ from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive
 from trainers.command.trainer import OUTPUT_LOG, CommandTrainer, run_values
-from trainers.contract import Budget, EvalPoint, RunSpec, RunStatus, Target
+from trainers.contract import Budget, EvalPoint, Reporter, RunSpec, RunStatus, Target
 from trainers.registry import validate_trainer_settings
 
 # What the scripts print: helpers to emit MLLOG lines with only the standard library.
@@ -36,7 +36,7 @@ PRELUDE = textwrap.dedent('''
 
 
 @dataclass
-class FakeReporter:
+class FakeReporter(Reporter):
     output_dir: Path
     campaign_dir: Path
     benchmark: str = "cmd_test"

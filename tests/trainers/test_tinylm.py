@@ -8,13 +8,13 @@ import torch
 from sweeps.expand import expand
 from sweeps.spec import parse_campaign
 from tests.helpers.campaigns import TINY, tiny_campaign
-from trainers.contract import EvalPoint, RunStatus
+from trainers.contract import EvalPoint, Reporter, RunStatus
 from trainers.tinylm.data import Batches, MarkovSource
 from trainers.tinylm.settings import MarkovData
 from trainers.tinylm.train import TinyLMTrainer
 
 
-class Recorder:
+class Recorder(Reporter):
     def __init__(self, output_dir=None):
         self.output_dir = output_dir
         self.points: list[EvalPoint] = []

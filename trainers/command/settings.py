@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from trainers.contract.run_key import keyed
+from trainers.settings import TrainerSettings
 
 # Placeholders every run has, besides its hyperparameters and its recipe's options (see
 # `run_values`), with what each stands for: `rcpforge recipes` and the README list them.
@@ -126,7 +127,7 @@ def env_name(field: str) -> str:
 ADDED_LATER: dict[str, Any] = {"start": "per_rank", "mllog_file": None}
 
 
-class CommandSettings(BaseModel):
+class CommandSettings(TrainerSettings):
     model_config = ConfigDict(frozen=True, extra="forbid")
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)

@@ -33,7 +33,7 @@ from typing import Any
 
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
 from trainers.command.settings import RECIPE_OPTION_PREFIX, CommandSettings, env_name, substitute
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
 from trainers.contract.mllog.write import RESULT_FILE
@@ -151,16 +151,17 @@ class _Follower:
         self._out.close()
 
 
-class CommandTrainer:
+class CommandTrainer(Trainer):
     writes_mllog = True  # the program's own MLLOG lines are the result file
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         start = time.monotonic()
+        reporter = Reporter.of(reporter)
         cfg = CommandSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
         output_dir = Path(reporter.output_dir).resolve()
         output_dir.mkdir(parents=True, exist_ok=True)
-        campaign_dir = Path(getattr(reporter, "campaign_dir", None) or Path.cwd()).resolve()
-        benchmark = getattr(reporter, "benchmark", None) or spec.campaign
+        campaign_dir = Path(reporter.campaign_dir or Path.cwd()).resolve()
+        benchmark = reporter.benchmark or spec.campaign
         values = run_values(spec, output_dir, campaign_dir, benchmark, cfg.tokens_per_sample)
         argv = [substitute(a, values) for a in cfg.argv]
         # Unbuffered, so MLLOG lines a Python program print()s arrive as they are printed
@@ -179,7 +180,7 @@ class CommandTrainer:
                 argv, cwd=workdir, env=env, on_line=follower.on_line, max_wall_s=cfg.max_wall_s,
                 grace_s=cfg.stop_grace_s, raw_log=output_dir / OUTPUT_LOG, mllog_file=mllog_file,
                 done=lambda: follower.reading.stop_status is not None,
-                on_idle=lambda: (follower.flush(), getattr(reporter, "idle", lambda: None)()),
+                on_idle=lambda: (follower.flush(), reporter.idle()),
             )
         except OSError as err:  # the program cannot be started: missing, not executable
             return RunResult(status=RunStatus.failed, error=f"cannot start {argv[0]!r} in {workdir}: {err.strerror or err}")

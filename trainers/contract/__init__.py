@@ -2,7 +2,7 @@
 readers (the analysis) of runs both speak.
 
 - `run`: the run contract's plain types (RunSpec and its run key, RunResult, EvalPoint,
-  the Reporter and Trainer protocols), re-exported here;
+  the Reporter and Trainer base classes), re-exported here;
 - `run_key`: the one rule of what enters a run key (settings added later only off their
   defaults, revisions only above their first) and its hash;
 - `revisions`: the numerics revision of each recipe, which enters the run key;

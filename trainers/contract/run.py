@@ -11,9 +11,10 @@ the analysis import it.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -145,22 +146,50 @@ class RunResult(_Frozen):
     error: str | None = None
 
 
-class Reporter(Protocol):
-    """What a trainer gets besides its RunSpec.
+class Reporter(ABC):
+    """What a trainer gets besides its RunSpec. All a trainer may read from it is
+    declared here, each extra with its default.
 
     `eval_point` receives eval points as they happen (the orchestrator logs them to
     MLflow; extra entries in `metrics`, such as numeric telemetry, are logged beside the
     eval curve). `output_dir` is this run's own folder, the same on every attempt: result
-    files (MLLOG `result.txt`) and checkpoints go there.
+    files (MLLOG `result.txt`) and checkpoints go there. The extras: `campaign_dir`,
+    where relative paths of the campaign resolve (None: the working folder);
+    `benchmark`, the MLLOG benchmark name (None: the campaign's name); `run_dir`, the
+    run's folder where a gang's ranks share files (their checkpoints) when `output_dir`
+    is one rank's own (None: `output_dir`); `idle()`, which a trainer that waits on
+    something else calls, so pending points get written (by default nothing is pending).
 
-    The executor's reporter also carries `campaign_dir` (where relative paths of the
-    campaign resolve), `benchmark` (the MLLOG benchmark name) and `idle()` (a trainer
-    that waits on something else calls it, so pending points get written); trainers read
-    them with a default, so a bare reporter of a test or another tool still works."""
+    The executor's reporters derive from it. An object that does not (a bare reporter of
+    a test or another tool, with `output_dir` and `eval_point` only) is taken through
+    `Reporter.of`, with the defaults for the rest."""
 
     output_dir: Path
+    campaign_dir: Path | None = None
+    benchmark: str | None = None
+    run_dir: Path | None = None
 
+    @abstractmethod
     def eval_point(self, point: EvalPoint) -> None: ...
+
+    def idle(self) -> None:  # noqa: B027 - a default, not abstract: a reporter may have nothing pending
+        """The trainer has nothing to do for now: a chance to write pending points."""
+
+    @staticmethod
+    def of(reporter: Any) -> Reporter:
+        """`reporter` as a Reporter: itself when it derives from Reporter, else wrapped,
+        with every extra at its default."""
+        return reporter if isinstance(reporter, Reporter) else _BareReporter(reporter)
+
+
+class _BareReporter(Reporter):
+    """An object with only `output_dir` and `eval_point`, as a Reporter."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.output_dir = inner, inner.output_dir
+
+    def eval_point(self, point: EvalPoint) -> None:
+        self.inner.eval_point(point)
 
 
 class StopRun(BaseException):
@@ -176,13 +205,26 @@ class StopRun(BaseException):
         self.reason = reason
 
 
-class Trainer(Protocol):
-    """Turns a RunSpec into a RunResult, reporting eval points as they happen.
+class Trainer(ABC):
+    """Turns a RunSpec into a RunResult, reporting eval points as they happen: the class
+    of a trainer kind, which derives from it and overrides what it needs.
 
-    `writes_mllog`: True when the trainer writes the run's MLLOG `result.txt` into
-    `reporter.output_dir` itself (the command trainer keeps its program's lines); else the
-    executor writes it around the trainer. A user's class may leave it out (False)."""
+    `Settings` and `HParams`: the pydantic models of a `module:Class` kind's `trainer:`
+    settings and per-batch-size hyperparameters (None: taken as written); a registered
+    kind names its models in the registry. `writes_mllog`: True when the trainer writes
+    the run's MLLOG `result.txt` into `reporter.output_dir` itself (the command trainer
+    keeps its program's lines); else the executor writes it around the trainer, with the
+    MLPerf disclosure keys of `disclosure(spec)` (the parallelism, the lowest precision).
+    A user's class that does not derive from Trainer gets these defaults for what it
+    leaves out (the registry derives it)."""
 
-    writes_mllog: bool
+    Settings: ClassVar[type[BaseModel] | None] = None
+    HParams: ClassVar[type[BaseModel] | None] = None
+    writes_mllog: ClassVar[bool] = False
 
+    @abstractmethod
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult: ...
+
+    def disclosure(self, spec: RunSpec) -> dict[str, Any]:
+        """MLPerf's disclosure keys of the run, for the result file the executor writes."""
+        return {}

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from trainers.contract.run_key import keyed
+from trainers.settings import TrainerSettings
 
 # The linear layers of each block (trainers/tinylm/model.py), named blocks.<i>.<layer>:
 # the GEMMs a recipe quantizes and its placement (bf16_layers) names.
@@ -76,7 +77,7 @@ class TextData(BaseModel):
     eval_fraction: float = Field(0.1, gt=0.0, lt=0.5)
 
 
-class TinyLMSettings(BaseModel):
+class TinyLMSettings(TrainerSettings):
     model_config = ConfigDict(frozen=True, extra="forbid")
     data: MarkovData | TextData = Field(default_factory=MarkovData, discriminator="source")
     context: int = Field(16, ge=2, le=4096)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.contract.mllog.read import PRECISION_MAP_KEY
 from trainers.precision.fused import fp8_gemm_path
 from trainers.precision.heap import keep_freed_memory
@@ -97,7 +97,7 @@ def lr_at(tokens: int, hp: TinyLMHParams) -> float:
     return hp.lr
 
 
-class TinyLMTrainer:
+class TinyLMTrainer(Trainer):
     writes_mllog = False  # the executor writes result.txt from the eval points
 
     def disclosure(self, spec: RunSpec) -> dict[str, object]:
@@ -119,7 +119,7 @@ class TinyLMTrainer:
         device = _device(cfg)
         dp = DataParallel(spec.world_size, device)
         try:
-            run = _Run(spec, reporter, cfg, device, dp)
+            run = _Run(spec, Reporter.of(reporter), cfg, device, dp)
             run.resume()
             return run.loop()
         finally:
@@ -138,7 +138,7 @@ class _Run:
         torch.set_num_threads(cfg.threads)
         keep_freed_memory()  # the same temporaries every step: keep their pages
         torch.manual_seed(spec.seed)
-        self.data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed, getattr(reporter, "campaign_dir", None))
+        self.data = Batches(cfg.data, cfg.context, cfg.eval_tokens, spec.seed, reporter.campaign_dir)
         recipe = resolve_recipe(spec.recipe, spec.recipe_options)
         self.telemetry = Telemetry()
         path = fp8_gemm_path(cfg.fp8_gemm, recipe, device)
@@ -170,7 +170,7 @@ class _Run:
         self.evals = 0
         # A gang's ranks share the run's folder for checkpoints (each keeps its own
         # output_dir for anything else).
-        self.folder = (Path(getattr(reporter, "run_dir", None) or reporter.output_dir)
+        self.folder = (Path(reporter.run_dir or reporter.output_dir)
                        if cfg.checkpoint_every_evals else None)
         self.switch = recipe.switch  # the recipe's schedule (also on a resumed run)
 

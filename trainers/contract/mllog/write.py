@@ -114,22 +114,19 @@ class MllogWriter:
         self.partial.unlink(missing_ok=True)
 
 
-class MllogReporter:
+class MllogReporter(Reporter):
     """Wraps a run's reporter: every eval point also becomes an `eval_accuracy` line
-    (the value of the run's target metric)."""
+    (the value of the run's target metric). The rest is the inner reporter's."""
 
     def __init__(self, inner: Reporter, writer: MllogWriter, metric: str):
-        self.inner = inner
+        self.inner = Reporter.of(inner)
         self.writer = writer
         self.metric = metric
+        self.output_dir, self.campaign_dir = self.inner.output_dir, self.inner.campaign_dir
+        self.benchmark, self.run_dir = self.inner.benchmark, self.inner.run_dir
 
-    @property
-    def output_dir(self) -> Path:
-        return self.inner.output_dir
-
-    def __getattr__(self, name: str):
-        # Extra run context (campaign_dir, benchmark) set on the inner reporter.
-        return getattr(self.inner, name)
+    def idle(self) -> None:
+        self.inner.idle()
 
     def eval_point(self, point: EvalPoint) -> None:
         value = point.metrics.get(self.metric)
