@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.stats import bootstrap_ratio  # noqa: E402
-from orchestrator.adaptive import ANSWERED, Outcome, plan_adaptive  # noqa: E402
+from orchestrator.adaptive import ANSWERED, Outcome, replay_looks  # noqa: E402
 from sweeps.adaptive_spec import AdaptiveSpec  # noqa: E402
 from trainers.contract.submission import SUBMISSION_RUNS  # noqa: E402
 
@@ -101,23 +101,23 @@ def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng) -> t
     truth = {r: (f, p) for r, f, p in recipes}
     outcomes: dict = {(r, b): [] for r in names for b in range(len(sources))}
     while True:
-        plan = plan_adaptive(settings, names, list(range(len(sources))), outcomes, max_seeds=max_seeds)
-        if plan.finished:
+        state = replay_looks(settings, names, list(range(len(sources))), outcomes, max_seeds=max_seeds)
+        if state.finished:
             break
-        for (r, b), k in plan.seeds.items():
+        for (r, b), k in state.seeds.items():
             have = len(outcomes[(r, b)])
             if k > have:
                 f, p = truth[r]
                 outcomes[(r, b)] += [Outcome(v, tokens=1.0) for v in runs_of(sources[b], f, p, k - have, rng)]
-    latest = plan.latest()
+    latest = state.latest()
     out = []
     for r, f, _ in recipes[1:]:
         for b in range(len(sources)):
             iv = latest[(r, b)].interval
             judged = _judged(f, iv.factor, iv.low, iv.high)
-            judged["answered"] = plan.stops[(r, b)].reason == ANSWERED
+            judged["answered"] = state.stops[(r, b)].reason == ANSWERED
             out.append(judged)
-    return out, sum(plan.seeds.values()), len(plan.looks)
+    return out, sum(state.seeds.values()), len(state.looks)
 
 
 def _judged(truth: float, estimate, low, high) -> dict:

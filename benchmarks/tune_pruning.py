@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.load import StoreReader  # noqa: E402
 from sweeps.spec import load_campaign  # noqa: E402
-from orchestrator.tune import select_cells, tune_campaign  # noqa: E402
+from orchestrator.tune.launcher import select_cells, tune_campaign  # noqa: E402
 from tests.helpers.campaigns import tiny_campaign, write_campaign  # noqa: E402
 
 GRID = [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]

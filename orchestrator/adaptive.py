@@ -8,9 +8,10 @@ others get `step` more seeds on the arms whose intervals shrink most per unit of
 Neyman-type rule: each arm's observed spread, its cost per run in tokens times ranks, and
 the comparisons it serves, the reference serving all of its batch size).
 
-The plan is a pure function of the outcomes recorded so far: it replays every look from
-the first, so an orchestrator killed anywhere and restarted decides the same, runs no
-seed twice and drops none. A cell's seeds are always 0..k-1, as MLPerf scores runs.
+Where the looks stand (`AdaptiveState`) is a pure function of the outcomes recorded so
+far: `replay_looks` replays every look from the first, so an orchestrator killed anywhere
+and restarted decides the same, runs no seed twice and drops none. A cell's seeds are
+always 0..k-1, as MLPerf scores runs.
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ class LookEntry:
 
 
 @dataclass
-class AdaptivePlan:
+class AdaptiveState:
+    """Where an adaptive campaign's looks stand: the seeds each cell runs, the cells
+    stopped and why, every look's intervals. Not a plan: the ledger's plan
+    (`orchestrator/ledger.py`) takes the runs these seeds ask for as its desired runs."""
+
     reference: str
     seeds: dict[Cell, int]  # the seeds each cell needs now: 0 .. seeds-1
     stops: dict[Cell, Stop]
@@ -88,11 +93,11 @@ class AdaptivePlan:
 Outcomes = dict[Cell, list["Outcome | GaveUp | None"]]  # by seed; None: no outcome yet
 
 
-def plan_adaptive(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[int], outcomes: Outcomes, *,
-                  max_seeds: int, trim: int = 1) -> AdaptivePlan:
+def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[int], outcomes: Outcomes, *,
+                 max_seeds: int, trim: int = 1) -> AdaptiveState:
     reference = settings.reference or recipes[0]
     cells = [(r, b) for r in recipes for b in batch_sizes]
-    plan = AdaptivePlan(reference, {c: settings.min_seeds for c in cells}, {})
+    state = AdaptiveState(reference, {c: settings.min_seeds for c in cells}, {})
     comparisons = {(r, b): (reference, b) for r in recipes if r != reference for b in batch_sizes}
     open_ = dict(comparisons)  # candidate cell -> its reference cell
     times: dict[Cell, list[float]] = {c: [] for c in comparisons}
@@ -101,11 +106,11 @@ def plan_adaptive(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[
 
     def seen(cell: Cell) -> list:
         got = outcomes.get(cell, [])
-        return [got[s] if s < len(got) else None for s in range(plan.seeds[cell])]
+        return [got[s] if s < len(got) else None for s in range(state.seeds[cell])]
 
     def close(cand: Cell, reason: str, detail: str) -> None:
         del open_[cand]
-        plan.stops[cand] = Stop(reason, detail, look)
+        state.stops[cand] = Stop(reason, detail, look)
 
     while open_:
         # The barrier, and seeds that failed for good: never skipped, they end their cell.
@@ -120,26 +125,26 @@ def plan_adaptive(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[
         active = {c for pair in open_.items() for c in pair}
         waiting = sum(o is None for cell in active for o in seen(cell))
         if waiting:
-            plan.waiting = waiting
+            state.waiting = waiting
             break
         if not open_:
             break
         look += 1
         values = {cell: [o.value for o in seen(cell)] for cell in active}  # type: ignore[union-attr]
         for cand, ref in sorted(open_.items()):
-            t = information(plan.seeds[cand], plan.seeds[ref], trim) / full
+            t = information(state.seeds[cand], state.seeds[ref], trim) / full
             if not times[cand] or t > times[cand][-1] + 1e-9:
                 times[cand].append(min(t, 1.0))
             z = boundaries(times[cand], 1 - settings.confidence, settings.spending)[-1]
             interval = factor_interval(values[cand], values[ref], z, trim=trim)
             decision = answer(interval, settings)
-            plan.looks.append(LookEntry(look, cand[0], cand[1], interval, decision))
+            state.looks.append(LookEntry(look, cand[0], cand[1], interval, decision))
             if decision:
                 close(cand, ANSWERED, decision)
         if open_:
-            _extend(plan, open_, outcomes, settings, max_seeds, trim, close)
-    _stop_references(plan, comparisons, look)
-    return plan
+            _extend(state, open_, outcomes, settings, max_seeds, trim, close)
+    _stop_references(state, comparisons, look)
+    return state
 
 
 def answer(interval: SequentialInterval, settings: AdaptiveSpec) -> str | None:
@@ -170,15 +175,15 @@ def interval_text(interval: SequentialInterval) -> str:
     return f"{point} ({_bound(interval.low)} .. {_bound(interval.high)}, {interval.level:.1%} look)"
 
 
-def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, settings: AdaptiveSpec,
+def _extend(state: AdaptiveState, open_: dict[Cell, Cell], outcomes: Outcomes, settings: AdaptiveSpec,
             max_seeds: int, trim: int, close) -> None:
     """Give `step` seeds to each open comparison's arms that shrink its interval most per
     unit of cost (within half the best arm's gain), within max_seeds and the cost cap."""
-    spread = _allocation_spreads(plan, open_, outcomes, trim)
-    cost = {cell: _cost_per_run(outcomes[cell][:plan.seeds[cell]], settings) for cell in spread}
+    spread = _allocation_spreads(state, open_, outcomes, trim)
+    cost = {cell: _cost_per_run(outcomes[cell][:state.seeds[cell]], settings) for cell in spread}
 
     def variance(cell: Cell, extra: int = 0) -> float:
-        return spread[cell] / (plan.seeds[cell] + extra - 2 * trim)
+        return spread[cell] / (state.seeds[cell] + extra - 2 * trim)
 
     def shrink(cell: Cell) -> float:  # summed relative variance reduction over the comparisons it serves
         return sum((variance(cell) - variance(cell, settings.step)) / (variance(c) + variance(r))
@@ -187,10 +192,10 @@ def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, set
     gain = {cell: shrink(cell) / (settings.step * cost[cell]) for cell in spread}
     wanted: dict[Cell, list[Cell]] = {}  # arm -> the comparisons that asked for it
     for cand, ref in sorted(open_.items()):
-        arms = [c for c in (cand, ref) if plan.seeds[c] < max_seeds]
+        arms = [c for c in (cand, ref) if state.seeds[c] < max_seeds]
         # Neither arm runs ahead of the other by more than half again: an arm that looked
         # tight on its first few runs must not be starved on that look alone.
-        behind = [a for a in arms if plan.seeds[a] * 3 < plan.seeds[cand if a == ref else ref] * 2]
+        behind = [a for a in arms if state.seeds[a] * 3 < state.seeds[cand if a == ref else ref] * 2]
         arms = behind or arms
         if not arms:
             close(cand, MAX_SEEDS, f"{max_seeds} runs per cell, the most adaptive.max_seeds allows")
@@ -199,25 +204,25 @@ def _extend(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes, set
         for a in arms:
             if gain[a] >= best / 2:
                 wanted.setdefault(a, []).append(cand)
-    granted = _within_cap(plan, wanted, gain, outcomes, settings, max_seeds)
+    granted = _within_cap(state, wanted, gain, outcomes, settings, max_seeds)
     for cand in sorted(open_):
         if not any(cand in wanted.get(a, []) and a in granted for a in (cand, open_[cand])):
             close(cand, COST_CAP, _cap_text(settings))
     for a in granted:
-        plan.seeds[a] = min(max_seeds, plan.seeds[a] + settings.step)
+        state.seeds[a] = min(max_seeds, state.seeds[a] + settings.step)
 
 
 SHRINK_RUNS = 10  # pseudo-runs of the batch size's pooled spread in each arm's allocation spread
 
 
-def _allocation_spreads(plan: AdaptivePlan, open_: dict[Cell, Cell], outcomes: Outcomes,
+def _allocation_spreads(state: AdaptiveState, open_: dict[Cell, Cell], outcomes: Outcomes,
                         trim: int) -> dict[Cell, float]:
     """Each open arm's spread for allocation: its own, shrunk toward its batch size's
     pooled spread by SHRINK_RUNS pseudo-runs, since a spread from five runs is noisy and
     the arms of a batch size differ in it far less than such estimates do."""
     own: dict[Cell, tuple[float, int]] = {}
     for cell in {c for pair in open_.items() for c in pair}:
-        vals = [o.value for o in outcomes[cell][:plan.seeds[cell]]]  # type: ignore[union-attr]
+        vals = [o.value for o in outcomes[cell][:state.seeds[cell]]]  # type: ignore[union-attr]
         finite = [v for v in vals if math.isfinite(v)] or [1.0]
         summary = arm(vals, trim, max(finite))
         own[cell] = (summary.spread, summary.kept) if summary and summary.variance_term > 0 else (0.0, 0)
@@ -235,19 +240,19 @@ def _cost_per_run(seen: list, settings: AdaptiveSpec) -> float:
     return unit_cost(seen, unit) or 1.0
 
 
-def _within_cap(plan: AdaptivePlan, wanted: dict[Cell, list[Cell]], gain: dict[Cell, float],
+def _within_cap(state: AdaptiveState, wanted: dict[Cell, list[Cell]], gain: dict[Cell, float],
                 outcomes: Outcomes, settings: AdaptiveSpec, max_seeds: int) -> list[Cell]:
     """The wanted arms, best gain first, while the projected cost stays within every cap."""
     caps = {u: c for u, c in (("tokens", settings.cost_cap.tokens), ("gpu_hours", settings.cost_cap.gpu_hours))
             if c is not None}
     if not caps:
         return sorted(wanted)
-    spent = {u: sum(getattr(o, u) for cell, seen in outcomes.items() for o in seen[:plan.seeds.get(cell, 0)]
+    spent = {u: sum(getattr(o, u) for cell, seen in outcomes.items() for o in seen[:state.seeds.get(cell, 0)]
                     if isinstance(o, Outcome)) for u in caps}
-    per_run = {u: {cell: unit_cost(outcomes[cell][:plan.seeds[cell]], u) for cell in wanted} for u in caps}
+    per_run = {u: {cell: unit_cost(outcomes[cell][:state.seeds[cell]], u) for cell in wanted} for u in caps}
     granted = []
     for cell in sorted(wanted, key=lambda c: (-gain[c], c)):
-        extra = min(max_seeds, plan.seeds[cell] + settings.step) - plan.seeds[cell]
+        extra = min(max_seeds, state.seeds[cell] + settings.step) - state.seeds[cell]
         if all(spent[u] + extra * per_run[u][cell] <= caps[u] for u in caps):
             granted.append(cell)
             for u in caps:
@@ -266,21 +271,21 @@ def _cap_text(settings: AdaptiveSpec) -> str:
     return f"the next step would pass adaptive.cost_cap ({', '.join(caps)})"
 
 
-def _stop_references(plan: AdaptivePlan, comparisons: dict[Cell, Cell], look: int) -> None:
+def _stop_references(state: AdaptiveState, comparisons: dict[Cell, Cell], look: int) -> None:
     """A reference cell stops once every comparison it serves has, for the reason of the
     one that stopped last (the most serious one among those of that look)."""
     severity = [ANSWERED, MAX_SEEDS, COST_CAP, FAILED_SEED]
     for ref in set(comparisons.values()):
-        served = {c: plan.stops.get(c) for c, r in comparisons.items() if r == ref}
+        served = {c: state.stops.get(c) for c, r in comparisons.items() if r == ref}
         if not all(served.values()):
             continue
         stops = [(s, c) for c, s in served.items() if s is not None]
         last, _ = max(stops, key=lambda sc: (sc[0].look, severity.index(sc[0].reason)))
         each = "; ".join(f"{c[0]}: {s.reason}" for s, c in sorted(stops, key=lambda sc: sc[1]))
-        plan.stops[ref] = Stop(last.reason, f"every comparison with it stopped ({each})", last.look)
+        state.stops[ref] = Stop(last.reason, f"every comparison with it stopped ({each})", last.look)
 
 
-# --- a campaign's plan, from its ledger ------------------------------------------------
+# --- a campaign's looks, from its ledger ------------------------------------------------
 
 def campaign_outcomes(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_failed: bool = False) -> Outcomes:
     """Each cell's outcomes by seed, as the ledger has them: samples to target in the
@@ -306,24 +311,24 @@ def _outcome(entry: LedgerEntry, campaign: Campaign, retry_failed: bool) -> Outc
                    gpu_hours=float(hours))
 
 
-def campaign_plan(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_failed: bool = False) -> AdaptivePlan:
+def campaign_looks(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_failed: bool = False) -> AdaptiveState:
     assert campaign.adaptive is not None
-    return plan_adaptive(campaign.adaptive, [r.name for r in campaign.recipes], campaign.batch_sizes,
-                         campaign_outcomes(campaign, ledger, retry_failed), max_seeds=campaign.adaptive_max_seeds,
-                         trim=trimmed_count(campaign.benchmark))
+    return replay_looks(campaign.adaptive, [r.name for r in campaign.recipes], campaign.batch_sizes,
+                        campaign_outcomes(campaign, ledger, retry_failed), max_seeds=campaign.adaptive_max_seeds,
+                        trim=trimmed_count(campaign.benchmark))
 
 
-def look_specs(campaign: Campaign, plan: AdaptivePlan) -> list[RunSpec]:
-    """The runs the plan asks for so far: seeds 0..k-1 of every cell."""
-    return [s for s in expand(campaign) if s.seed < plan.seeds[(s.recipe, s.batch_size)]]
+def look_specs(campaign: Campaign, state: AdaptiveState) -> list[RunSpec]:
+    """The runs the looks ask for so far: seeds 0..k-1 of every cell."""
+    return [s for s in expand(campaign) if s.seed < state.seeds[(s.recipe, s.batch_size)]]
 
 
-def stop_facts(plan: AdaptivePlan) -> dict[Cell, dict]:
+def stop_facts(state: AdaptiveState) -> dict[Cell, dict]:
     """Per cell, what `status --json`, the report and factors.json say of where it stopped."""
-    latest = plan.latest()
+    latest = state.latest()
     out = {}
-    for cell, seeds in plan.seeds.items():
-        stop = plan.stops.get(cell)
+    for cell, seeds in state.seeds.items():
+        stop = state.stops.get(cell)
         facts: dict = {"seeds": seeds, "stop_reason": stop.reason if stop else None,
                        "stop_detail": stop.detail if stop else None, "stopped_at_look": stop.look if stop else None}
         if cell in latest:
@@ -334,19 +339,19 @@ def stop_facts(plan: AdaptivePlan) -> dict[Cell, dict]:
     return out
 
 
-def adaptive_record(campaign: Campaign, plan: AdaptivePlan) -> dict:
+def adaptive_record(campaign: Campaign, state: AdaptiveState) -> dict:
     """An adaptive campaign's looks and stops as plain values, for the analysis package
     (factors.json, summary.md, the report), which reads no campaign file."""
     assert campaign.adaptive is not None
     cells = [{"recipe": r, "batch_size": b, **{k: v for k, v in facts.items() if k != "sequential"}}
-             for (r, b), facts in stop_facts(plan).items()]
+             for (r, b), facts in stop_facts(state).items()]
     looks = [{"look": e.look, "candidate": e.candidate, "batch_size": e.batch_size,
               "runs_candidate": e.interval.runs_candidate, "runs_reference": e.interval.runs_reference,
               "factor": e.interval.factor, "low": e.interval.low, "high": e.interval.high,
               "level": e.interval.level, "half_width": e.interval.half_width, "decision": e.decision,
-              "reason": e.interval.reason} for e in plan.looks]
-    return {"reference": plan.reference, "settings": campaign.adaptive.model_dump(mode="json"),
-            "max_seeds": campaign.adaptive_max_seeds, "finished": plan.finished, "cells": cells, "looks": looks}
+              "reason": e.interval.reason} for e in state.looks]
+    return {"reference": state.reference, "settings": campaign.adaptive.model_dump(mode="json"),
+            "max_seeds": campaign.adaptive_max_seeds, "finished": state.finished, "cells": cells, "looks": looks}
 
 
 def read_adaptive_record(campaign: Campaign) -> dict | None:
@@ -356,4 +361,4 @@ def read_adaptive_record(campaign: Campaign) -> dict | None:
     from orchestrator.tracking import Tracking
 
     ledger = Tracking(campaign.tracking_uri, campaign.tracking.retry_s).campaign_ledger(campaign.name)
-    return adaptive_record(campaign, campaign_plan(campaign, ledger))
+    return adaptive_record(campaign, campaign_looks(campaign, ledger))

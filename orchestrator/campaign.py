@@ -2,7 +2,7 @@
 `orchestrator/ledger.py`), launch, follow, retry.
 
 A fixed campaign desires every run it expands to; an adaptive one (`adaptive:`) runs
-look by look: the runs that its adaptive plan asks for (`orchestrator/adaptive.py`, a
+look by look: the runs that its looks ask for (`orchestrator/adaptive.py`, a
 pure function of the ledger), then, once all of them have an outcome, the next look's,
 until every cell has stopped. One orchestrator at a time per campaign (a lock file); a
 failed attempt is launched again while the run has attempts left, and a key whose cluster
@@ -21,7 +21,7 @@ from itertools import islice
 from typing import Callable, Iterator
 
 from cluster.backend import Backend, BackendError, Job
-from orchestrator.adaptive import AdaptivePlan, campaign_plan, look_specs
+from orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
 from orchestrator.backends import backend_class, check_backend, live_keys, running_backend
 from orchestrator.execute import assignment_for, execute_run, note_requeue
 from orchestrator.ledger import LedgerEntry, Plan, make_plan
@@ -50,19 +50,19 @@ class CampaignSummary:
     statuses: Counter = field(default_factory=Counter)
     plan: Plan | None = None
     detached: bool = False  # submitted and left to the cluster
-    adaptive: AdaptivePlan | None = None  # where an adaptive campaign's looks stand
+    adaptive: AdaptiveState | None = None  # where an adaptive campaign's looks stand
 
 
 Event = Callable[[str, RunSpec, "RunResult | None"], None]
-Look = Callable[[AdaptivePlan, Plan], None]
+Look = Callable[[AdaptiveState, Plan], None]
 
 
 def desired_runs(campaign: Campaign, ledger: dict[str, LedgerEntry],
-                 retry_failed: bool = False) -> tuple[list[RunSpec], AdaptivePlan | None]:
+                 retry_failed: bool = False) -> tuple[list[RunSpec], AdaptiveState | None]:
     """Every run of a fixed campaign; of an adaptive one, the runs its looks ask for so far."""
     if campaign.adaptive is None:
         return expand(campaign), None
-    looked = campaign_plan(campaign, ledger, retry_failed)
+    looked = campaign_looks(campaign, ledger, retry_failed)
     return look_specs(campaign, looked), looked
 
 
@@ -135,7 +135,7 @@ def run_campaign(
 
 def _next_looks(run: _Launcher, campaign: Campaign, max_attempts: int, summary: CampaignSummary,
                 on_look: Look | None) -> None:
-    """Look after look: once every run asked for has an outcome, the plan says what next.
+    """Look after look: once every run asked for has an outcome, the looks say what next.
     Failed runs are retried within their attempts only: --retry-failed served the first."""
     while True:
         ledger = run.tracking.ledger(run.experiment_id)

@@ -18,7 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from orchestrator.adaptive import AdaptivePlan, interval_text
+from orchestrator.adaptive import AdaptiveState, interval_text
 from orchestrator.ledger import Plan
 from trainers.contract import RunResult, RunSpec, RunStatus
 
@@ -77,7 +77,7 @@ class RunProgress:
             self.tasks[cell] = self.progress.add_task(f"{cell[0]} bs{cell[1]}", total=n, counts="")
         self.progress.start()
 
-    def on_look(self, looked: AdaptivePlan, plan: Plan) -> None:
+    def on_look(self, looked: AdaptiveState, plan: Plan) -> None:
         """An adaptive campaign's looks since the last call, one line per comparison, and
         the runs the next look waits for."""
         latest = max((e.look for e in looked.looks), default=0)

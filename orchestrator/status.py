@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from orchestrator.adaptive import campaign_plan, look_specs, stop_facts
+from orchestrator.adaptive import campaign_looks, look_specs, stop_facts
 from orchestrator.backends import slurm_states
 from orchestrator.cost import CellCost, estimates
 from orchestrator.tracking import Tracking
@@ -72,8 +72,8 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     running = 0
     specs, stops = expand(campaign), {}
     if campaign.adaptive is not None:  # the runs its looks asked for so far, not max_seeds of each cell
-        plan = campaign_plan(campaign, ledger)
-        specs, stops = look_specs(campaign, plan), stop_facts(plan)
+        looked = campaign_looks(campaign, ledger)
+        specs, stops = look_specs(campaign, looked), stop_facts(looked)
     for spec in specs:
         cell = cells.setdefault((spec.recipe, spec.batch_size),
                                 CellStatus(spec.recipe, spec.batch_size,

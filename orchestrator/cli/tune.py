@@ -24,7 +24,7 @@ def tune(
     hparams.<recipe>.yaml beside the campaign. Running it again continues the studies."""
     campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
     from trainers.contract.uri import redact_uri
-    from orchestrator.tune import select_cells, tune_campaign
+    from orchestrator.tune.launcher import select_cells, tune_campaign
     from sweeps.tune_study import TuneError, storage_url
     from sweeps.tune_table import table_path
 

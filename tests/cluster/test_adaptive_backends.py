@@ -24,7 +24,7 @@ from orchestrator.adaptive import ANSWERED, MAX_SEEDS, LookEntry, Stop
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import runs_of, wait_for
 from tests.conftest import run_cli
-from tests.helpers.adaptive_campaigns import adaptive_campaign, final_plan, ledger_cells
+from tests.helpers.adaptive_campaigns import adaptive_campaign, final_looks, ledger_cells
 from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.store import run_statuses
@@ -58,12 +58,12 @@ def _campaign(backend: dict) -> dict:
 
 def _ended(path) -> Ended:
     campaign = load_campaign(path)
-    plan = final_plan(campaign)
-    assert plan.finished
+    state = final_looks(campaign)
+    assert state.finished
     seeds = ledger_cells(campaign)
     # consecutive from 0 and each once: a seed run twice would show twice
-    assert seeds == {cell: list(range(k)) for cell, k in plan.seeds.items()}
-    return Ended(seeds, plan.stops, plan.looks)
+    assert seeds == {cell: list(range(k)) for cell, k in state.seeds.items()}
+    return Ended(seeds, state.stops, state.looks)
 
 
 _ATTACHED: dict[str, Ended] = {}

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from mlflow import MlflowClient
 
-from orchestrator.adaptive import AdaptivePlan, campaign_plan
+from orchestrator.adaptive import AdaptiveState, campaign_looks
 from orchestrator.tracking import Tracking
 
 PROGRAM = Path(__file__).resolve().parent / "factor_program.py"
@@ -53,7 +53,8 @@ def ledger_cells(campaign) -> dict:
     return {cell: sorted(cell_seeds) for cell, cell_seeds in seeds.items()}
 
 
-def final_plan(campaign) -> AdaptivePlan:
-    """The campaign's plan from its store: its looks, seeds and stops so far."""
+def final_looks(campaign) -> AdaptiveState:
+    """Where the campaign's looks stand in its store: its looks, seeds and stops so far."""
     tracking = Tracking(campaign.tracking_uri)
-    return campaign_plan(campaign, tracking.ledger(tracking.client.get_experiment_by_name(campaign.name).experiment_id))
+    experiment = tracking.client.get_experiment_by_name(campaign.name)
+    return campaign_looks(campaign, tracking.ledger(experiment.experiment_id))

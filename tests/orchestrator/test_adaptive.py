@@ -16,7 +16,7 @@ from orchestrator.adaptive import (
     MAX_SEEDS,
     GaveUp,
     Outcome,
-    plan_adaptive,
+    replay_looks,
 )
 from sweeps.adaptive_spec import AdaptiveSpec
 
@@ -26,24 +26,24 @@ FACTORS = {"bf16": 1.0, "fp8": 1.01, "fp4": 1.6}
 
 
 def _simulate(settings: AdaptiveSpec, max_seeds: int, seed: int = 0, spread: float = 0.05, **kw):
-    """Runs every look to the end; returns the plan after each look and the outcomes."""
+    """Runs every look to the end; returns the state after each look and the outcomes."""
     rng = np.random.default_rng(seed)
     outcomes: dict = {(r, b): [] for r in RECIPES for b in SIZES}
-    plans = []
+    states = []
     while True:
-        plan = plan_adaptive(settings, RECIPES, SIZES, outcomes, max_seeds=max_seeds, **kw)
-        plans.append(plan)
-        if plan.finished:
-            return plans, outcomes
-        for (r, b), k in plan.seeds.items():
+        state = replay_looks(settings, RECIPES, SIZES, outcomes, max_seeds=max_seeds, **kw)
+        states.append(state)
+        if state.finished:
+            return states, outcomes
+        for (r, b), k in state.seeds.items():
             while len(outcomes[(r, b)]) < k:
                 outcomes[(r, b)].append(Outcome(1000 * FACTORS[r] * float(rng.lognormal(0, spread)), tokens=4000.0))
 
 
 def test_every_cell_stops_with_a_reason_and_its_seeds_are_consecutive():
     settings = AdaptiveSpec(margin=1.02, half_width=0.03, min_seeds=5, step=3)
-    plans, outcomes = _simulate(settings, max_seeds=26)
-    final = plans[-1]
+    states, outcomes = _simulate(settings, max_seeds=26)
+    final = states[-1]
     assert final.finished and set(final.stops) == set(final.seeds)
     assert final.stops[("fp4", 16)].reason == ANSWERED and "slower than 1.02" in final.stops[("fp4", 16)].detail
     for cell, k in final.seeds.items():
@@ -55,12 +55,12 @@ def test_every_cell_stops_with_a_reason_and_its_seeds_are_consecutive():
 
 def test_decisions_replay_the_same_from_any_prefix_of_the_outcomes():
     settings = AdaptiveSpec(margin=1.02, half_width=0.03, min_seeds=5, step=3)
-    plans, outcomes = _simulate(settings, max_seeds=26, seed=4)
-    final = plans[-1]
-    for plan in plans:  # each look's plan is a prefix of the final one
-        assert plan.looks == final.looks[:len(plan.looks)]
-        assert all(plan.seeds[c] <= final.seeds[c] for c in plan.seeds)
-    again = plan_adaptive(settings, RECIPES, SIZES, outcomes, max_seeds=26)
+    states, outcomes = _simulate(settings, max_seeds=26, seed=4)
+    final = states[-1]
+    for state in states:  # each look's state is a prefix of the final one
+        assert state.looks == final.looks[:len(state.looks)]
+        assert all(state.seeds[c] <= final.seeds[c] for c in state.seeds)
+    again = replay_looks(settings, RECIPES, SIZES, outcomes, max_seeds=26)
     assert again.seeds == final.seeds and again.stops == final.stops
 
 
@@ -70,30 +70,30 @@ def test_a_look_waits_for_every_run_of_the_step():
     outcomes = {(r, b): [Outcome(1000 * FACTORS[r] * float(rng.lognormal(0, 0.05))) for _ in range(5)]
                 for r in RECIPES for b in SIZES}
     outcomes[("fp8", 64)][3] = None  # one run of the first step has no outcome yet
-    plan = plan_adaptive(settings, RECIPES, SIZES, outcomes, max_seeds=20)
-    assert plan.looks == [] and plan.waiting == 1 and set(plan.seeds.values()) == {5}
+    state = replay_looks(settings, RECIPES, SIZES, outcomes, max_seeds=20)
+    assert state.looks == [] and state.waiting == 1 and set(state.seeds.values()) == {5}
 
 
 def test_a_seed_that_failed_for_good_stops_its_cells_with_that_reason():
     settings = AdaptiveSpec(margin=1.02, min_seeds=5, step=3)
     outcomes = {(r, b): [Outcome(1000.0 + i) for i in range(5)] for r in RECIPES for b in SIZES}
     outcomes[("bf16", 16)][2] = GaveUp("exit code 3")
-    plan = plan_adaptive(settings, RECIPES, SIZES, outcomes, max_seeds=20)
+    state = replay_looks(settings, RECIPES, SIZES, outcomes, max_seeds=20)
     for cell in [("fp8", 16), ("fp4", 16), ("bf16", 16)]:
-        assert plan.stops[cell].reason == FAILED_SEED, plan.stops
-    assert "reference bf16 seed 2 failed with no attempts left: exit code 3" in plan.stops[("fp8", 16)].detail
-    assert "--retry-failed" in plan.stops[("fp8", 16)].detail
-    assert ("fp8", 64) not in plan.stops  # the other batch size goes on
+        assert state.stops[cell].reason == FAILED_SEED, state.stops
+    assert "reference bf16 seed 2 failed with no attempts left: exit code 3" in state.stops[("fp8", 16)].detail
+    assert "--retry-failed" in state.stops[("fp8", 16)].detail
+    assert ("fp8", 64) not in state.stops  # the other batch size goes on
 
 
 def test_max_seeds_and_cost_cap_stop_what_is_still_open():
     never = AdaptiveSpec(half_width=0.001, min_seeds=5, step=3)  # a precision out of reach
-    plans, _ = _simulate(never, max_seeds=11)
-    assert {s.reason for s in plans[-1].stops.values()} == {MAX_SEEDS}
-    assert set(plans[-1].seeds.values()) == {11}
+    states, _ = _simulate(never, max_seeds=11)
+    assert {s.reason for s in states[-1].stops.values()} == {MAX_SEEDS}
+    assert set(states[-1].seeds.values()) == {11}
     capped = AdaptiveSpec(half_width=0.001, min_seeds=5, step=3, cost_cap={"tokens": 6 * 5 * 4000 + 10 * 4000})
-    plans, outcomes = _simulate(capped, max_seeds=30)
-    stops = plans[-1].stops
+    states, outcomes = _simulate(capped, max_seeds=30)
+    stops = states[-1].stops
     assert COST_CAP in {s.reason for s in stops.values()}
     assert "adaptive.cost_cap (160000 tokens)" in next(s.detail for s in stops.values() if s.reason == COST_CAP)
     spent = sum(o.tokens for seen in outcomes.values() for o in seen)
@@ -107,13 +107,13 @@ def test_the_shared_reference_gets_more_seeds_than_each_candidate():
     outcomes: dict = {(r, 16): [] for r in many}
     settings = AdaptiveSpec(half_width=0.04, min_seeds=5, step=2)
     while True:
-        plan = plan_adaptive(settings, many, [16], outcomes, max_seeds=40)
-        if plan.finished:
+        state = replay_looks(settings, many, [16], outcomes, max_seeds=40)
+        if state.finished:
             break
-        for cell, k in plan.seeds.items():
+        for cell, k in state.seeds.items():
             while len(outcomes[cell]) < k:
                 outcomes[cell].append(Outcome(1000 * float(rng.lognormal(0, 0.05))))
-    assert plan.seeds[("bf16", 16)] > max(plan.seeds[(r, 16)] for r in many[1:])
+    assert state.seeds[("bf16", 16)] > max(state.seeds[(r, 16)] for r in many[1:])
 
 
 @pytest.mark.parametrize("field,value,says", [
@@ -134,8 +134,8 @@ def test_non_converged_runs_are_censored_not_dropped():
     settings = AdaptiveSpec(margin=1.02, min_seeds=5, step=3)
     outcomes = {(r, b): [Outcome(1000.0 + 7 * i) for i in range(5)] for r in RECIPES for b in SIZES}
     outcomes[("fp4", 16)] = [Outcome(math.inf)] * 3 + [Outcome(3000.0), Outcome(3100.0)]
-    plan = plan_adaptive(settings, RECIPES, SIZES, outcomes, max_seeds=20)
-    entry = plan.latest()[("fp4", 16)]
+    state = replay_looks(settings, RECIPES, SIZES, outcomes, max_seeds=20)
+    entry = state.latest()[("fp4", 16)]
     assert entry.interval.high is None and entry.interval.factor is None  # unbounded above
     assert entry.interval.runs_candidate == 5  # all five counted
 
@@ -149,13 +149,13 @@ def test_an_arm_that_looked_tight_at_first_is_not_starved():
     outcomes: dict = {(r, b): [] for r in RECIPES for b in SIZES}
     settings = AdaptiveSpec(half_width=0.02, min_seeds=5, step=3)
     while True:
-        plan = plan_adaptive(settings, RECIPES, SIZES, outcomes, max_seeds=26)
+        state = replay_looks(settings, RECIPES, SIZES, outcomes, max_seeds=26)
         for r in ("fp8", "fp4"):
             for b in SIZES:
-                c, ref = plan.seeds[(r, b)], plan.seeds[("bf16", b)]
-                assert max(c, ref) <= 1.5 * min(c, ref) + settings.step, plan.seeds
-        if plan.finished:
+                c, ref = state.seeds[(r, b)], state.seeds[("bf16", b)]
+                assert max(c, ref) <= 1.5 * min(c, ref) + settings.step, state.seeds
+        if state.finished:
             break
-        for (r, b), k in plan.seeds.items():
+        for (r, b), k in state.seeds.items():
             while len(outcomes[(r, b)]) < k:
                 outcomes[(r, b)].append(Outcome(1000 * FACTORS[r] * float(rng.lognormal(0, spreads[r]))))

@@ -17,13 +17,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator.adaptive import ANSWERED, campaign_plan
+from orchestrator.adaptive import ANSWERED, campaign_looks
 from orchestrator.campaign import run_campaign
 from orchestrator.cli import app
 from orchestrator.tracking import Tracking
 from sweeps.spec import load_campaign
 from tests.conftest import ROOT, run_cli
-from tests.helpers.adaptive_campaigns import EXAMPLE, adaptive_campaign, final_plan, ledger_cells
+from tests.helpers.adaptive_campaigns import EXAMPLE, adaptive_campaign, final_looks, ledger_cells
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.store import run_statuses
 
@@ -47,25 +47,25 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
     campaign = load_campaign(path)
     tracking = Tracking(campaign.tracking_uri)
     exp = tracking.client.get_experiment_by_name(campaign.name)
-    plan = campaign_plan(campaign, tracking.ledger(exp.experiment_id))
-    assert plan.finished
-    # seeds 0..k-1 in every cell, each run once, exactly the plan's
+    state = campaign_looks(campaign, tracking.ledger(exp.experiment_id))
+    assert state.finished
+    # seeds 0..k-1 in every cell, each run once, exactly the state's
     seeds = ledger_cells(campaign)
-    assert {cell: sorted(s) for cell, s in seeds.items()} == {cell: list(range(k)) for cell, k in plan.seeds.items()}
+    assert {cell: sorted(s) for cell, s in seeds.items()} == {cell: list(range(k)) for cell, k in state.seeds.items()}
     # the clearly slower recipe is answered early, with fewer runs than the reference
     for bs in (16, 64):
-        stop = plan.stops[("fp4_like", bs)]
+        stop = state.stops[("fp4_like", bs)]
         assert stop.reason == ANSWERED and stop.look <= 2 and "slower than 1.02" in stop.detail
-        assert plan.seeds[("fp4_like", bs)] <= min(8, plan.seeds[("bf16", bs)])
+        assert state.seeds[("fp4_like", bs)] <= min(8, state.seeds[("bf16", bs)])
     # each answered cell's last interval meets the goal it stopped on
-    _assert_stopped_on_its_goal(plan, campaign.adaptive.model_dump())
+    _assert_stopped_on_its_goal(state, campaign.adaptive.model_dump())
     # the commands that only read the store run in this process (no start-up per call)
     status = CliRunner().invoke(app, ["status", str(path), "--json"])
     assert status.exit_code == 0, status.output
     cells = {(c["recipe"], c["batch_size"]): c for c in json.loads(status.stdout[status.stdout.index("{"):])["cells"]}
-    assert set(cells) == set(plan.seeds)
+    assert set(cells) == set(state.seeds)
     for cell, c in cells.items():
-        assert c["stop_reason"] == plan.stops[cell].reason and c["runs"] == plan.seeds[cell] == c["converged"]
+        assert c["stop_reason"] == state.stops[cell].reason and c["runs"] == state.seeds[cell] == c["converged"]
         assert c["pending"] == 0
     # a second run has nothing to do
     assert run_campaign(campaign).launched == 0
@@ -75,8 +75,8 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
     assert analyzed.exit_code == 0, analyzed.output
     factors = json.loads((tmp_path / "analysis" / "factors.json").read_text())
     assert {(f["candidate"], f["batch_size"]): f["stop_reason"] for f in factors["factors"]} == {
-        cell: stop.reason for cell, stop in plan.stops.items() if cell[0] != "bf16"}
-    assert len(factors["adaptive"]["looks"]) == len(plan.looks)
+        cell: stop.reason for cell, stop in state.stops.items() if cell[0] != "bf16"}
+    assert len(factors["adaptive"]["looks"]) == len(state.looks)
     assert "## Adaptive stopping" in (tmp_path / "analysis" / "summary.md").read_text()
 
 
@@ -112,19 +112,19 @@ def test_an_orchestrator_sigkilled_during_and_between_looks_decides_as_the_unint
     resumed = run_cli("run", str(path))
     assert resumed.returncode == 0, resumed.stderr
     killed = load_campaign(path)
-    a, b = final_plan(straight), final_plan(killed)
+    a, b = final_looks(straight), final_looks(killed)
     assert a.finished and b.finished and len({e.look for e in a.looks}) >= 2
     assert a.seeds == b.seeds and a.stops == b.stops and a.looks == b.looks
     assert ledger_cells(straight) == ledger_cells(killed)  # one MLflow run per seed: none twice, none lost
 
 
-def _assert_stopped_on_its_goal(plan, question: dict) -> None:
+def _assert_stopped_on_its_goal(state, question: dict) -> None:
     """Every cell has stopped; an answered comparison's last interval meets the goal it
     names (its verdict against the margin, or its half-width), a stopped one says why."""
-    assert plan.finished
-    latest = plan.latest()
-    for cell, stop in plan.stops.items():
-        if cell[0] == plan.reference:
+    assert state.finished
+    latest = state.latest()
+    for cell, stop in state.stops.items():
+        if cell[0] == state.reference:
             continue
         interval = latest[cell].interval
         if stop.reason != ANSWERED:
@@ -154,4 +154,4 @@ def test_the_adaptive_example_runs_as_it_is_to_every_cell_s_stop(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "adaptive: every cell has stopped" in proc.stdout
     campaign = load_campaign(path)
-    _assert_stopped_on_its_goal(final_plan(campaign), yaml.safe_load(EXAMPLE.read_text())["adaptive"])
+    _assert_stopped_on_its_goal(final_looks(campaign), yaml.safe_load(EXAMPLE.read_text())["adaptive"])

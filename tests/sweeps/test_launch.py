@@ -117,7 +117,8 @@ def test_local_gangs_are_pinned_to_gpus_no_other_run_holds(tmp_path):
 
 
 def test_tune_refuses_a_gang_campaign_and_says_what_to_tune_instead(tmp_path):
-    from orchestrator.tune import TuneError, select_cells
+    from orchestrator.tune.launcher import select_cells
+    from sweeps.tune_study import TuneError
 
     space = {"lr": {"low": 0.001, "high": 0.1, "log": True}}
     gang = parse_campaign(tiny_campaign(tune={"space": space}, launch={"processes_per_node": 2}), tmp_path)

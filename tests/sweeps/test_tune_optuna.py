@@ -9,7 +9,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from sweeps.spec import parse_campaign
-from orchestrator.tune import select_cells, tune_lock
+from orchestrator.tune.launcher import select_cells, tune_lock
 from sweeps.tune_optuna import distributions, make_pruner
 from sweeps.tune_spec import PrunerSpec
 from sweeps.tune_study import TuneError, open_study, storage_url

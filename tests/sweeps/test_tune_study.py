@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from orchestrator.cli.app import EXIT_NO_OUTCOME
 from sweeps.spec import load_campaign
-from orchestrator.tune import select_cells, tune_campaign
+from orchestrator.tune.launcher import select_cells, tune_campaign
 from sweeps.tune_study import storage_url
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign

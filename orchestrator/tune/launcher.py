@@ -3,7 +3,7 @@
 The orchestrator process owns each cell's Optuna study and drives it ask-and-tell: it
 asks a trial, creates the MLflow runs of the trial's seeds (`role: tune`, so campaign
 analysis never counts them), hands the trial to the campaign's backend as one job
-(`tune_worker.run_trial`, which runs each seed's `RunAssignment` through `execute_run`,
+(`worker.run_trial`, which runs each seed's `RunAssignment` through `execute_run`,
 as the campaign's launcher does), and tells the
 study the censored objective when the job is done. Up to `workers` trials are in
 flight at once. Everything a trial leaves is in the study's storage and in MLflow, so
@@ -24,7 +24,7 @@ from orchestrator.backends import check_backend, running_backend
 from orchestrator.campaign import campaign_lock
 from orchestrator.execute import assignment_for
 from orchestrator.tracking import Tracking
-from orchestrator.tune_worker import TrialJob, run_trial
+from orchestrator.tune.worker import TrialJob, run_trial
 from sweeps.spec import Campaign
 from sweeps.tune_objective import score
 from sweeps.tune_spec import TUNE_SEED_OFFSET, TuneSpec
