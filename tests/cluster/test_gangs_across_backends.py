@@ -4,7 +4,8 @@ on each node) reports each run once with its world size, and every run's tokens-
 is the same on all three; a 2-rank command program joins its process group from the
 rendezvous variables across the two nodes of Ray and of Slurm (on local: test_gangs.py).
 
-One `rcpforge run` per backend and campaign, shared by the module's tests."""
+One `rcpforge run` per backend and campaign, all of them at once, shared by the module's
+tests."""
 
 from __future__ import annotations
 
@@ -71,24 +72,35 @@ def slurm_env(two_node_slurm_conf):
 
 
 @pytest.fixture(scope="module")
-def tinylm_runs(tmp_path_factory, two_node_ray, slurm_env) -> dict[str, Campaign]:
-    """The small tiny-LM gang campaign run once on each backend, each in its own store.
-    The three run at once: most of each one's time is its processes starting and
-    meeting, not training, so together they take about the time of the slowest."""
+def gang_runs(tmp_path_factory, two_node_ray, slurm_env) -> dict[tuple[str, str], Campaign]:
+    """Every campaign of the module, each run once in its own store: the small tiny-LM
+    gang campaign on each backend, and the 2-rank command program on the two-node Ray and
+    Slurm. All five run at once: most of each one's time is processes starting and
+    meeting and cluster jobs starting, not training, and a cluster that has no room for
+    the next gang queues it, so together they take about the time of the slowest
+    cluster's two campaigns."""
     from concurrent.futures import ThreadPoolExecutor
 
     root = tmp_path_factory.mktemp("across")
-    layouts = (("local", {"kind": "local", "workers": 1}, LOCAL_LAUNCH),
-               ("ray", _ray_backend(two_node_ray.address), ACROSS_LAUNCH),
-               ("slurm", SLURM_BACKEND, ACROSS_LAUNCH))
+    ray = _ray_backend(two_node_ray.address)
+    layouts = {("tinylm", "local"): _tinylm("across", {"kind": "local", "workers": 1}, LOCAL_LAUNCH),
+               ("tinylm", "ray"): _tinylm("across", ray, ACROSS_LAUNCH),
+               ("tinylm", "slurm"): _tinylm("across", SLURM_BACKEND, ACROSS_LAUNCH),
+               ("command", "ray"): ddp_command_campaign(ray, ACROSS_LAUNCH),
+               ("command", "slurm"): ddp_command_campaign(SLURM_BACKEND, ACROSS_LAUNCH)}
     with ThreadPoolExecutor(len(layouts)) as pool:
-        futures = {kind: pool.submit(_run, root / kind, _tinylm("across", backend, launch))
-                   for kind, backend, launch in layouts}
+        futures = {name: pool.submit(_run, root / "-".join(name), data) for name, data in layouts.items()}
     campaigns = {}
-    for kind, future in futures.items():
-        campaigns[kind], took = future.result()
-        print(f"tinylm gang on {kind}: {took:.1f} s")
+    for name, future in futures.items():
+        campaigns[name], took = future.result()
+        print(f"{name[0]} gang on {name[1]}: {took:.1f} s")
     return campaigns
+
+
+@pytest.fixture(scope="module")
+def tinylm_runs(gang_runs) -> dict[str, Campaign]:
+    """The tiny-LM gang campaign of each backend."""
+    return {kind: campaign for (trainer, kind), campaign in gang_runs.items() if trainer == "tinylm"}
 
 
 def _by_run(campaign: Campaign) -> dict[tuple[str, int, int], tuple[str, float]]:
@@ -133,19 +145,14 @@ def test_every_run_reaches_its_target_at_the_same_tokens_on_every_backend(tinylm
 
 
 @pytest.mark.parametrize("kind", ["ray", "slurm"])
-def test_a_command_program_joins_its_process_group_across_two_nodes(kind, request, tmp_path):
-    if kind == "ray":
-        backend = _ray_backend(request.getfixturevalue("two_node_ray").address)
-    else:
-        request.getfixturevalue("two_node_slurm")
-        backend = SLURM_BACKEND
-    campaign, took = _run(tmp_path, ddp_command_campaign(backend, ACROSS_LAUNCH))
-    print(f"command gang on {kind}: {took:.1f} s")
+def test_a_command_program_joins_its_process_group_across_two_nodes(kind, gang_runs):
+    campaign = gang_runs[("command", kind)]
     # accuracy reaches 1.0 only if both ranks' all-reduce met: a converged run proves it
     tokens = assert_clean_ledger(campaign, 2, metric="eval_accuracy")
     assert all(t is not None for t in tokens.values()), tokens
     _, runs = runs_of(campaign)
     assert {r.data.tags[TAG_WORLD_SIZE] for r in runs} == {"2"}
+    assert campaign.launch.nodes == 2
 
 
 # About a minute of CI's budget, and every part of it is covered in a smaller form in
