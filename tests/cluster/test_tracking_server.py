@@ -36,22 +36,29 @@ def _runs_in_postgres(backend_uri: str, experiment_name: str) -> int:
     return rows[0][0]
 
 
-@pytest.fixture
-def backend(request):
-    kind = request.param
-    if kind == "ray":
-        return {"kind": "ray", "num_cpus": 1, "address": request.getfixturevalue("ray_address")}
+@pytest.fixture(scope="module")
+def server_campaigns(request, mlflow_server, tmp_path_factory) -> dict[str, object]:
+    """The campaign run on Ray and on Slurm against the server, both at once (each
+    backend's time is mostly its workers and jobs starting), with the audit of schema
+    changes installed before either starts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    backends = {"ray": {"kind": "ray", "num_cpus": 1, "address": request.getfixturevalue("ray_address")},
+                "slurm": {"kind": "slurm", "time_min": 10, "array_parallelism": 2}}
     request.getfixturevalue("slurm")
-    return {"kind": "slurm", "time_min": 10, "array_parallelism": 2}
-
-
-@pytest.mark.parametrize("backend", ["ray", "slurm"], indirect=True)
-def test_workers_log_to_the_postgresql_tracking_server(backend, mlflow_server, tmp_path):
     pg_audit.install(mlflow_server.backend_uri)
-    name = f"pgserver_{backend['kind']}"
-    campaign = _run(tmp_path, name, backend, mlflow_server.url)
+    with ThreadPoolExecutor(len(backends)) as pool:
+        futures = {kind: pool.submit(_run, tmp_path_factory.mktemp(kind), f"pgserver_{kind}", backend,
+                                     mlflow_server.url)
+                   for kind, backend in backends.items()}
+    return {kind: future.result() for kind, future in futures.items()}
+
+
+@pytest.mark.parametrize("kind", ["ray", "slurm"])
+def test_workers_log_to_the_postgresql_tracking_server(kind, server_campaigns, mlflow_server):
+    campaign = server_campaigns[kind]
     assert campaign.tracking_uri.startswith("http://")
-    assert _runs_in_postgres(mlflow_server.backend_uri, name) == RUNS
+    assert _runs_in_postgres(mlflow_server.backend_uri, f"pgserver_{kind}") == RUNS
     # The server's database was migrated once when it started (mlflow_server.sh); over
     # HTTP neither the orchestrator nor a worker can change its schema, and none did.
     assert pg_audit.recorded(mlflow_server.backend_uri) == []
