@@ -13,6 +13,12 @@ import pytest
 from hypothesis import settings
 
 from tests.helpers.ray_cluster import two_node_ray  # noqa: F401 - the two-node Ray of tests/cluster/test_ray_gangs.py
+from tests.helpers.skip_guard import (  # noqa: F401 - hooks: in CI a skip not on tests/allowed_skips.txt fails
+    pytest_configure,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 
 # CI runs every property test on a fixed sequence of examples: a fuzz target either
 # passes there every time or fails every time, never by the luck of a draw.
@@ -160,7 +166,8 @@ def round_v50(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def round_v50_subset(tmp_path_factory) -> Path:
-    """A few submitters' results directories of the v5.0 round with their system files."""
-    from tests.helpers.round_data import SUBSET, unpack_round
+    """A few submitters' results directories of the v5.0 round with their system files,
+    as the repository carries them (tests/data/): every clone has them."""
+    from tests.helpers.round_data import SUBSET_TAR, unpack_round
 
-    return unpack_round(tmp_path_factory.mktemp("round_v50_subset"), SUBSET)
+    return unpack_round(tmp_path_factory.mktemp("round_v50_subset"), SUBSET_TAR)

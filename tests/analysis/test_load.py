@@ -137,6 +137,7 @@ def test_http_tracking_server_goes_through_the_api_and_gives_the_same_table(stor
 @pytest.fixture(scope="module")
 def postgres_uri():
     """A private PostgreSQL 15 cluster (skipped where PostgreSQL or psycopg2 is absent)."""
+    import glob
     import os
     import shutil
     import subprocess
@@ -148,21 +149,26 @@ def postgres_uri():
         import psycopg2  # noqa: F401
     except ImportError:
         missing_service("psycopg2 is not installed (the test extra has psycopg2-binary)")
-    if not (shutil.which("initdb") and shutil.which("pg_ctl")):
+    # Debian keeps initdb and pg_ctl out of PATH, in /usr/lib/postgresql/<version>/bin:
+    # found there as .ci/run and cluster/dev/mlflow_server.sh find them
+    found = shutil.which("pg_ctl") or max(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+                                          key=lambda p: int(p.split("/")[4]), default=None)
+    if found is None:
         missing_service("PostgreSQL is not installed (apt-get install postgresql)")
+    bin_dir = os.path.dirname(found)
     folder = tempfile.mkdtemp(prefix="rcpforge-pg-")
     as_postgres = ["su", "postgres", "-s", "/bin/sh", "-c"] if os.geteuid() == 0 else ["/bin/sh", "-c"]
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
     port = _free_port()
     data = f"{folder}/data"
-    subprocess.run([*as_postgres, f"initdb -D {data} -A trust -U postgres >/dev/null"], check=True)
-    subprocess.run([*as_postgres, f"pg_ctl -D {data} -w -l {folder}/log -o '-p {port} -k {folder} "
+    subprocess.run([*as_postgres, f"{bin_dir}/initdb -D {data} -A trust -U postgres >/dev/null"], check=True)
+    subprocess.run([*as_postgres, f"{bin_dir}/pg_ctl -D {data} -w -l {folder}/log -o '-p {port} -k {folder} "
                     f"-c listen_addresses=127.0.0.1' start >/dev/null"], check=True)
     try:
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*as_postgres, f"pg_ctl -D {data} -m immediate stop >/dev/null"], check=False)
+        subprocess.run([*as_postgres, f"{bin_dir}/pg_ctl -D {data} -m immediate stop >/dev/null"], check=False)
         shutil.rmtree(folder, ignore_errors=True)
 
 

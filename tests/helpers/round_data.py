@@ -1,5 +1,6 @@
-"""The public MLPerf Training v5.0 round (`../shared/data/`, trimmed to its MLLOG lines):
-unpacked into a temporary folder, whole or in part, never into the source tree."""
+"""The public MLPerf Training v5.0 round (`../shared/data/`, trimmed to its MLLOG lines),
+and the part of it this repository carries (tests/data/): unpacked into a temporary
+folder, never into the source tree."""
 
 from __future__ import annotations
 
@@ -15,17 +16,19 @@ _SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 ROUND_TAR = Path(os.environ.get("RCPFORGE_ROUND_TAR", _SHARED / "training_results_v5.0_mllog.tar.xz"))
 TOP = "training_results_v5.0"
 # A subset with a system file per results directory, two benchmarks, a BERT in epochs,
-# a retinanet with a file cut off before its run_stop (tinycorp/tinybox_green/retinanet/result_4.txt)
+# a retinanet with a file cut off before its run_stop (tinycorp/tinybox_green/retinanet/result_4.txt):
+# these members of the round, carried in the repository so its tests run in every clone
 SUBSET = ("tinycorp", "Dell/results/1xXE9680x8MI300X", "Dell/systems/1xXE9680x8MI300X.json")
+SUBSET_TAR = Path(__file__).resolve().parents[1] / "data" / "training_results_v5.0_subset.tar.xz"
 
 
-def unpack_round(into: Path, members: tuple[str, ...] = ()) -> Path:
-    """The round's root (`<into>/training_results_v5.0`), with only `members` (paths under
-    it) where given."""
-    if not ROUND_TAR.is_file():
-        pytest.skip(f"the shared round {ROUND_TAR} is not here (set RCPFORGE_ROUND_TAR)")
+def unpack_round(into: Path, tar: Path = ROUND_TAR) -> Path:
+    """The round's root (`<into>/training_results_v5.0`): the whole shared round, or the
+    subset the repository carries (`tar=SUBSET_TAR`)."""
+    if not tar.is_file():
+        pytest.skip(f"the shared round {tar} is not here (set RCPFORGE_ROUND_TAR)")
     into.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "xJf", str(ROUND_TAR), "-C", str(into), *(f"{TOP}/{m}" for m in members)], check=True)
+    subprocess.run(["tar", "xJf", str(tar), "-C", str(into)], check=True)
     return into / TOP
 
 
