@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
+from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from orchestrator.tracking.records import MAX_TAG, attempt_tags, store_result_file
 from trainers.contract import EvalPoint, RunResult, RunStatus
 from trainers.contract.schema import (
     METRIC_CORE_HOURS,
@@ -17,21 +17,12 @@ from trainers.contract.schema import (
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
-    TAG_ATTEMPT_STARTED,
-    TAG_ATTEMPTS,
     TAG_ERROR,
     TAG_STATUS,
 )
 
 _FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET,
                   METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TIME_TO_TRAIN}
-
-
-def attempt_tags(attempt: int) -> dict[str, str]:
-    """What a run reads while an attempt of it runs: its status, the attempt's number and
-    when it started."""
-    return {TAG_STATUS: RunStatus.running.value, TAG_ATTEMPTS: str(attempt),
-            TAG_ATTEMPT_STARTED: datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 class RunLog:
@@ -130,8 +121,6 @@ class RunLog:
         if not path.is_file():
             return
         if self.artifact_uri is not None and self.artifact_uri.startswith("file:"):
-            from orchestrator.tracking.bulk import store_result_file
-
             store_result_file(self.artifact_uri, path, self.run_id, None)  # a copy, as MLflow's own
         else:
             self.client.log_artifact(self.run_id, str(path))

@@ -5,13 +5,11 @@ up, failed; imported runs and their result files."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from orchestrator.ledger import LedgerEntry
-from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
-from orchestrator.tracking.run_log import attempt_tags
+from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from orchestrator.tracking.records import MAX_TAG, ImportedRun, attempt_tags, run_params, spec_tags
 from trainers.contract import RunResult, RunSpec, RunStatus
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
@@ -24,17 +22,12 @@ from trainers.contract.schema import (
     TAG_ATTEMPTS,
     TAG_BACKEND_JOB,
     TAG_BATCH_SIZE,
-    TAG_CAMPAIGN,
     TAG_ERROR,
     TAG_RECIPE,
     TAG_ROLE,
     TAG_RUN_KEY,
-    TAG_SEED,
     TAG_SPEC,
     TAG_STATUS,
-    TAG_TARGET_METRIC,
-    TAG_TRAINER,
-    TAG_WORLD_SIZE,
 )
 
 _PAGE = 5000
@@ -42,37 +35,6 @@ _PAGE = 5000
 
 _LEDGER_METRICS = frozenset({METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_CORE_HOURS, METRIC_GPU_HOURS,
                              METRIC_SAMPLES_TO_TARGET})
-
-
-def run_params(spec: RunSpec) -> dict[str, str]:
-    """A run's MLflow params: its hyperparameters, its recipe's options, and the cell and
-    seed too (they are tags already: MLflow's UI shows params as columns and compares and
-    groups runs by them)."""
-    params = {k: str(v) for k, v in sorted(spec.hparams.items())}
-    # a recipe written by its operands has nested options: one param per field (recipe.x.format)
-    params.update({k: str(v) for k, v in sorted(flat_options(spec.recipe_options, "recipe").items())})
-    params.update({k: str(v) for k, v in run_identity(spec).items()})
-    return params
-
-
-def run_identity(spec: RunSpec) -> dict[str, str | int]:
-    """What a run is, logged as MLflow params beside its hyperparameters (named as its
-    tags, so the loaders tell them from hyperparameters)."""
-    return {TAG_RECIPE: spec.recipe, TAG_BATCH_SIZE: spec.batch_size, TAG_SEED: spec.seed}
-
-
-@dataclass(frozen=True)
-class ImportedRun:
-    """A finished run to file as it happened: metrics as (name, value, step), its MLflow
-    start and end times the run's own (epoch milliseconds; None: now)."""
-
-    run_key: str
-    run_name: str
-    tags: dict[str, str]
-    metrics: list[tuple[str, float, int]]
-    result_file: Path
-    start_ms: float | None = None
-    end_ms: float | None = None
 
 
 class Tracking:
@@ -294,7 +256,7 @@ class Tracking:
         metrics (a batch per 1000 points), its end; the file as its `result.txt`."""
         from mlflow.entities import Metric
 
-        from orchestrator.tracking.bulk import points_of, store_result_file
+        from orchestrator.tracking.records import points_of, store_result_file
 
         made = self._create_once(experiment_id, run.run_key, run.run_name, {**run.tags, TAG_RUN_KEY: run.run_key},
                                  start_time=run.start_ms)
@@ -344,31 +306,3 @@ class Tracking:
 
 def mark_preempted(uri: str, run_id: str, retry_s: float = DEFAULT_RETRY_S) -> None:
     retrying_client(uri, retry_s).set_tag(run_id, TAG_STATUS, RunStatus.preempted.value)
-
-
-def spec_tags(spec: RunSpec) -> dict[str, str]:
-    return {
-        TAG_CAMPAIGN: spec.campaign,
-        TAG_ROLE: spec.role,
-        TAG_RUN_KEY: spec.run_key,
-        TAG_RECIPE: spec.recipe,
-        TAG_BATCH_SIZE: str(spec.batch_size),
-        TAG_SEED: str(spec.seed),
-        TAG_TRAINER: spec.trainer_kind,
-        TAG_TARGET_METRIC: spec.target.metric,
-        TAG_SPEC: spec.model_dump_json()[:MAX_TAG],
-        TAG_STATUS: RunStatus.pending.value,
-        TAG_ATTEMPTS: "0",
-        TAG_WORLD_SIZE: str(spec.world_size),
-    }
-
-
-def flat_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """Nested options as dotted keys ({x: {format: e4m3}} -> {prefix.x.format: e4m3})."""
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        if isinstance(value, dict):
-            out.update(flat_options(value, f"{prefix}.{key}"))
-        else:
-            out[f"{prefix}.{key}"] = value
-    return out
