@@ -9,6 +9,8 @@ The tag schema (`trainers/contract/schema.py`) is a public contract: analysis re
   call runs under, the checks of a tracking URI and the probe of a store;
 - `records`: what the modules below write, shared (a run's tags and params, an
   attempt's tags, an imported run); a leaf that imports none of them;
+- `writes`: one write strategy per kind of store, chosen once: MLflow's client (a
+  tracking server, a file store) or direct SQL (`bulk`) for a database store;
 - `store`: the orchestrator's calls (experiment, ledger read, runs, imports);
 - `run_log`: a worker's calls on its own run.
 """

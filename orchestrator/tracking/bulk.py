@@ -2,8 +2,9 @@
 client makes each one in about ten transactions (create, tags, metrics, latest metrics,
 end), 30-60 ms a run on SQLite. On a database store (SQLite, PostgreSQL, MySQL) the runs
 are written as MLflow writes them (its own row models: the run, its tags, metric points
-and latest-metric rows), a chunk of runs per transaction; any other store (a tracking
-server) gets the client's three calls a run (`Tracking.import_run`). A Slurm campaign's runs, all submitted at once,
+and latest-metric rows), a chunk of runs per transaction. These are the statements of
+the database store's write strategy (`writes.SqlWrites`); any other store gets the
+client's calls (`writes.ClientWrites`). A Slurm campaign's runs, all submitted at once,
 are registered the same way (`register_chunk_sql`)."""
 
 from __future__ import annotations
@@ -14,14 +15,6 @@ from orchestrator.tracking.records import ImportedRun, points_of, store_result_f
 from trainers.contract.schema import TAG_RUN_KEY
 
 CHUNK = 250  # runs a transaction: a crash loses at most one chunk, which a re-import redoes
-
-
-def database_store(client):
-    """The client's SqlAlchemyStore, or None for a store that is not a database."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    store = client._tracking_client.store  # noqa: SLF001 - the one place that reaches for it
-    return store if isinstance(store, SqlAlchemyStore) else None
 
 
 def import_chunk_sql(store, experiment_id: str, runs: list[ImportedRun], upload) -> list[str]:
