@@ -89,14 +89,19 @@ class RunAssignment:
     # The run's gang, for its cost: processes x wall time, in GPU-hours when it has GPUs.
     processes: int = 1
     gpus_per_process: int = 0
+    # What the launcher that made the run knows of it at this launch, each sparing the
+    # worker a read of the store. None is the store's kind: the worker's RunLog picks its
+    # own way to write (`tracking/writes.py`), and these hold on every store.
     # The run was made for this attempt and starts at once (a local first attempt): the
-    # worker has nothing to read back or set (RunLog's `fresh`).
+    # worker has nothing to read back or set (RunLog's `fresh`). A per-attempt fact: a
+    # retry, a requeued job, a run an earlier orchestrator made get False and read back.
     fresh: bool = False
-    # Where the run's artifacts go, where the launcher knows it (a run it made): the
-    # worker need not ask the store.
+    # Where the run's artifacts go: the worker need not ask the store. The run's own,
+    # but in hand only where this launcher made the run (None: the worker asks).
     artifact_uri: str | None = None
-    # The launcher made the run ahead, in bulk, for this first attempt, which only this
-    # worker runs (a local one): nothing is logged on it yet (RunLog's `unlogged`).
+    # The launcher made the run ahead (queued, in bulk) for this first attempt, which only
+    # this worker runs (a local one): nothing is logged on it yet (RunLog's `unlogged`).
+    # Per-attempt as `fresh` is: no other attempt, nor a rerun of this one, has it.
     unlogged: bool = False
 
 

@@ -7,6 +7,10 @@ The tag schema (`trainers/contract/schema.py`) is a public contract: analysis re
 
 - `client`: MLflow's client under the retry policy (`trainers/contract/retry.py`) every
   call runs under, the checks of a tracking URI and the probe of a store;
+- `records`: what the modules below write, shared (a run's tags and params, an
+  attempt's tags, an imported run); a leaf that imports none of them;
+- `writes`: one write strategy per kind of store, chosen once: MLflow's client (a
+  tracking server, a file store) or direct SQL (`bulk`) for a database store;
 - `store`: the orchestrator's calls (experiment, ledger read, runs, imports);
 - `run_log`: a worker's calls on its own run.
 """
@@ -24,8 +28,9 @@ from orchestrator.tracking.client import (
     probe_store,
     sqlite_uri,
 )
+from orchestrator.tracking.records import ImportedRun, run_params, spec_tags
 from orchestrator.tracking.run_log import RunLog
-from orchestrator.tracking.store import ImportedRun, Tracking, mark_preempted, run_params, spec_tags
+from orchestrator.tracking.store import Tracking, mark_preempted
 
 __all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "ImportedRun", "RunLog", "Tracking", "TrackingUnavailable",
            "TrackingUriError", "_RetryingClient", "absent_sqlite_store", "check_tracking_uri", "mark_preempted",

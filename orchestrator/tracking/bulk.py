@@ -2,35 +2,19 @@
 client makes each one in about ten transactions (create, tags, metrics, latest metrics,
 end), 30-60 ms a run on SQLite. On a database store (SQLite, PostgreSQL, MySQL) the runs
 are written as MLflow writes them (its own row models: the run, its tags, metric points
-and latest-metric rows), a chunk of runs per transaction; any other store (a tracking
-server) gets the client's three calls a run (`Tracking.import_run`). A Slurm campaign's
-runs, all submitted at once, are registered the same way (`register_chunk_sql`)."""
+and latest-metric rows), a chunk of runs per transaction. These are the statements of
+the database store's write strategy (`writes.SqlWrites`); any other store gets the
+client's calls (`writes.ClientWrites`). A Slurm campaign's runs, all submitted at once,
+are registered the same way (`register_chunk_sql`)."""
 
 from __future__ import annotations
 
-import math
-import shutil
 import uuid
-from pathlib import Path
-from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
-from trainers.contract.mllog.write import RESULT_FILE
+from orchestrator.tracking.records import ImportedRun, points_of, store_result_file
 from trainers.contract.schema import TAG_RUN_KEY
 
-if TYPE_CHECKING:
-    from orchestrator.tracking.store import ImportedRun
-
 CHUNK = 250  # runs a transaction: a crash loses at most one chunk, which a re-import redoes
-_MAX_FLOAT = 1.7976931348623157e308  # what MLflow stores for +-inf (SQL has no infinity)
-
-
-def database_store(client):
-    """The client's SqlAlchemyStore, or None for a store that is not a database."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    store = client._tracking_client.store  # noqa: SLF001 - the one place that reaches for it
-    return store if isinstance(store, SqlAlchemyStore) else None
 
 
 def import_chunk_sql(store, experiment_id: str, runs: list[ImportedRun], upload) -> list[str]:
@@ -204,19 +188,6 @@ def _ms(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def points_of(run: ImportedRun) -> list[tuple[str, float, int, int, bool]]:
-    """(key, value, timestamp, step, is_nan) as MLflow stores a metric point, duplicates
-    dropped as its `log_batch` drops them."""
-    stamp = int(run.end_ms or run.start_ms or 0)
-    seen: dict[tuple, None] = {}
-    for name, value, step in run.metrics:
-        value = float(value)
-        is_nan = math.isnan(value)
-        stored = 0.0 if is_nan else max(-_MAX_FLOAT, min(_MAX_FLOAT, value))
-        seen.setdefault((name, stored, stamp, int(step), is_nan))
-    return list(seen)
-
-
 def _latest(points: list[tuple[str, float, int, int, bool]]) -> list[tuple[str, float, int, int, bool]]:
     """Per key the point MLflow shows as the metric's value: the greatest (step,
     timestamp, value)."""
@@ -227,12 +198,3 @@ def _latest(points: list[tuple[str, float, int, int, bool]]) -> list[tuple[str, 
         if held is None or (step, stamp, value) > (held[3], held[2], held[1]):
             best[key] = point
     return list(best.values())
-
-
-def store_result_file(artifact_uri: str, result_file: Path, run_id: str, upload) -> None:
-    if artifact_uri.startswith("file:"):  # a local folder: one copy, no round trip
-        folder = Path(unquote(urlparse(artifact_uri).path))
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(result_file, folder / RESULT_FILE)
-    else:
-        upload(run_id, result_file)

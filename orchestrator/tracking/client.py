@@ -16,10 +16,6 @@ from trainers.contract.retry import RetryingClient as _RetryingClient  # noqa: F
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-# MLflow rejects tag values above 8000 characters.
-MAX_TAG = 7000
-
-
 def sqlite_uri(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 

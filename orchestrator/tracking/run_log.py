@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
-from typing import Any
 
-from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
+from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from orchestrator.tracking.records import MAX_TAG, attempt_tags, store_result_file
+from orchestrator.tracking.writes import ClientWrites, writes_for
 from trainers.contract import EvalPoint, RunResult, RunStatus
 from trainers.contract.schema import (
     METRIC_CORE_HOURS,
@@ -17,21 +18,12 @@ from trainers.contract.schema import (
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
-    TAG_ATTEMPT_STARTED,
-    TAG_ATTEMPTS,
     TAG_ERROR,
     TAG_STATUS,
 )
 
 _FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET, METRIC_SAMPLES_TO_TARGET,
                   METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TIME_TO_TRAIN}
-
-
-def attempt_tags(attempt: int) -> dict[str, str]:
-    """What a run reads while an attempt of it runs: its status, the attempt's number and
-    when it started."""
-    return {TAG_STATUS: RunStatus.running.value, TAG_ATTEMPTS: str(attempt),
-            TAG_ATTEMPT_STARTED: datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 class RunLog:
@@ -59,11 +51,12 @@ class RunLog:
         self.logged_until = max((m.step for m in history), default=-1)
         self._final_logged: set[str] = set()
 
+    @cached_property
+    def writes(self) -> ClientWrites:
+        """The store's write strategy, chosen once for this run's writes."""
+        return writes_for(self.client)
+
     def start(self, attempt: int) -> None:
-        from mlflow.entities import RunTag
-
-        from orchestrator.tracking.bulk import database_store, start_sql
-
         if self.fresh and attempt == 1:
             return  # the launcher made the run with this attempt's tags (`attempt_tags(1)`)
         if attempt > 1 or self.logged_until >= 0:
@@ -74,18 +67,10 @@ class RunLog:
             self._final_logged = set(run.data.metrics) & _FINAL_METRICS
             if TAG_ERROR in run.data.tags:
                 self._forget_error()
-        tags = attempt_tags(attempt)
-        client: Any = self.client  # the retrying client: its MLflow client, its retry policy
-        store = database_store(client.raw)
-        if store is None:  # a tracking server keeps the queued run's start time (the submission)
-            self.client.update_run(self.run_id, status="RUNNING")
-            self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-            return
-        # A queued run (made ahead, or submitted to Ray or Slurm) was made before it
-        # started: on a database store its first start becomes its MLflow start time, so
-        # MLflow's UI shows the run's own duration, in the same transaction as its status.
+        # A queued run's first start, where the store can move it (a database store), is
+        # its MLflow start time.
         first_start = int(time.time() * 1000) if attempt == 1 and self.logged_until < 0 else None
-        client.retry("start the run", lambda: start_sql(store, self.run_id, tags, first_start))
+        self.writes.start(self.run_id, attempt_tags(attempt), first_start)
 
     def _forget_error(self) -> None:
         """An earlier attempt's error belongs to that attempt: left in place, this
@@ -130,8 +115,6 @@ class RunLog:
         if not path.is_file():
             return
         if self.artifact_uri is not None and self.artifact_uri.startswith("file:"):
-            from orchestrator.tracking.bulk import store_result_file
-
             store_result_file(self.artifact_uri, path, self.run_id, None)  # a copy, as MLflow's own
         else:
             self.client.log_artifact(self.run_id, str(path))
@@ -144,8 +127,6 @@ class RunLog:
         with any status by every attempt (MLflow takes a param again with the same value),
         so a run made as it started (`Tracking.create_run`'s `starts_now`) has them."""
         from mlflow.entities import Metric, Param, RunTag
-
-        from orchestrator.tracking.bulk import database_store, finish_sql
 
         now = int(time.time() * 1000)
         metrics = []
@@ -174,22 +155,4 @@ class RunLog:
             self.flush()
         metrics, self._pending = self._pending + metrics, []
         status = "FAILED" if result.status is RunStatus.failed else "FINISHED"
-        client: Any = self.client
-        store = database_store(client.raw)
-        if store is None:
-            self.client.log_batch(self.run_id, metrics=metrics, params=params_out, tags=tags_out)
-            self.client.set_terminated(self.run_id, status=status)
-            return
-        tries, end_ms = 0, int(time.time() * 1000)
-
-        def record() -> None:
-            # A try whose commit went through but whose answer was lost is not written
-            # again (its metric points would be duplicate rows): its end time is this
-            # attempt's own, unlike any earlier attempt's.
-            nonlocal tries
-            tries += 1
-            if tries > 1 and client.raw.get_run(self.run_id).info.end_time == end_ms:
-                return
-            finish_sql(store, self.run_id, metrics, params_out, tags_out, status, end_ms)
-
-        client.retry("record the outcome", record)
+        self.writes.finish(self.run_id, metrics, params_out, tags_out, status)

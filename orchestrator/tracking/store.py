@@ -4,14 +4,13 @@ up, failed; imported runs and their result files."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from orchestrator.ledger import LedgerEntry
-from orchestrator.tracking.client import DEFAULT_RETRY_S, MAX_TAG, retrying_client
-from orchestrator.tracking.run_log import attempt_tags
+from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from orchestrator.tracking.records import MAX_TAG, ImportedRun, attempt_tags, run_params, spec_tags
+from orchestrator.tracking.writes import ClientWrites, writes_for
 from trainers.contract import RunResult, RunSpec, RunStatus
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
@@ -24,17 +23,12 @@ from trainers.contract.schema import (
     TAG_ATTEMPTS,
     TAG_BACKEND_JOB,
     TAG_BATCH_SIZE,
-    TAG_CAMPAIGN,
     TAG_ERROR,
     TAG_RECIPE,
     TAG_ROLE,
     TAG_RUN_KEY,
-    TAG_SEED,
     TAG_SPEC,
     TAG_STATUS,
-    TAG_TARGET_METRIC,
-    TAG_TRAINER,
-    TAG_WORLD_SIZE,
 )
 
 _PAGE = 5000
@@ -42,37 +36,6 @@ _PAGE = 5000
 
 _LEDGER_METRICS = frozenset({METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_CORE_HOURS, METRIC_GPU_HOURS,
                              METRIC_SAMPLES_TO_TARGET})
-
-
-def run_params(spec: RunSpec) -> dict[str, str]:
-    """A run's MLflow params: its hyperparameters, its recipe's options, and the cell and
-    seed too (they are tags already: MLflow's UI shows params as columns and compares and
-    groups runs by them)."""
-    params = {k: str(v) for k, v in sorted(spec.hparams.items())}
-    # a recipe written by its operands has nested options: one param per field (recipe.x.format)
-    params.update({k: str(v) for k, v in sorted(flat_options(spec.recipe_options, "recipe").items())})
-    params.update({k: str(v) for k, v in run_identity(spec).items()})
-    return params
-
-
-def run_identity(spec: RunSpec) -> dict[str, str | int]:
-    """What a run is, logged as MLflow params beside its hyperparameters (named as its
-    tags, so the loaders tell them from hyperparameters)."""
-    return {TAG_RECIPE: spec.recipe, TAG_BATCH_SIZE: spec.batch_size, TAG_SEED: spec.seed}
-
-
-@dataclass(frozen=True)
-class ImportedRun:
-    """A finished run to file as it happened: metrics as (name, value, step), its MLflow
-    start and end times the run's own (epoch milliseconds; None: now)."""
-
-    run_key: str
-    run_name: str
-    tags: dict[str, str]
-    metrics: list[tuple[str, float, int]]
-    result_file: Path
-    start_ms: float | None = None
-    end_ms: float | None = None
 
 
 class Tracking:
@@ -84,6 +47,12 @@ class Tracking:
         # run id -> artifact URI of the runs made here: a worker told it stores the run's
         # result file without asking MLflow where it goes (a call a run)
         self.artifact_uris: dict[str, str] = {}
+
+    @cached_property
+    def writes(self) -> ClientWrites:
+        """The store's write strategy, chosen at the first write (opening the store
+        before then would make a SQLite file that a read command must not make)."""
+        return writes_for(self.client)
 
     def open_experiment(self, name: str, artifact_dir: Path) -> str:
         """Create the schema (this first call does it, once, before any worker starts)
@@ -145,24 +114,21 @@ class Tracking:
         `starts_now` keeps the RUNNING that MLflow makes it with, and is made with its first
         attempt's tags (what a worker's `RunLog.start` would write: one call fewer a run)."""
         tags = {**spec_tags(spec), **(extra_tags or {})}
+        name = run_name or spec.run_name
         if starts_now:
-            tags.update(attempt_tags(1))
-        run = self._create_once(experiment_id, spec.run_key, run_name or spec.run_name, tags)
+            # It gets its hyperparameters with its outcome, from the worker (`RunLog.finish`):
+            # one call fewer a run. One whose worker never finished lacks them, and
+            # `take_up` logs them when it is launched again.
+            run = self.writes.create_run(experiment_id, spec.run_key, name, {**tags, **attempt_tags(1)})
+        else:
+            run = self.writes.queue_run(experiment_id, (spec.run_key, name, tags, run_params(spec)))
         self.artifact_uris[run.info.run_id] = run.info.artifact_uri
-        if not starts_now:
-            # A run that starts now gets its hyperparameters with its outcome, from the
-            # worker (`RunLog.finish`): one call fewer a run. One whose worker never
-            # finished lacks them, and `take_up` logs them when it is launched again.
-            self.log_params(run.info.run_id, spec)
-            self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id
 
     @property
     def registers_in_bulk(self) -> bool:
         """A database store: `create_runs` makes many runs in one transaction."""
-        from orchestrator.tracking.bulk import database_store
-
-        return database_store(self.client.raw) is not None
+        return self.writes.in_bulk
 
     def take_up(self, experiment_id: str, spec: RunSpec, entry: LedgerEntry | None, starts_now: bool = False) -> str:
         """The run of `spec` to launch: its ledger entry's, or a new one. A run made by an
@@ -176,60 +142,18 @@ class Tracking:
 
     def create_runs(self, experiment_id: str, specs: list[RunSpec]) -> dict[str, str]:
         """Runs that wait in a queue, made SCHEDULED as `create_run` makes each (run key ->
-        MLflow run id): on a database store a chunk of runs per transaction, so a
-        10,000-run Slurm campaign is registered in seconds, not in a 10,000-call loop."""
-        from orchestrator.tracking.bulk import CHUNK, database_store, register_chunk_sql, registered_sql
-
-        store = database_store(self.client.raw)
-        if store is None:
-            return {spec.run_key: self.create_run(experiment_id, spec) for spec in specs}
+        MLflow run id): on a database store a chunk of runs per transaction."""
         made: dict[str, str] = {}
-        for start in range(0, len(specs), CHUNK):
-            chunk = [(s.run_key, s.run_name, spec_tags(s), run_params(s)) for s in specs[start : start + CHUNK]]
-            tries = 0
-
-            def register(c=chunk) -> dict[str, str]:
-                # A chunk's transaction rolls back whole, so it is tried again whole; but a
-                # commit whose answer was lost went through: a later try makes only the rest.
-                nonlocal tries
-                tries += 1
-                there = registered_sql(store, experiment_id, [key for key, *_ in c]) if tries > 1 else {}
-                rest = [run for run in c if run[0] not in there]
-                made = register_chunk_sql(store, experiment_id, rest, int(time.time() * 1000)) if rest else []
-                for run_id, artifact_uri in made:  # its worker writes its result file without a call
-                    self.artifact_uris[run_id] = artifact_uri
-                return {**there, **{key: run_id for (key, *_), (run_id, _) in zip(rest, made, strict=True)}}
-
-            made.update(self.client.retry("create_runs", register))
+        queued = [(s.run_key, s.run_name, spec_tags(s), run_params(s)) for s in specs]
+        for run_key, run_id, artifact_uri in self.writes.register_runs(experiment_id, queued):
+            made[run_key] = run_id
+            if artifact_uri is not None:  # its worker writes its result file without a call
+                self.artifact_uris[run_id] = artifact_uri
         return made
 
     def log_params(self, run_id: str, spec: RunSpec) -> None:
         """One call, so a run has all its hyperparameters or none."""
-        from mlflow.entities import Param
-
-        params = [Param(k, v) for k, v in run_params(spec).items()]
-        if params:
-            self.client.log_batch(run_id, params=params)
-
-    def _create_once(self, experiment_id: str, run_key: str, run_name: str, tags: dict[str, str],
-                     start_time: float | None = None):
-        """`create_run` is not idempotent: a try whose answer was lost (a tracking server
-        stopped mid-request) may have made the run, so every later try looks for it
-        first, and a run key never gets two MLflow runs."""
-        tried = False
-
-        def attempt():
-            nonlocal tried
-            if tried:
-                found = self.client.raw.search_runs(
-                    [experiment_id], filter_string=f"tags.`{TAG_RUN_KEY}` = '{run_key}'", max_results=1)
-                if found:
-                    return found[0]
-            tried = True
-            return self.client.raw.create_run(experiment_id, run_name=run_name, tags=tags,
-                                              start_time=None if start_time is None else int(start_time))
-
-        return self.client.retry("create_run", attempt)
+        self.writes.log_params(run_id, run_params(spec))
 
     def result_of(self, run_id: str) -> RunResult:
         """The recorded result of a run that a worker finished on its own (a cluster job
@@ -277,56 +201,11 @@ class Tracking:
     def import_runs(self, experiment_id: str, runs: list[ImportedRun]) -> list[str]:
         """Finished runs read from elsewhere (MLCommons result files), in bulk on a
         database store (`bulk.py`), else run by run."""
-        from orchestrator.tracking.bulk import CHUNK, database_store, import_chunk_sql
-
-        store = database_store(self.client.raw)
-        if store is None:
-            return [self.import_run(experiment_id, run) for run in runs]
-        ids: list[str] = []
-        for start in range(0, len(runs), CHUNK):  # a chunk's transaction rolls back whole, so it is retried whole
-            chunk = runs[start : start + CHUNK]
-            ids += self.client.retry(
-                "import_runs", lambda c=chunk: import_chunk_sql(store, experiment_id, c, self._upload))
-        return ids
-
-    def import_run(self, experiment_id: str, run: ImportedRun) -> str:
-        """One finished run in three calls: the run with its tags and start time, its
-        metrics (a batch per 1000 points), its end; the file as its `result.txt`."""
-        from mlflow.entities import Metric
-
-        from orchestrator.tracking.bulk import points_of, store_result_file
-
-        made = self._create_once(experiment_id, run.run_key, run.run_name, {**run.tags, TAG_RUN_KEY: run.run_key},
-                                 start_time=run.start_ms)
-        run_id = made.info.run_id
-        points = [Metric(key, value, stamp, step) for key, value, stamp, step, _ in points_of(run)]
-        for i in range(0, len(points), 1000):  # MLflow takes at most 1000 metrics a batch
-            self.client.log_batch(run_id, metrics=points[i : i + 1000])
-        store_result_file(made.info.artifact_uri, run.result_file, run_id, self._upload)
-        self.client.set_terminated(run_id, status="FINISHED", end_time=None if run.end_ms is None else int(run.end_ms))
-        return run_id
-
-    def _upload(self, run_id: str, result_file: Path) -> None:
-        import shutil
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / RESULT_FILE
-            shutil.copyfile(result_file, copy)
-            self.client.log_artifact(run_id, str(copy))
+        return self.writes.import_runs(experiment_id, runs)
 
     def set_backend_jobs(self, jobs: list[tuple[str, str]]) -> None:
         """Each (run id, cluster job) on its run: in one transaction on a database store."""
-        from orchestrator.tracking.bulk import CHUNK, database_store, set_tag_sql
-
-        store = database_store(self.client.raw)
-        if store is None or len(jobs) == 1:
-            for run_id, job in jobs:
-                self.client.set_tag(run_id, TAG_BACKEND_JOB, job)
-            return
-        for start in range(0, len(jobs), CHUNK):
-            chunk = jobs[start : start + CHUNK]
-            self.client.retry("set_backend_jobs", lambda c=chunk: set_tag_sql(store, c, TAG_BACKEND_JOB))
+        self.writes.set_tag(jobs, TAG_BACKEND_JOB)
 
     def mark_failed(self, run_id: str, error: str, spec: RunSpec | None = None) -> None:
         """Record a failure that the worker could not record itself (it died), with the
@@ -344,31 +223,3 @@ class Tracking:
 
 def mark_preempted(uri: str, run_id: str, retry_s: float = DEFAULT_RETRY_S) -> None:
     retrying_client(uri, retry_s).set_tag(run_id, TAG_STATUS, RunStatus.preempted.value)
-
-
-def spec_tags(spec: RunSpec) -> dict[str, str]:
-    return {
-        TAG_CAMPAIGN: spec.campaign,
-        TAG_ROLE: spec.role,
-        TAG_RUN_KEY: spec.run_key,
-        TAG_RECIPE: spec.recipe,
-        TAG_BATCH_SIZE: str(spec.batch_size),
-        TAG_SEED: str(spec.seed),
-        TAG_TRAINER: spec.trainer_kind,
-        TAG_TARGET_METRIC: spec.target.metric,
-        TAG_SPEC: spec.model_dump_json()[:MAX_TAG],
-        TAG_STATUS: RunStatus.pending.value,
-        TAG_ATTEMPTS: "0",
-        TAG_WORLD_SIZE: str(spec.world_size),
-    }
-
-
-def flat_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """Nested options as dotted keys ({x: {format: e4m3}} -> {prefix.x.format: e4m3})."""
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        if isinstance(value, dict):
-            out.update(flat_options(value, f"{prefix}.{key}"))
-        else:
-            out[f"{prefix}.{key}"] = value
-    return out
