@@ -13,6 +13,6 @@ def test_the_carried_subset_is_the_shared_rounds_members(round_v50, round_v50_su
     shared = {path: (round_v50 / path).read_bytes() for path in carried}
     assert carried == shared
     # and nothing of those members is left out
-    whole = {p.relative_to(round_v50) for member in SUBSET for p in (round_v50 / member).rglob("*") if p.is_file()}
-    whole |= {p.relative_to(round_v50) for member in SUBSET if (round_v50 / member).is_file() for p in [round_v50 / member]}
+    members = [round_v50 / member for member in SUBSET]
+    whole = {p.relative_to(round_v50) for m in members for p in [m, *m.rglob("*")] if p.is_file()}
     assert whole == set(carried)
