@@ -24,7 +24,6 @@ MAX_FUNCTION_LINES = 60
 # The baseline: today's offenders. Remove an entry once it is fixed; add one only for an
 # offender moved or renamed as it is (its old entry goes), at no more than its old size.
 LONG_FILES = {
-    "sweeps/spec.py": 435,
     "trainers/precision/quantize.py": 422,
 }
 LONG_FUNCTIONS = {

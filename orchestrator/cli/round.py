@@ -64,7 +64,7 @@ def round_cmd(
         fail(str(err))
     if not no_import:
         from orchestrator.results_dirs import ResultsError, import_results
-        from sweeps.spec import DEFAULT_DB
+        from sweeps.tracking_spec import DEFAULT_DB
 
         tracking_uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
         try:
