@@ -23,9 +23,7 @@ MAX_FUNCTION_LINES = 60
 
 # The baseline: today's offenders. Remove an entry once it is fixed; add one only for an
 # offender moved or renamed as it is (its old entry goes), at no more than its old size.
-LONG_FILES = {
-    "trainers/precision/quantize.py": 422,
-}
+LONG_FILES: dict[str, int] = {}
 LONG_FUNCTIONS = {
     "orchestrator/cli/round.py::round_cmd": 62,
     "orchestrator/cli/tune.py::tune": 62,
