@@ -64,21 +64,26 @@ def round_cmd(
     except RcpError as err:
         fail(str(err))
     if not no_import:
-        from orchestrator.results_dirs import ResultsError, import_results
-        from sweeps.tracking_spec import DEFAULT_DB
-
-        tracking_uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
-        try:
-            summary = import_results([root], root.resolve().name or "round", tracking_uri)
-        except ResultsError as err:
-            fail(str(err))
-        err_console.print(f"imported {summary.imported} runs, {summary.already} already there", highlight=False)
+        _import_round(root, tracking_uri)
     factors = precision_factors(rows)
     _write_files(rows, factors, keys, parquet, html, str(root))
     if as_json:
         print(json.dumps(rows, indent=1))
         return
     _tables(rows, factors)
+
+
+def _import_round(root: Path, tracking_uri: str | None) -> None:
+    """The round's result files not imported yet, into the store (rcpforge-mlflow.db here by default)."""
+    from orchestrator.results_dirs import ResultsError, import_results
+    from sweeps.tracking_spec import DEFAULT_DB
+
+    tracking_uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
+    try:
+        summary = import_results([root], root.resolve().name or "round", tracking_uri)
+    except ResultsError as err:
+        fail(str(err))
+    err_console.print(f"imported {summary.imported} runs, {summary.already} already there", highlight=False)
 
 
 def _write_files(rows: list[dict], factors: list[dict], keys, parquet: Path | None, html: Path | None,
