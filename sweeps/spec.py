@@ -32,12 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
 from sweeps.launch import LaunchSpec
+from sweeps.rcp_spec import RcpSpec
 from sweeps.recipe_grid import expand_grid
+from sweeps.tracking_spec import DEFAULT_DB, TrackingSpec
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.fields import validation_message
 from trainers.contract.gang import Gang
 from trainers.contract.submission import SUBMISSION_RUNS
-from trainers.contract.uri import uri_form_problem
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
@@ -50,8 +51,6 @@ from trainers.registry import (
     validate_recipe,
     validate_trainer_settings,
 )
-
-DEFAULT_DB = "rcpforge-mlflow.db"
 
 
 class CampaignError(ValueError):
@@ -71,33 +70,6 @@ class RecipeChoice(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     # the campaign entry whose `grid:` made this recipe (sweeps/recipe_grid.py), if any
     grid_of: str | None = Field(None, exclude=True)
-
-
-class TrackingSpec(_Strict):
-    uri: str | None = None
-    # How long the orchestrator and every worker keep retrying a tracking store that is
-    # unavailable (a server restarting, a locked SQLite file) before giving up with an
-    # error that names it; a worker that gives up fails its run's attempt.
-    retry_s: float = Field(600.0, gt=0, le=86_400)
-
-    @field_validator("uri")
-    @classmethod
-    def _uri_form(cls, value: str | None) -> str | None:
-        problem = uri_form_problem(value) if value else None
-        if problem:
-            raise ValueError(problem)
-        return value
-
-
-class RcpSpec(_Strict):
-    """How runs become MLCommons RCPs: the benchmark name written into the RCP files and
-    the number of runs a submission of it has (N; RCPs need 2N runs). For a benchmark the
-    MLCommons checker knows, N is the checker's own unless `override_checker_runs` says
-    a different one is meant (its statistics then differ from the checker's)."""
-
-    benchmark: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$")
-    submission_runs: int | None = Field(None, ge=3)
-    override_checker_runs: bool = False
 
 
 class Campaign(_Strict):
@@ -237,7 +209,7 @@ class Campaign(_Strict):
             _check_warmup_within_budget(hparams, self.budget.max_tokens)
             _check_schedule_within_budget(self.recipes, self.budget.max_tokens)
         _check_launch_against_backend(self.launch, self.backend)
-        _check_rcp_against_checker(self.rcp, self.benchmark)
+        self.rcp.check_against_checker(self.benchmark)
         if self.tune is not None:
             try:
                 self.tune.check_against(self.trainer["kind"], self.hparams)
@@ -379,29 +351,6 @@ def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:
         raise ValueError(
             "backend.num_gpus: set either it or launch.gpus_per_process (GPUs per rank), not both; "
             "remove backend.num_gpus"
-        )
-
-
-def _check_rcp_against_checker(rcp: RcpSpec, benchmark: str) -> None:
-    """A campaign's N for a benchmark the checker knows is the checker's: another one
-    changes every minimum acceptable mean, so it needs saying on purpose."""
-    checker = SUBMISSION_RUNS.get(benchmark)
-    if rcp.override_checker_runs and not rcp.submission_runs:
-        raise ValueError(
-            "rcp.override_checker_runs: there is no rcp.submission_runs to keep; "
-            "set rcp.submission_runs or remove rcp.override_checker_runs"
-        )
-    if rcp.override_checker_runs and checker is None:
-        raise ValueError(
-            f"rcp.override_checker_runs: the MLCommons checker does not know benchmark {benchmark}, so "
-            "rcp.submission_runs overrides nothing; remove rcp.override_checker_runs"
-        )
-    if checker is not None and rcp.submission_runs and rcp.submission_runs != checker and not rcp.override_checker_runs:
-        raise ValueError(
-            f"rcp.submission_runs: the MLCommons checker counts {checker} runs per submission of benchmark "
-            f"{benchmark}, not {rcp.submission_runs}, and with {rcp.submission_runs} every minimum acceptable mean "
-            f"and max speedup would differ from the checker's; remove rcp.submission_runs (N = {checker} then), "
-            f"or set rcp.override_checker_runs: true to keep {rcp.submission_runs} on purpose"
         )
 
 

@@ -5,13 +5,12 @@ MLCommons checker computes them."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli import render
 from orchestrator.cli.app import (
     EXIT_FAILED_CHECK,
     app,
@@ -109,35 +108,12 @@ def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
 
 def _print_table(table, title: str, submission_runs: int) -> None:
     """The table with a short mark per row; the notes in full follow on stderr."""
-    from analysis.display import NOT_MEANINGFUL, cell_text, rcp_row_shown
-    from analysis.rcp_table import not_an_rcp
+    from analysis.display import NOT_MEANINGFUL
 
-    view = Table(title=title)
-    # a recipe's name is never cut (grid variants differ at their ends: ...-sr_on, ...-sr_off)
-    longest = max((len(r) for r in table.column("recipe").to_pylist()), default=6)
-    for col in ("recipe", "batch size", "runs", "conv.", "not conv.", "diverged", "olympic mean", "stdev", "min acc. mean",
-                "max speedup", "note"):
-        view.add_column(col, justify="left" if col in ("recipe", "note") else "right",
-                        min_width=longest if col == "recipe" else None, overflow="fold")
-    for r in table.to_pylist():
-        shown = rcp_row_shown(r)
-        numbers = [cell_text(c, shown[c]) for c in ("olympic_mean", "stdev", "min_acceptable_mean", "max_speedup")]
-        complete = r["converged"] == r["runs"] and r["runs"] >= 3
-        mark = (not_an_rcp(r["runs"], submission_runs) or "") if complete else (r["note"] or "")
-        view.add_row(
-            r["recipe"], str(r["batch_size"]), str(r["runs"]), str(r["converged"]), str(r["not_converged"]),
-            str(r["diverged"]), *numbers, escape(mark),
-        )
-    console.print(view)
+    console.print(render.rcp_table(table, title, submission_runs))
     if any(r["degenerate"] for r in table.to_pylist()):
         console.print(f"{NOT_MEANINGFUL}: the checker computes this number, but for these runs it says nothing (see the notes)",
                       highlight=False, markup=False)
-
-
-def _num(value, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    return f"{float(value):,.{digits}f}" if math.isfinite(float(value)) else str(float(value))
 
 
 @app.command()
@@ -188,9 +164,9 @@ def check(
             console.print(f"the reference checker stops on this input: {result.checker_error}", highlight=False, markup=False)
         if result.checker_error is None or result.benchmark is not None:
             console.print(
-                f"benchmark {result.benchmark}, batch size {result.batch_size}; olympic mean {_num(result.olympic_mean)}; "
-                f"RCP ({result.rcp_used}{', ' + result.rcp_name if result.rcp_name else ''}) mean {_num(result.rcp_mean)}, "
-                f"min acceptable mean {_num(result.min_acceptable_mean)}; normalization factor {_num(result.norm_factor, 6)}",
+                f"benchmark {result.benchmark}, batch size {result.batch_size}; olympic mean {render.number(result.olympic_mean)}; "
+                f"RCP ({result.rcp_used}{', ' + result.rcp_name if result.rcp_name else ''}) mean {render.number(result.rcp_mean)}, "
+                f"min acceptable mean {render.number(result.min_acceptable_mean)}; normalization factor {render.number(result.norm_factor, 6)}",
                 highlight=False, markup=False,  # the benchmark and RCP names come from the files
             )
     raise typer.Exit(0 if result.passed else EXIT_FAILED_CHECK)
@@ -222,14 +198,7 @@ def rcp_stats_cmd(
     if as_json:
         print(json.dumps(rows))
         return
-    view = Table(title=f"RCP statistics: {rcps}")
-    for col in ("benchmark", "batch size", "runs", "mean", "stdev", "min acc. mean", "max speedup", "pruned", "envelope"):
-        view.add_column(col, justify="left" if col == "benchmark" else "right")
-    for r in rows:
-        view.add_row(r["benchmark"], str(r["batch_size"]), str(r["runs"]), _num(r["mean"]), _num(r["stdev"]),
-                     _num(r["min_acceptable_mean"]), _num(r["max_speedup"], 6),
-                     "kept" if r["kept_by_pruning"] else "dropped", "kept" if r["kept_by_envelope"] else "dropped")
-    console.print(view)
+    console.print(render.rcp_stats_table(rcps, rows))
     differ = [r for r in rows if r["kept_by_pruning"] != r["kept_by_envelope"]]
     for r in differ:
         console.print(f"pruning modes differ at {r['record']}: mlperf {'keeps' if r['kept_by_pruning'] else 'drops'} it, "

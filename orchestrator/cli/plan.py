@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli import render
 from orchestrator.cli.app import app, console, fail, load_campaign_or_fail, reference_or_fail
 
 
@@ -57,21 +57,7 @@ def plan(
 def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, reference: str, campaign) -> None:
     """The sizing table, each comparison's reason where it has no prediction, the
     campaign's totals per precision."""
-    view = Table(title=f"runs per recipe to reach each precision ({design} design, against {reference})")
-    for col in ("candidate", "batch size", "runs so far", "factor", "spread (cand, ref)",
-                *(f"+-{float(g):.0%}" for g in goals)):
-        view.add_column(col)
-    for r in rows:
-        if r.reason:
-            view.add_row(r.candidate, str(r.batch_size), f"{r.runs_candidate}, {r.runs_reference}", "-", "-",
-                         *(["-"] * len(goals)))
-            continue
-        needs = [f"{r.runs[g]} ({r.hours[g]:.3g} {unit.replace('_', '-')})" if r.runs[g] is not None
-                 else _beyond(r, g, campaign) for g in goals]
-        view.add_row(r.candidate, str(r.batch_size), f"{r.runs_candidate}, {r.runs_reference}",
-                     f"{r.factor:.4f}" if r.factor is not None else "n/a",
-                     f"{r.cv_candidate:.1%}, {r.cv_reference:.1%}", *needs)
-    console.print(view)
+    console.print(render.sizes_table(rows, goals, unit, design, reference, campaign))
     for r in rows:
         if r.reason:
             console.print(f"{r.candidate} bs{r.batch_size}: {r.reason}", highlight=False, markup=False)
@@ -83,15 +69,6 @@ def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, r
                           f"once), about {t['hours']:.3g} {unit.replace('_', '-')}", highlight=False)
     console.print("predictions from the spread of the runs so far; compute: both recipes' runs at their mean cost "
                   "so far", highlight=False)
-
-
-def _beyond(row, goal: str, campaign) -> str:
-    """What a precision out of reach would take."""
-    if campaign.adaptive is None:
-        return "out of reach"
-    needed = row.max_seeds_needed.get(goal)
-    more = f"; with max_seeds {needed}" if needed else ""
-    return f"> {campaign.adaptive_max_seeds} (max_seeds{more})"
 
 
 def _run_pilot(campaign, seeds: int) -> None:

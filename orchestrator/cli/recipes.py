@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.table import Table
 
+from orchestrator.cli import render
 from orchestrator.cli.app import app, console
 
 
@@ -22,13 +22,7 @@ def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    view = Table(title="recipes", show_lines=True)
-    for col in ("name", "x", "W", "dY", "wgrad", "options (default)", "description"):
-        view.add_column(col, overflow="fold")
-    for r in rows:
-        options = "\n".join(f"{k}={json.dumps(v)}" for k, v in r["options"].items())
-        view.add_row(r["name"], r["x"], r["w"], r["dy"], r["wgrad"], options, r["description"])
-    console.print(view)
+    console.print(render.recipes_table(rows))
     from trainers.recipes.written import grammar_lines
 
     console.print("\n".join(grammar_lines()), highlight=False, markup=False)
@@ -49,10 +43,4 @@ def _command_trainer_help() -> None:
         "lowest_numerical_precision_in_linear gets the tag rcpforge.warning.",
         highlight=False, markup=False,
     )
-    view = Table(title="command trainer placeholders (each also RCPFORGE_<NAME> in the environment)")
-    view.add_column("placeholder")
-    view.add_column("what it is", overflow="fold")
-    for name, meaning in PLACEHOLDERS.items():
-        view.add_row("{" + name + "}", meaning)
-    view.add_row("{<hyperparameter>}", "any key of hparams.<batch size> ({lr} for lr: 0.01), set for every batch size")
-    console.print(view)
+    console.print(render.placeholders_table(PLACEHOLDERS))

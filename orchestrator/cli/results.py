@@ -34,7 +34,7 @@ def import_cmd(
     import re
 
     from orchestrator.results_dirs import ResultsError, import_results
-    from sweeps.spec import DEFAULT_DB
+    from sweeps.tracking_spec import DEFAULT_DB
 
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", campaign):
         fail(f"--campaign {campaign!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)")

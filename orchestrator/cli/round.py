@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from orchestrator.cli import render
 from orchestrator.cli.app import app, console, err_console, fail
 
 
@@ -63,21 +64,26 @@ def round_cmd(
     except RcpError as err:
         fail(str(err))
     if not no_import:
-        from orchestrator.results_dirs import ResultsError, import_results
-        from sweeps.spec import DEFAULT_DB
-
-        tracking_uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
-        try:
-            summary = import_results([root], root.resolve().name or "round", tracking_uri)
-        except ResultsError as err:
-            fail(str(err))
-        err_console.print(f"imported {summary.imported} runs, {summary.already} already there", highlight=False)
+        _import_round(root, tracking_uri)
     factors = precision_factors(rows)
     _write_files(rows, factors, keys, parquet, html, str(root))
     if as_json:
         print(json.dumps(rows, indent=1))
         return
     _tables(rows, factors)
+
+
+def _import_round(root: Path, tracking_uri: str | None) -> None:
+    """The round's result files not imported yet, into the store (rcpforge-mlflow.db here by default)."""
+    from orchestrator.results_dirs import ResultsError, import_results
+    from sweeps.tracking_spec import DEFAULT_DB
+
+    tracking_uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
+    try:
+        summary = import_results([root], root.resolve().name or "round", tracking_uri)
+    except ResultsError as err:
+        fail(str(err))
+    err_console.print(f"imported {summary.imported} runs, {summary.already} already there", highlight=False)
 
 
 def _write_files(rows: list[dict], factors: list[dict], keys, parquet: Path | None, html: Path | None,
@@ -98,37 +104,12 @@ def _write_files(rows: list[dict], factors: list[dict], keys, parquet: Path | No
 
 
 def _tables(rows: list[dict], factors: list[dict]) -> None:
-    from rich.table import Table
-
-    from analysis.display import cell_text, header
     from analysis.round.groups import group_summaries
 
     groups = group_summaries(rows)
-    number = {g["group"]: i for i, g in enumerate(groups, 1)}
-    columns = ["dir", "batch_size", "passed", "message", "norm_factor", "olympic_mean", "rcp_mean", "vs_rcp_pct",
-               "vs_rcp_evals", "group", "robust_z", "p_value", "flagged"]
-    table = Table(*(header(c) for c in columns))
-    for r in rows:
-        table.add_row(*(f"G{number[r['group']]}" if c == "group" else cell_text(c, r[c]) for c in columns))
-    console.print(table)
-    shown = ["group", "submissions", "scored", "scale", "median", "mad", "spread_pct", "flagged"]
-    table = Table("#", *(header(c) for c in shown), title="groups of like submissions (2 or more)")
-    for g in groups:
-        if g["submissions"] > 1:
-            table.add_row(f"G{number[g['group']]}", *(cell_text(c, g[c]) for c in shown))
-    console.print(table)
-    flagged = [r for r in rows if r["flagged"]]
-    if flagged:
-        table = Table("dir", "group", "why", title="flagged for the chair")
-        for r in flagged:
-            table.add_row(r["dir"], f"G{number[r['group']]}", r["flag_reason"])
-        console.print(table)
-    if factors:
-        shown = ["benchmark", "precision", "submissions", "factor", "ci_low", "ci_high"]
-        table = Table(*(header(c) for c in shown), title="olympic mean / RCP mean by precision")
-        for f in factors:
-            table.add_row(*(cell_text(c, f[c]) for c in shown))
+    for table in render.round_tables(rows, groups, factors):
         console.print(table)
     passed = sum(r["passed"] for r in rows)
+    flagged = sum(1 for r in rows if r["flagged"])
     console.print(f"{len(rows)} submissions: {passed} pass, {len(rows) - passed} fail; {len(groups)} groups; "
-                  f"{len(flagged)} flagged")
+                  f"{flagged} flagged")

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli import render
 from orchestrator.cli.app import EXIT_NO_OUTCOME, app, console, err_console, fail, load_campaign_or_fail
 
 
@@ -52,15 +52,7 @@ def tune(
     except KeyboardInterrupt:
         err_console.print("interrupted: trials in flight were stopped; `rcpforge tune` again continues the studies")
         raise typer.Exit(130)
-    view = Table(title=f"tuning: {campaign.name} (objective: tokens-to-target, censored at the budget)")
-    for col in ("recipe", "batch size", "trials", "converged", "censored", "pruned", "failed", "best objective", "best hyperparameters"):
-        view.add_column(col, justify="left" if col in ("recipe", "best hyperparameters") else "right")
-    for s in summaries:
-        best = "-" if s.best_value is None else f"{s.best_value:,.0f}" + ("" if s.best_converged else " (censored)")
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(s.best_params.items()))
-        view.add_row(s.cell.recipe, str(s.cell.batch_size), str(s.trials), str(s.converged), str(s.censored),
-                     str(s.pruned), str(s.failed), best, params or "-")
-    console.print(view)
+    console.print(render.tuning_table(campaign.name, summaries))
     for name in sorted({s.cell.recipe for s in summaries if s.best_trial is not None}):
         console.print(f"wrote {table_path(campaign.base_dir, name)}")
     for s in summaries:

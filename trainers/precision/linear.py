@@ -19,8 +19,9 @@ from trainers.precision import gpu, kernels, reference
 from trainers.precision.autocast import without_autocast
 from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
 from trainers.precision.quantize import (
-    Quantized, abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
+    abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
 )
+from trainers.precision.quantized import Quantized
 from trainers.precision.telemetry import Telemetry
 from trainers.recipes.config import HadamardSigns, RecipeConfig
 from trainers.recipes.operands import OperandQuant

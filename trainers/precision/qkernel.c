@@ -1,7 +1,7 @@
 /* Fused fake quantization for the CPU training step: one pass for a scaling group's amax
  * and one for scale, round and dequantize, instead of a dozen torch ops each.
  *
- * Every result is bit-identical to the torch path in quantize.py / scaling.py /
+ * Every result is bit-identical to the torch path in quantize.py, nvfp4_variants.py, scaling.py and
  * formats.py (tests/trainers/precision/test_qkernel.py checks each mode against it), so
  * the arithmetic follows that path operation by operation, in float32:
  *   - a tensor divided by a Python scalar divides by the scalar rounded to float32;
@@ -30,9 +30,9 @@ enum Mode {
     MX_RCEIL = 5,       /* E8M0 d = 2^ceil(log2(amax / fmax)) */
     NVFP4 = 6,          /* E4M3 block scale s_b under the FP32 global s_g: y = x / (s_b s_g), core = q * s_b */
     NVFP4_CLAMPED = 7,  /* the same with s_b >= 2^-6 */
-    NVFP4_4OVER6 = 8,   /* NVFP4 with s_b to 6 or to 4 per tile, the smaller squared error (quantize._nvfp4_4over6) */
+    NVFP4_4OVER6 = 8,   /* NVFP4 with s_b to 6 or to 4 per tile, the smaller squared error (nvfp4_variants.nvfp4_4over6) */
     NVFP4_ROWSCALED = 9,  /* 1-D blocks, an encode scale S per row: s_b = e4m3(amax_b / 6 * S), y = x / (s_b / S),
-                           * core = q * s_b, S to scales[row] (quantize._nvfp4_rowscaled) */
+                           * core = q * s_b, S to scales[row] (nvfp4_variants.nvfp4_rowscaled) */
 };
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -115,7 +115,7 @@ static inline int block_scale(const Ctx *k, uint32_t ab, float *pre, float *post
     }
     /* scaling.nvfp4_block_scale: a NaN or inf amax counts as the float32 max */
     a = (isnan(a) || isinf(a)) ? (float)F32_MAX : a;
-    if (k->mode == NVFP4_ROWSCALED) {  /* quantize._nvfp4_rowscaled */
+    if (k->mode == NVFP4_ROWSCALED) {  /* nvfp4_variants.nvfp4_rowscaled */
         float s_b = rne((a / 6.0f) * k->s_row, 448.0f, (uint32_t)(-6 + 127) << 23,
                         ((uint32_t)(23 - 3) << 23) + HALF_MANTISSA);
         float d = s_b / k->s_row;
@@ -157,7 +157,7 @@ static inline __attribute__((always_inline)) void tile(
     }
 }
 
-/* The squared error of one candidate over a tile, in double (quantize._nvfp4_4over6:
+/* The squared error of one candidate over a tile, in double (nvfp4_variants.nvfp4_4over6:
  * the float32 difference between (q * s_b) * s_g and x, squared and summed in double). */
 #define ERR_CHUNK 64
 static double tile_err(const Ctx *k, const float *x, const float *u, int64_t cols, int64_t r0,

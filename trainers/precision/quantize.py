@@ -4,18 +4,13 @@ saturated and flushed values for telemetry. `quantize` is the public entry point
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 
 from trainers.precision import kernels
-from trainers.precision.formats import (
-    ElementFormat,
-    get_format,
-    round_inplace_ok,
-    round_to_format,
-    stochastic_round_with,
-)
+from trainers.precision.formats import ElementFormat, get_format, round_inplace_ok
+from trainers.precision.nvfp4_variants import nvfp4_4over6, nvfp4_rowscaled
+from trainers.precision.quantized import Counts, Quantized, factorable, round_counted, tile_factors
 from trainers.precision.scaling import (
     Block,
     Grouped,
@@ -29,117 +24,6 @@ from trainers.precision.scaling import (
 SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled")
 
 
-@dataclass
-class Counts:
-    """Values of one quantization: saturated (clipped to the format's max, or not
-    finite) and flushed (nonzero before, zero after)."""
-
-    saturated: torch.Tensor
-    flushed: torch.Tensor
-    total: int
-
-
-def _counts(y: torch.Tensor, fmt: str, q: torch.Tensor) -> Counts:
-    f = get_format(fmt)
-    # saturated: would have rounded above the max without the clamp (or not finite)
-    limit = f.max + 2.0 ** (f.emax - f.mbits - 1)
-    return Counts(
-        saturated=(~(y.abs() <= limit)).sum() - torch.isnan(y).sum(),
-        flushed=((q == 0) & (y != 0)).sum(),
-        total=y.numel(),
-    )
-
-
-def _round(
-    y, fmt, rounding, generator, want_counts, saturate=True
-) -> tuple[torch.Tensor, Counts | None]:
-    if rounding == "rne" and not want_counts:
-        return round_inplace_ok(y, fmt, saturate), None  # y is a temporary: round it in place
-    q = round_to_format(y, fmt, rounding, generator)
-    return q, (_counts(y, fmt, q) if want_counts else None)
-
-
-@dataclass
-class Quantized:
-    """A fake-quantized tensor as `core / divisor * multiplier / row_div / col_div`.
-    With `exact`, `core` is representable in BF16 (grid values times power-of-two or
-    E4M3 block scales), and the FP32 factors that are constant along a GEMM's
-    contraction (per tensor, or per row: `row_div`) can be applied to the GEMM's output
-    instead (NUMERICS.md, "emulating without losing anything"); `col_div` (per column)
-    is constant along the contraction only after a transpose. Otherwise `core` is the
-    FP32 dequantized tensor and the factors are 1."""
-
-    core: torch.Tensor
-    divisor: float = 1.0
-    multiplier: float = 1.0
-    exact: bool = True
-    row_div: torch.Tensor | None = None  # (rows, 1) FP32 scales, one per row
-    col_div: torch.Tensor | None = None  # (1, cols)
-    # `core` cast to BF16 and the dequantized tensor, each made once: the forward and
-    # wgrad GEMMs (or dgrad and wgrad) share an operand
-    _bf16: torch.Tensor | None = field(default=None, repr=False, compare=False)
-    _deq: torch.Tensor | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def output_factored(self) -> bool:
-        """A GEMM contracting over the last dimension can run on the BF16 core with all
-        factors applied to its output."""
-        return self.exact and self.col_div is None
-
-    def bf16(self) -> torch.Tensor:
-        if self._bf16 is None:
-            self._bf16 = self.core.bfloat16()
-        return self._bf16
-
-    def dequant(self) -> torch.Tensor:
-        if self._deq is None:
-            out = self.core
-            if self.divisor != 1.0:
-                out = out / self.divisor
-            if self.multiplier != 1.0:
-                out = out * self.multiplier
-            if self.row_div is not None:
-                out = out / self.row_div
-            if self.col_div is not None:
-                out = out / self.col_div
-            self._deq = out
-        return self._deq
-
-    def split(self, rows: int) -> tuple[Quantized, Quantized]:
-        """The first `rows` rows and the rest (each contiguous when `core` is)."""
-        def part(sl: slice) -> Quantized:
-            return Quantized(
-                self.core[sl], self.divisor, self.multiplier, self.exact,
-                None if self.row_div is None else self.row_div[sl], self.col_div,
-                None if self._bf16 is None else self._bf16[sl], None if self._deq is None else self._deq[sl],
-            )
-        return part(slice(None, rows)), part(slice(rows, None))
-
-    def t(self) -> Quantized:
-        def t(v: torch.Tensor | None) -> torch.Tensor | None:
-            return None if v is None else v.t()
-        return Quantized(self.core.t(), self.divisor, self.multiplier, self.exact,
-                         t(self.col_div), t(self.row_div), t(self._bf16), t(self._deq))
-
-
-def _tile_factors(scales: torch.Tensor, tile: tuple[int, int], shape: torch.Size) -> dict:
-    """Per-tile FP32 scales (tile rows x tile columns) of a `_factorable` tiling as
-    factors of the grid values: one scale (a divisor), one per row (tiles span the
-    columns) or one per column (tiles span the rows)."""
-    (n_rows, n_cols), (rows, cols) = scales.shape, shape
-    if n_rows == 1 and n_cols == 1:
-        return {"divisor": float(scales)}
-    if n_cols == 1:
-        return {"row_div": scales.repeat_interleave(tile[0], 0)[:rows] if tile[0] > 1 else scales}
-    if n_rows == 1:
-        return {"col_div": scales.repeat_interleave(tile[1], 1)[:, :cols] if tile[1] > 1 else scales}
-    raise ValueError(f"{n_rows}x{n_cols} tile scales vary along both dimensions: not factorable")
-
-
-def _factorable(tile: tuple[int, int], shape) -> bool:
-    return len(shape) == 2 and (tile[1] >= shape[1] or tile[0] >= shape[0])
-
-
 def quantize_with_scale(
     x: torch.Tensor, fmt: str, scale: float, *, rounding: str = "rne",
     generator: torch.Generator | None = None, counts: bool = False, in_range: bool = False,
@@ -147,7 +31,7 @@ def quantize_with_scale(
     """Fake-quantize with a given FP32 multiplying scale (tensorwise, delayed).
     `in_range`: the scale is fmax / amax(x) for a finite amax, so no value needs the
     saturating clamp (the largest lands within FP32 rounding of the max)."""
-    q, c = _round(x.float() * scale, fmt, rounding, generator, counts, saturate=not in_range)
+    q, c = round_counted(x.float() * scale, fmt, rounding, generator, counts, saturate=not in_range)
     return Quantized(q, divisor=scale), c
 
 
@@ -188,101 +72,27 @@ def fake_quant_factored(
     amax = g.amax()
     if scale_mode in ("fp32", "pow2"):
         s = block_fp32_scale(amax, f.max, scale_mode == "pow2")
-        q, c = _round(g.view * s, fmt, rounding, generator, counts)
+        q, c = round_counted(g.view * s, fmt, rounding, generator, counts)
         tile = block if isinstance(block, tuple) else (1, block)
-        if scale_mode == "fp32" and _factorable(tile, x.shape):
+        if scale_mode == "fp32" and factorable(tile, x.shape):
             tiles = s.view(g.view.shape[0], g.view.shape[-2]) if g.dims == -1 else s.view(s.shape[0], s.shape[2])
-            return Quantized(g.restore(q), **_tile_factors(tiles, tile, x.shape)), c
+            return Quantized(g.restore(q), **tile_factors(tiles, tile, x.shape)), c
         return Quantized(g.restore(q.div_(s)), exact=scale_mode == "pow2"), c
     if scale_mode == "nvfp4_4over6":
-        return _nvfp4_4over6(g, amax, fmt, rounding, generator, counts)
+        return nvfp4_4over6(g, amax, fmt, rounding, generator, counts)
     if scale_mode == "nvfp4_rowscaled":
-        return _nvfp4_rowscaled(x, g, amax, fmt, rounding, generator, counts)
+        return nvfp4_rowscaled(x, g, amax, fmt, rounding, generator, counts)
     if nvfp4:
         s_g = nvfp4_global_scale(amax.amax())
         s_b = nvfp4_block_scale(amax, s_g, clamp=scale_mode == "nvfp4_clamped")
         d = s_b * s_g
         # a block scale flushed to zero flushes its block (x / inf = 0, and 0 * 0 = 0)
         y = g.view / d.masked_fill_(d == 0, float("inf"))
-        q, c = _round(y, fmt, rounding, generator, counts)
+        q, c = round_counted(y, fmt, rounding, generator, counts)
         return Quantized(g.restore(q.mul_(s_b)), multiplier=s_g), c
     d = e8m0_scale(amax, f, scale_mode)
-    q, c = _round(g.view / d, fmt, rounding, generator, counts)
+    q, c = round_counted(g.view / d, fmt, rounding, generator, counts)
     return Quantized(g.restore(q.mul_(d))), c
-
-
-# --- issue 17: NVFP4 4-over-6 and row-scaled NVFP4 -----------------------------------
-
-
-def _nvfp4_candidate(g: Grouped, s_b: torch.Tensor, s_g: float, fmt: str, rounding: str,
-                     u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One NVFP4 quantization of the blocks under block scales s_b: (the rounded grid
-    values, their scaled inputs y)."""
-    d = s_b * s_g
-    y = g.view / d.masked_fill_(d == 0, float("inf"))
-    if rounding == "sr":
-        assert u is not None
-        return stochastic_round_with(y, get_format(fmt), u), y
-    return round_to_format(y, fmt), y
-
-
-def _nvfp4_4over6(
-    g: Grouped, amax: torch.Tensor, fmt: str, rounding: str, generator: torch.Generator | None, counts: bool,
-) -> tuple[Quantized, Counts | None]:
-    """NVFP4 "Four Over Six" (arXiv 2512.02010): each block (or tile) quantized under the
-    NVFP4 global scale s_g = amax/(448*6) twice, with the E4M3 block scale of plain NVFP4,
-    e4m3_rne(amax_b/6/s_g), and with e4m3_rne(amax_b/4/s_g) (which maps the block amax to
-    4; it saturates at 448 for blocks above 2/3 of the tensor's amax); each block keeps
-    the candidate whose dequantized values (q * s_b * s_g) have the smaller sum of
-    squared error against the input, the 6-candidate on a tie (the paper's reference
-    selection; the errors are summed in float64, as the fused kernel sums them).
-    Stochastic rounding rounds both candidates with the same draws. The
-    6-candidate is plain NVFP4 bit for bit, so no block has more error than under it.
-    Unlike the paper's reference code (fouroversix `quantize_to_fp4`), which takes the
-    global scale as amax/(256*6) so that the 4-candidate's scale (at most 384) always
-    fits E4M3, the global scale here stays plain NVFP4's."""
-    s_g = nvfp4_global_scale(amax.amax())
-    a = torch.nan_to_num(amax, nan=float(torch.finfo(torch.float32).max))
-    s6 = nvfp4_block_scale(amax, s_g, clamp=False)
-    s4 = round_inplace_ok(a / 4.0 / s_g, "e4m3")
-    u = (torch.rand(g.view.shape, generator=generator, dtype=torch.float32, device=g.view.device)
-         if rounding == "sr" else None)
-    dims = g.dims if isinstance(g.dims, tuple) else (-1,)
-    q6, y6 = _nvfp4_candidate(g, s6, s_g, fmt, rounding, u)
-    q4, y4 = _nvfp4_candidate(g, s4, s_g, fmt, rounding, u)
-    err6 = (q6 * s6 * s_g - g.view).double().square().sum(dims, keepdim=True)
-    err4 = (q4 * s4 * s_g - g.view).double().square().sum(dims, keepdim=True)
-    four = err4 < err6
-    core = torch.where(four, q4 * s4, q6 * s6)
-    c = _counts(torch.where(four, y4, y6), fmt, torch.where(four, q4, q6)) if counts else None
-    return Quantized(g.restore(core), multiplier=s_g), c
-
-
-def nvfp4_row_encode_scale(amax_row: torch.Tensor) -> torch.Tensor:
-    """The row-scaled NVFP4 global encode scale S = 448*6 / amax(row) in float32, 1 for
-    an amax of 0, inf or NaN (TransformerEngine's encode-scale convention, per row)."""
-    ok = torch.isfinite(amax_row) & (amax_row > 0)
-    return torch.where(ok, 2688.0 / torch.where(ok, amax_row, 1.0), 1.0)
-
-
-def _nvfp4_rowscaled(
-    x: torch.Tensor, g: Grouped, amax: torch.Tensor, fmt: str, rounding: str,
-    generator: torch.Generator | None, counts: bool,
-) -> tuple[Quantized, Counts | None]:
-    """NVFP4 with one FP32 global scale per row (along the last dimension) instead of one
-    per tensor: S = 448*6/amax(row), block scale s_b = e4m3_rne(amax_b / 6 * S) (may go
-    subnormal, as TransformerEngine), element q = e2m1(x / (s_b / S)), dequantized
-    q * s_b / S. The core q * s_b is BF16-exact and S a per-row divisor, so a GEMM that
-    contracts along the rows applies S to its output."""
-    if isinstance(g.block, tuple):
-        raise ValueError("row-scaled NVFP4 takes 1-D blocks (block=16), not 2-D tiles")
-    s = nvfp4_row_encode_scale(amax.amax(dim=1, keepdim=True))  # (rows, 1, 1)
-    a = torch.nan_to_num(amax, nan=float(torch.finfo(torch.float32).max))
-    s_b = round_inplace_ok(a / 6.0 * s, "e4m3")
-    d = s_b / s
-    y = g.view / d.masked_fill_(d == 0, float("inf"))
-    q, c = _round(y, fmt, rounding, generator, counts)
-    return Quantized(g.restore(q.mul_(s_b)), row_div=s.reshape(*x.shape[:-1], 1)), c
 
 
 def _fused(
@@ -320,7 +130,7 @@ def _fused(
             draws = (rows, cols // tile[1], tile[1])
     # the same draws, in the same order, as stochastic_round's
     u = kernels.uniform(draws, generator) if rounding == "sr" else None
-    factored = mode == "fp32" and _factorable(tile, x.shape)
+    factored = mode == "fp32" and factorable(tile, x.shape)
     exact = scale_mode != "fp32" or mode == "tensor" or factored
     if tile[0] == 1 and mode != "tensor" and flat and rows > 1 and x.stride() == (1, rows):
         # the transposed copy of an operand: read in place, blocks down the columns
@@ -336,7 +146,7 @@ def _fused(
     if nvfp4:
         return Quantized(core, multiplier=r.scale)
     if factored:
-        return Quantized(core, **_tile_factors(r.scales, tile, x.shape))
+        return Quantized(core, **tile_factors(r.scales, tile, x.shape))
     return Quantized(core, exact=exact)
 
 
