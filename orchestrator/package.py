@@ -13,6 +13,13 @@ benchmark folder is the campaign's benchmark, and every result file must log it 
 `submission_benchmark`: the package checker reads the folder's name and the RCP checker
 the files', and a mismatch stops the RCP checker with a traceback.
 
+Each system's `division` is the one its result files log (MLLOG `submission_division`): the
+package checker runs the seed and RCP checks only for a closed system, so a file that says
+open must not land under a closed description. Files of one cell that disagree, and a
+`--division` that contradicts them, are refused; where no file logs one, `--division`, an
+earlier export's value or `closed` applies. A cell with fewer result files than the
+checker's N for the benchmark (`SUBMISSION_RUNS`) is exported with a note.
+
 A folder that exists must be empty or an earlier rcpforge package; an earlier package's
 result files are replaced, its system files keep every value except those the flags set
 (the hardware fields are the submitter's to fill in), and nothing else in it is touched.
@@ -28,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.results_dirs import Cell, campaign_cells, fetch_result_files, write_result_files
-from trainers.contract.mllog.read import CheckerStops, follow_file, read_result_file
+from trainers.contract.mllog.read import CheckerStops, follow_file, read_result_file, run_facts
+from trainers.contract.submission import SUBMISSION_RUNS
 
 MARKER = ".rcpforge-package.json"
 DIVISIONS = ("closed", "open")
@@ -76,7 +84,7 @@ class PackageRequest:
     submitter: str
     system: str
     ruleset: str
-    division: str | None = None  # None: an earlier file's, else "closed"
+    division: str | None = None  # None: the result files', else an earlier file's, else "closed"
     recipe: str | None = None
     batch_size: int | None = None
     # What the campaign knows of the system; the rest of the description is left empty.
@@ -111,6 +119,14 @@ class PackagedSystem:
     folder: Path  # results/<system>/<benchmark>
     files: int
     left_out: int  # runs of the cell without an outcome
+    division: str = "closed"
+    logged: bool = False  # the division is the one the result files log
+    checker_runs: int | None = None  # the checker's N for the benchmark; None: it does not know it
+
+    @property
+    def short(self) -> bool:
+        """Fewer result files than the checker wants for the benchmark."""
+        return self.checker_runs is not None and self.files < self.checker_runs
 
 
 @dataclass
@@ -136,27 +152,62 @@ def export_package(tracking_uri: str, campaign: str, benchmark: str, package_dir
                       benchmark_checked=benchmark in checked_benchmarks(request.ruleset))
     written: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        plan = []  # (cell, system, its result files, its description): all read before anything is written
-        for cell in with_outcome:
-            system = request.system if single else _system_name(request.system, cell)
-            files = fetch_result_files(tracking_uri, cell.done, Path(tmp), run_dir_of)
-            _check_files(cell, files, benchmark, request.ruleset)
-            description = _description(package_dir / "systems" / f"{system}.json", system, request)
-            plan.append((cell, system, files, description))
+        plan = [_planned(tracking_uri, cell, Path(tmp), benchmark, package_dir, request, single, run_dir_of)
+                for cell in with_outcome]  # every file read and checked before anything is written
         _remove_earlier_results(package_dir, earlier)
-        for cell, system, files, description in plan:
+        for cell, system, files, description, logged in plan:
             folder = package_dir / "results" / system / benchmark
             write_result_files(folder, files)
             written += [str(folder.relative_to(package_dir) / f"result_{i}.txt") for i in range(len(files))]
             _write_json(package_dir / "systems" / f"{system}.json", description)
-            package.systems.append(
-                PackagedSystem(system, cell.recipe, cell.batch_size, folder, len(files), cell.left_out))
+            package.systems.append(PackagedSystem(
+                system, cell.recipe, cell.batch_size, folder, len(files), cell.left_out,
+                division=str(description["division"]), logged=logged is not None,
+                checker_runs=SUBMISSION_RUNS.get(benchmark)))
     names = [s.system for s in package.systems]
     package.kept_systems = sorted(p.stem for p in (package_dir / "systems").glob("*.json") if p.stem not in names)
     _write_json(package_dir / MARKER, {"written_by": "rcpforge export --package", "campaign": campaign,
                                        "benchmark": benchmark, "ruleset": request.ruleset, "systems": names,
                                        "result_files": written})
     return package
+
+
+def _planned(tracking_uri: str, cell: Cell, tmp: Path, benchmark: str, package_dir: Path,
+             request: PackageRequest, single: bool, run_dir_of) -> tuple[Cell, str, list[Path], dict, str | None]:
+    """A cell's system, its result files (fetched and checked), its description and the
+    division its files log."""
+    system = request.system if single else _system_name(request.system, cell)
+    files = fetch_result_files(tracking_uri, cell.done, tmp, run_dir_of)
+    _check_files(cell, files, benchmark, request.ruleset)
+    logged = _logged_division(cell, files, request.division)
+    description = _description(package_dir / "systems" / f"{system}.json", system, request, logged)
+    return cell, system, files, description, logged
+
+
+def _logged_division(cell: Cell, files: list[Path], flag: str | None) -> str | None:
+    """The division the cell's result files log (`submission_division`); None where none
+    does. Refuses files that disagree, and a `--division` that contradicts them."""
+    said: dict[str, list[str]] = {}
+    where = f"{cell.recipe} bs {cell.batch_size}"
+    for run, path in zip(cell.done, files, strict=True):
+        value = run_facts(path).submission.get("division")
+        if value is None:
+            continue
+        division = str(value).strip().lower()
+        if division not in DIVISIONS:
+            raise PackageError(f"run {run['run_id']} ({where}, seed {run['seed']}): its result file logs "
+                               f"submission_division {value!r}; the checkers know {', '.join(DIVISIONS)}")
+        said.setdefault(division, []).append(f"seed {run['seed']} ({run['run_id']})")
+    if len(said) > 1:
+        parts = "; ".join(f"{d}: {', '.join(runs)}" for d, runs in sorted(said.items()))
+        raise PackageError(f"{where}: its result files log different submission_division values ({parts}); one "
+                           "system has one division: rerun the runs with the same division, or export them apart")
+    logged = next(iter(said), None)
+    if flag is not None and logged is not None and flag != logged:
+        raise PackageError(f"--division {flag}: the result files of {where} log submission_division {logged!r}, "
+                           f"and the checker must read them as that division; drop --division (the package takes "
+                           f"the files' {logged!r}), or rerun the runs logging {flag}")
+    return logged
 
 
 def _earlier_package(package_dir: Path) -> dict:
@@ -222,10 +273,10 @@ def _remove_earlier_results(package_dir: Path, earlier: dict) -> None:
                     folder.rmdir()
 
 
-def _description(path: Path, system: str, request: PackageRequest) -> dict:
+def _description(path: Path, system: str, request: PackageRequest, logged: str | None = None) -> dict:
     """A new description has every required field (empty where the campaign does not
     know it); an existing one keeps its values but for the submitter (and the division,
-    when --division is given)."""
+    when the result files log one or --division is given)."""
     defaults: dict[str, object] = {name: "" for name in SYSTEM_FIELDS}
     defaults.update({
         "division": "closed", "status": DEFAULT_STATUS, "system_name": system,
@@ -241,8 +292,8 @@ def _description(path: Path, system: str, request: PackageRequest) -> dict:
         if not isinstance(existing, dict):
             raise PackageError(f"{path}: not a JSON object; fix or remove it")
     description = {**defaults, **existing, "submitter": request.submitter}
-    if request.division is not None:
-        description["division"] = request.division
+    if logged is not None or request.division is not None:
+        description["division"] = logged or request.division
     return description
 
 

@@ -64,7 +64,7 @@ def export(
     system: str = typer.Option(None, "--system", help="with --package: the system name; one system per (recipe, batch size), NAME_<recipe>_bs<N>, unless --recipe/--batch-size select one cell"),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="with --package: only this recipe's cells"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="with --package: only this batch size's cells"),
-    division: Optional[str] = typer.Option(None, "--division", help="with --package: closed or open (default: closed, or what an earlier export's system file says)"),
+    division: Optional[str] = typer.Option(None, "--division", help="with --package: closed or open, where the result files log no submission_division (they win; a contradicting --division is refused). Default: closed, or what an earlier export's system file says"),
     ruleset: Optional[str] = typer.Option(None, "--ruleset", help="with --package: the training ruleset to check against (default: the newest the installed checker knows)"),
 ) -> None:
     """Export a campaign's runs as a table (--parquet), as MLCommons results directories
@@ -150,8 +150,13 @@ def _export_package(campaign, campaign_file: Path, package: Path, request) -> No
     except (PackageError, ResultsError) as err:
         fail(str(err))
     for done in written.systems:
+        source = "logged by its result files" if done.logged else "no result file logs submission_division"
         console.print(f"{done.folder}: {done.files} result files ({done.recipe}, batch size {done.batch_size}), "
-                      f"system {done.system}", highlight=False)
+                      f"system {done.system}, division {done.division} ({source})", highlight=False)
+        if done.short:
+            err_console.print(f"note: {done.recipe} bs {done.batch_size}: {done.files} result files, fewer than the "
+                              f"{done.checker_runs} the MLCommons checker wants for benchmark {campaign.benchmark}; "
+                              "run more seeds before submitting", highlight=False)
         if done.left_out:
             err_console.print(f"note: {done.recipe} bs {done.batch_size}: {done.left_out} runs without an outcome left out")
     for cell in written.no_outcome:
