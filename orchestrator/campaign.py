@@ -24,11 +24,12 @@ from cluster.backend import Backend, BackendError, Job
 from orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
 from orchestrator.backends import backend_class, check_backend, live_keys, running_backend
 from orchestrator.execute import assignment_for, execute_run, note_requeue
-from orchestrator.ledger import LedgerEntry, Plan, make_plan
+from orchestrator.failfast import FailFast
+from orchestrator.ledger import STOPPED_KINDS, LedgerEntry, Plan, make_plan
 from orchestrator.tracking import Tracking
 from sweeps.expand import expand
 from sweeps.spec import Campaign
-from trainers.contract import RunResult, RunSpec, RunStatus
+from trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
 
 
 FOLLOW_POLL_S = 2.0
@@ -51,6 +52,10 @@ class CampaignSummary:
     plan: Plan | None = None
     detached: bool = False  # submitted and left to the cluster
     adaptive: AdaptiveState | None = None  # where an adaptive campaign's looks stand
+    # Why the campaign stopped launching: a configuration error (orchestrator/failfast.py)
+    stopped: str | None = None
+    not_launched: int = 0  # runs it then left unlaunched
+    cancelled: int = 0  # runs in flight it then stopped
 
 
 Event = Callable[[str, RunSpec, "RunResult | None"], None]
@@ -128,7 +133,7 @@ def run_campaign(
                 return summary
             run.follow(plan.elsewhere)
             run.until_done()
-            if campaign.adaptive is not None:
+            if campaign.adaptive is not None and summary.stopped is None:
                 _next_looks(run, campaign, max_attempts, summary, on_look)
         return summary
 
@@ -144,7 +149,7 @@ def _next_looks(run: _Launcher, campaign: Campaign, max_attempts: int, summary: 
         summary.adaptive = looked
         if looked is not None and on_look:
             on_look(looked, plan)
-        if not plan.launch and not plan.elsewhere:
+        if (not plan.launch and not plan.elsewhere) or summary.stopped is not None:
             return
         run.ledger = ledger
         run.start(plan.launch)
@@ -170,6 +175,8 @@ class _Launcher:
         self.waiting: deque[RunSpec] = deque()  # first attempts not launched yet
         self.makes_ahead = tracking.registers_in_bulk  # a database store
         self.made_ahead: set[str] = set()  # run keys this launcher made ahead, unlogged
+        self.failfast = FailFast()
+        self.last_attempt: dict[str, int] = {}  # run key -> its last attempt, where not max_attempts
 
     def start(self, specs: list[RunSpec]) -> None:
         """First attempts: all at once on a backend that sets no limit (Slurm: its queue is
@@ -220,6 +227,8 @@ class _Launcher:
         # worker reads back.
         once = not self.backend.reruns_jobs
         unlogged = once and spec.run_key in self.made_ahead
+        if entry is not None and entry.error_kind in STOPPED_KINDS:  # a campaign stopped by a configuration
+            self.last_attempt[spec.run_key] = entry.attempts + self.max_attempts  # error: attempts anew
         self.launch(spec, run_id, (entry.attempts if entry else 0) + 1,
                     fresh=starts_now and once and entry is None, unlogged=unlogged)
 
@@ -250,6 +259,8 @@ class _Launcher:
         while self.backend.in_flight() or self.followed or self.waiting:
             self.fill()
             for done in self.backend.wait(timeout=1.0):
+                if done.task_id not in self.runs:  # a job of the same wakeup, once `stop` took them all
+                    continue
                 spec, run_id, attempt = self.runs.pop(done.task_id)
                 if done.error is not None:
                     result = RunResult(status=RunStatus.failed, error=done.error)
@@ -264,11 +275,33 @@ class _Launcher:
 
     def settle(self, spec: RunSpec, run_id: str, attempt: int, result: RunResult) -> None:
         self.notify("end", spec, result)
-        if result.status is RunStatus.failed and attempt < self.max_attempts:
+        stop = None if self.summary.stopped else self.failfast.configuration(spec, run_id, attempt, result)
+        if stop is not None:
+            self.summary.statuses[result.status.value] += 1
+            self.stop(*stop)
+        elif result.status is RunStatus.failed and attempt < self.last_attempt.get(spec.run_key, self.max_attempts):
             self.notify("retry", spec, result)
             self.launch(spec, run_id, attempt + 1)
         else:
             self.summary.statuses[result.status.value] += 1
+
+    def stop(self, reason: str, misconfigured: list[str]) -> None:
+        """A configuration error: no retry, no new launch; the runs in flight are stopped
+        (they run the same configuration: each would fail alike, or spend its hours only to
+        be run again after the fix) and recorded `cancelled`, a failure that is no
+        outcome, which the next `rcpforge run` launches again with its attempts."""
+        self.summary.stopped = reason
+        self.summary.not_launched = len(self.waiting)
+        self.waiting.clear()
+        self.followed.clear()  # live elsewhere (an earlier orchestrator's): its own to finish
+        in_flight, self.runs = list(self.runs.values()), {}
+        self.backend.cancel()
+        why = f"cancelled: the campaign stopped on a configuration error ({reason})"
+        for spec, run_id, _ in in_flight:
+            if not RunStatus(self.tracking.status_of(run_id) or "pending").is_outcome:  # it ended meanwhile
+                self.tracking.mark_failed(run_id, why, spec, kind=ErrorKind.cancelled)
+                self.summary.cancelled += 1
+        self.tracking.set_error_kinds(misconfigured, ErrorKind.configuration)
 
     def check_followed(self) -> None:
         # The ledger and the cluster are read every few seconds, not on every wakeup.

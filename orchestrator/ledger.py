@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainers.contract import RunSpec, RunStatus
+from trainers.contract import ErrorKind, RunSpec, RunStatus
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,15 @@ class LedgerEntry:
     # samples_to_target), written with its outcome: what `rcpforge status` counts its
     # cost and ETA from, and what an adaptive campaign's looks decide on.
     metrics: dict[str, float] = field(default_factory=dict)
+    # A failed run's kind of error (`rcpforge.error_kind`): a run failed by a configuration
+    # error, or cancelled when the campaign stopped on one, is launched again by the next
+    # run whatever its attempts (the error was the campaign's, not the run's).
+    error_kind: str | None = None
+
+
+# The kinds of failure that are the campaign's, not the run's: such a run is launched
+# again by the next `rcpforge run` (after the fix) whatever its attempts.
+STOPPED_KINDS = frozenset({ErrorKind.configuration.value, ErrorKind.cancelled.value})
 
 
 @dataclass
@@ -70,7 +79,8 @@ def make_plan(
             done += 1
         elif spec.run_key in live:
             elsewhere.append(spec)
-        elif entry.status is RunStatus.failed and entry.attempts >= max_attempts and not retry_failed:
+        elif (entry.status is RunStatus.failed and entry.attempts >= max_attempts and not retry_failed
+              and entry.error_kind not in STOPPED_KINDS):
             gave_up.append(spec)
         else:
             launch.append(spec)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.app import EXIT_NO_OUTCOME, app, console, err_console, fail, load_campaign_or_fail
+from orchestrator.cli.app import EXIT_NO_OUTCOME, EXIT_USAGE, app, console, err_console, fail, load_campaign_or_fail
 from trainers.contract.schema import TAG_ERROR
 from trainers.contract.uri import redact_uri
 
@@ -48,6 +48,8 @@ def run(
         raise typer.Exit(130)
     finally:
         progress.close()
+    if summary.stopped is not None:
+        _stopped(campaign, campaign_file, summary)
     if summary.detached:
         console.print(
             f"campaign {campaign.name}: submitted {summary.launched} runs to Slurm and detached; "
@@ -72,6 +74,16 @@ def run(
                           f"{TAG_ERROR} tag in MLflow); `rcpforge run --retry-failed {campaign_file}` launches "
                           "them again", highlight=False, markup=False)
         raise typer.Exit(EXIT_NO_OUTCOME)
+
+
+def _stopped(campaign, campaign_file: Path, summary) -> None:
+    """A configuration error stopped the campaign: one line, why and what to fix (exit 2)."""
+    err_console.print(
+        f"campaign {campaign.name} stopped on a configuration error, not retried ({summary.not_launched} runs not "
+        f"launched, {summary.cancelled} stopped): {summary.stopped}; fix it, then `rcpforge run {campaign_file}` "
+        "launches the campaign's runs again", highlight=False, markup=False, soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_USAGE)
 
 
 def _with_backend(campaign, kind: str):

@@ -9,7 +9,7 @@ from pathlib import Path
 from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
 from orchestrator.tracking.records import MAX_TAG, attempt_tags, store_result_file
 from orchestrator.tracking.writes import ClientWrites, writes_for
-from trainers.contract import EvalPoint, RunResult, RunStatus
+from trainers.contract import ErrorKind, EvalPoint, RunResult, RunStatus
 from trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
@@ -19,6 +19,7 @@ from trainers.contract.schema import (
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
     TAG_ERROR,
+    TAG_ERROR_KIND,
     TAG_STATUS,
 )
 
@@ -65,18 +66,19 @@ class RunLog:
             # duplicate points. A first start of a fresh run has none: no read.
             run = self.client.get_run(self.run_id)
             self._final_logged = set(run.data.metrics) & _FINAL_METRICS
-            if TAG_ERROR in run.data.tags:
-                self._forget_error()
+            for tag in (TAG_ERROR, TAG_ERROR_KIND):
+                if tag in run.data.tags:
+                    self._forget_error(tag)
         # A queued run's first start, where the store can move it (a database store), is
         # its MLflow start time.
         first_start = int(time.time() * 1000) if attempt == 1 and self.logged_until < 0 else None
         self.writes.start(self.run_id, attempt_tags(attempt), first_start)
 
-    def _forget_error(self) -> None:
-        """An earlier attempt's error belongs to that attempt: left in place, this
-        attempt's outcome (converged, say) would be read back with it."""
+    def _forget_error(self, tag: str) -> None:
+        """An earlier attempt's error (and its kind) belongs to that attempt: left in place,
+        this attempt's outcome (converged, say) would be read back with it."""
         try:
-            self.client.delete_tag(self.run_id, TAG_ERROR)
+            self.client.delete_tag(self.run_id, tag)
         except Exception as err:  # noqa: BLE001 - a retry whose first try's answer was lost
             if getattr(err, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
                 raise
@@ -144,6 +146,8 @@ class RunLog:
         tags_out += [RunTag(k, v[:MAX_TAG]) for k, v in sorted((tags or {}).items())]
         if result.error:
             tags_out.append(RunTag(TAG_ERROR, result.error[-MAX_TAG:]))
+        if result.status is RunStatus.failed:
+            tags_out.append(RunTag(TAG_ERROR_KIND, (result.error_kind or ErrorKind.transient).value))
         # The points still waiting go out in the outcome's batch where they fit in one
         # (MLflow takes up to 1000 metrics and 100 tags a batch), one call fewer a run.
         params_out = [Param(k, v) for k, v in (params or {}).items()]

@@ -11,7 +11,7 @@ from orchestrator.ledger import LedgerEntry
 from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
 from orchestrator.tracking.records import MAX_TAG, ImportedRun, attempt_tags, run_params, spec_tags
 from orchestrator.tracking.writes import ClientWrites, writes_for
-from trainers.contract import RunResult, RunSpec, RunStatus
+from trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
     METRIC_CORE_HOURS,
@@ -24,6 +24,7 @@ from trainers.contract.schema import (
     TAG_BACKEND_JOB,
     TAG_BATCH_SIZE,
     TAG_ERROR,
+    TAG_ERROR_KIND,
     TAG_RECIPE,
     TAG_ROLE,
     TAG_RUN_KEY,
@@ -94,6 +95,7 @@ class Tracking:
                     recipe=tags.get(TAG_RECIPE, ""),
                     batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
                     has_params=bool(run.data.params),
+                    error_kind=tags.get(TAG_ERROR_KIND),
                     metrics={k: v for k, v in run.data.metrics.items() if k in _LEDGER_METRICS},
                 )
             token = page.token
@@ -171,6 +173,8 @@ class Tracking:
             tokens_trained=whole(METRIC_TOKENS_TRAINED) or 0,
             wall_s=metrics.get(METRIC_WALL_S, 0.0),
             error=tags.get(TAG_ERROR),
+            error_kind=ErrorKind(tags[TAG_ERROR_KIND]) if tags.get(TAG_ERROR_KIND) in ErrorKind._value2member_map_
+            else None,
         )
 
     def status_of(self, run_id: str) -> str | None:
@@ -207,16 +211,24 @@ class Tracking:
         """Each (run id, cluster job) on its run: in one transaction on a database store."""
         self.writes.set_tag(jobs, TAG_BACKEND_JOB)
 
-    def mark_failed(self, run_id: str, error: str, spec: RunSpec | None = None) -> None:
-        """Record a failure that the worker could not record itself (it died), with the
-        run's hyperparameters (a run made as it started has them from its worker only)."""
+    def set_error_kinds(self, run_ids: list[str], kind: ErrorKind) -> None:
+        """The kind of the runs' failures, decided after their workers wrote them (two
+        startups that fail alike are `configuration`)."""
+        self.writes.set_tag([(run_id, kind.value) for run_id in run_ids], TAG_ERROR_KIND)
+
+    def mark_failed(self, run_id: str, error: str, spec: RunSpec | None = None,
+                    kind: ErrorKind = ErrorKind.transient) -> None:
+        """Record a failure that the worker could not record itself (it died, or the
+        campaign stopped it: `kind` cancelled), with the run's hyperparameters (a run made
+        as it started has them from its worker only)."""
         from mlflow.entities import Param, RunTag
 
         params = [Param(k, v) for k, v in run_params(spec).items()] if spec is not None else []
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
             self.client.log_batch(run_id, params=params[i : i + 100])
         self.client.log_batch(
-            run_id, tags=[RunTag(TAG_STATUS, RunStatus.failed.value), RunTag(TAG_ERROR, error[-MAX_TAG:])]
+            run_id, tags=[RunTag(TAG_STATUS, RunStatus.failed.value), RunTag(TAG_ERROR, error[-MAX_TAG:]),
+                          RunTag(TAG_ERROR_KIND, kind.value)]
         )
         self.client.set_terminated(run_id, status="FAILED")
 

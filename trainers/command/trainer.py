@@ -15,6 +15,11 @@ Outcome, in this order:
 - an exit without run_stop (a crash, a signal): failed with the exit code and the last
   lines of output; failed runs are retried and never counted.
 
+A failure has a kind (`ErrorKind`): the unit rule, a program that cannot be started and
+an exit before any MLLOG line where an argument naming an input file names none are
+`configuration` (not retried: the campaign stops); any other exit before the first MLLOG
+line is `startup` (the orchestrator decides: orchestrator/failfast.py); the rest transient.
+
 The MLLOG stream is the program's stdout and stderr, or the file `mllog_file` as it grows.
 Its readable MLLOG lines are the run's `result.txt`; all its output is in `output.log`
 beside it. Python programs run with PYTHONUNBUFFERED=1, so a plain `print()` of an MLLOG
@@ -33,7 +38,7 @@ from typing import Any
 
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
 from trainers.command.settings import RECIPE_OPTION_PREFIX, CommandSettings, env_name, substitute
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
+from trainers.contract import ErrorKind, EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
 from trainers.contract.mllog.write import RESULT_FILE
@@ -80,12 +85,14 @@ class _Follower:
         self.evals = 0
         self.last: EvalPoint | None = None
         self.failure: str | None = None  # why the run failed while it was followed
+        self.mllog_lines = 0  # readable MLLOG lines so far: none, and a failure is at startup
         self._out = open(result_file, "w", encoding="latin-1")
 
     def on_line(self, line: str) -> None:
         event = self.reading.feed(line)
         if event is None:
             return
+        self.mllog_lines += 1
         self._out.write(self.reading.last_text + "\n")
         self._check_unit(event)
         if event.get("key") == self.cfg.metric_key:
@@ -183,10 +190,38 @@ class CommandTrainer(Trainer):
                 on_idle=lambda: (follower.flush(), reporter.idle()),
             )
         except OSError as err:  # the program cannot be started: missing, not executable
-            return RunResult(status=RunStatus.failed, error=f"cannot start {argv[0]!r} in {workdir}: {err.strerror or err}")
+            return RunResult(status=RunStatus.failed, error_kind=ErrorKind.configuration,
+                             error=f"cannot start {argv[0]!r} in {workdir}: {err.strerror or err}; "
+                             "check trainer.argv (and trainer.workdir)")
         finally:
             follower.close(end.stopped_because if end else None)
-        return _result(follower, end, cfg, time.monotonic() - start, output_dir)
+        result = _result(follower, end, cfg, time.monotonic() - start, output_dir)
+        return _with_kind(result, follower, end, argv, (workdir, output_dir))
+
+
+# Arguments that name a file the program reads (a script, a config): missing, the run is
+# misconfigured, not unlucky.
+_INPUT_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".ini")
+
+
+def _with_kind(result: RunResult, follower: _Follower, end: ProcessEnd, argv: list[str],
+               folders: tuple[Path, Path]) -> RunResult:
+    """A failure before the program's first MLLOG line is `startup` (retried unless another
+    run's first attempt ends the same way), or `configuration` where an argument that names
+    an input file (`_INPUT_SUFFIXES`, outside the run's folder) names none."""
+    if (result.status is not RunStatus.failed or result.error_kind is not None or follower.mllog_lines
+            or end.stopped_because is not None):  # stopped by rcpforge (its wall clock): not the program's exit
+        return result
+    workdir, output_dir = folders
+    for arg in argv[1:]:
+        path = workdir / arg
+        if arg.endswith(_INPUT_SUFFIXES) and not path.exists() and output_dir not in path.parents:
+            return result.model_copy(update={
+                "error_kind": ErrorKind.configuration,
+                "error": f"{result.error}\ntrainer.argv names {arg!r}, which does not exist in {workdir}: "
+                         "fix the path in trainer.argv (relative paths are the campaign folder's, or trainer.workdir's)",
+            })
+    return result.model_copy(update={"error_kind": ErrorKind.startup})
 
 
 def _finite(value: Any) -> bool:
@@ -219,8 +254,9 @@ def _result(follower: _Follower, end: ProcessEnd, cfg: CommandSettings, wall_s: 
         samples = int(round(value)) if cfg.unit == "samples" else last.samples
         tokens = samples * cfg.tokens_per_sample
         return RunResult(status=RunStatus.converged, samples_to_target=samples, tokens_to_target=tokens, error=note, **common)
-    if follower.failure:
-        return RunResult(status=RunStatus.failed, error="; ".join([follower.failure, *notes]), **common)
+    if follower.failure:  # the unit rule: every run of the campaign would break it
+        return RunResult(status=RunStatus.failed, error="; ".join([follower.failure, *notes]),
+                         error_kind=ErrorKind.configuration, **common)
     if end.out_of_time:  # not an outcome of the recipe: the attempt fails and is retried
         return RunResult(status=RunStatus.failed, error="; ".join([f"stopped: {end.stopped_because}", *notes]), **common)
     if end.stopped_because:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from trainers.contract.run import (
     OUTCOMES,
     Budget,
+    ErrorKind,
     EvalPoint,
     Reporter,
     RunResult,
@@ -33,6 +34,6 @@ from trainers.contract.run import (
 from trainers.contract.run_key import RUN_KEY_VERSION
 
 __all__ = [
-    "OUTCOMES", "RUN_KEY_VERSION", "Budget", "EvalPoint", "Reporter", "RunResult", "RunSpec", "RunStatus",
+    "OUTCOMES", "RUN_KEY_VERSION", "Budget", "ErrorKind", "EvalPoint", "Reporter", "RunResult", "RunSpec", "RunStatus",
     "StopRun", "Target", "Trainer",
 ]

@@ -136,6 +136,25 @@ class EvalPoint(_Frozen):
     metrics: dict[str, float]
 
 
+class ErrorKind(str, Enum):
+    """What kind of failure a failed attempt is (its `rcpforge.error_kind` tag). Only a
+    `configuration` error changes what the orchestrator does: every run of the campaign
+    would fail so, so it is not retried and the campaign stops launching; the rest are
+    retried while attempts are left."""
+
+    # The campaign or its program cannot give what the checker reads, whatever the run:
+    # the unit rule, argv[0] that cannot be started, a file argv names that is missing.
+    configuration = "configuration"
+    # Ended before its first MLLOG line: retried, unless the first attempt of another run
+    # ended the same way (then both are `configuration`: orchestrator/failfast.py).
+    startup = "startup"
+    # Anything else (a crash mid-run, a killed worker, a lost node, a stall): retried.
+    transient = "transient"
+    # In flight when the campaign stopped on a configuration error: stopped, not failed
+    # by itself; launched again (with its attempts) by the next `rcpforge run`.
+    cancelled = "cancelled"
+
+
 class RunResult(_Frozen):
     status: RunStatus
     tokens_to_target: int | None = None
@@ -144,6 +163,8 @@ class RunResult(_Frozen):
     final_metric: float | None = None
     wall_s: float = 0.0
     error: str | None = None
+    # A failed result's kind (None: `transient`); never part of a run key.
+    error_kind: ErrorKind | None = None
 
 
 class Reporter(ABC):

@@ -18,6 +18,9 @@ TAG_TRAINER = "rcpforge.trainer"
 TAG_TARGET_METRIC = "rcpforge.target_metric"
 TAG_SPEC = "rcpforge.spec"
 TAG_ERROR = "rcpforge.error"
+# A failed run's kind of error (trainers/contract/run.py's ErrorKind: configuration,
+# startup, transient, cancelled); a run failed by configuration is a failure, never an outcome.
+TAG_ERROR_KIND = "rcpforge.error_kind"
 # Where an imported run came from (`rcpforge import`): the result file's path.
 TAG_SOURCE = "rcpforge.source"
 # Where the run's current attempt executes when a cluster owns it (`slurm:<job id>`), so

@@ -1,0 +1,43 @@
+"""An instant command trainer that fails as a test asks (stdlib only):
+
+    python failing_program.py MODE BATCH_SIZE SEED BENCHMARK OUTPUT_DIR
+
+MODE `epochs`: three evals with epoch_num only (the samples so far), then run_stop
+success: a run of a benchmark the checker counts in samples_count breaks the unit rule.
+`early`: one line on stderr naming its pid and folder, exit 3 before any MLLOG line.
+`crash`: MLLOG lines, then exit 1 mid-run on its first attempt (no marker in OUTPUT_DIR)
+and, for seed 0, on every attempt; the next attempt of any other seed converges."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def log(key, value=None, **metadata):
+    event = {"namespace": "", "time_ms": int(time.time() * 1000), "event_type": "POINT_IN_TIME", "key": key,
+             "value": value, "metadata": metadata}
+    print(":::MLLOG " + json.dumps(event), flush=True)
+
+
+def main() -> None:
+    mode, bs, seed, benchmark, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], Path(sys.argv[5])
+    if mode == "early":
+        print(f"error: cannot read the dataset index (pid {os.getpid()}, in {out})", file=sys.stderr, flush=True)
+        sys.exit(3)
+    log("submission_benchmark", benchmark)
+    log("global_batch_size", bs)
+    log("seed", seed)
+    log("run_start")
+    for i in range(1, 4):
+        log("eval_accuracy", i / 3, epoch_num=i * bs)
+        if mode == "crash" and i == 2 and (seed == 0 or not (out / "crashed").exists()):
+            (out / "crashed").write_text("once")
+            print("worker lost: CUDA error (a transient crash)", file=sys.stderr, flush=True)
+            sys.exit(1)
+    log("run_stop", status="success")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""No silent surprises (issue 38): a configuration error (the unit rule, a program file
+that does not exist, a program that fails alike before any MLLOG line on two runs' first
+attempts) is not retried and stops the campaign with one line (exit 2), the store saying
+its kind; a transient crash mid-run keeps its retries; after the fix, `rcpforge run`
+completes with each run counted once. Instant command programs
+(tests/helpers/failing_program.py), the real CLI, a real SQLite store."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from sweeps.spec import load_campaign
+from tests.cluster.helpers import runs_of
+from tests.conftest import ROOT, run_cli
+from tests.helpers.campaigns import tiny_campaign, write_campaign
+from trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR_KIND, TAG_RUN_KEY, TAG_STATUS
+
+FAILING = ROOT / "tests" / "helpers" / "failing_program.py"
+
+
+def failing_campaign(mode: str, program: str = str(FAILING), benchmark: str = "llama31_8b",
+                     backend: dict | None = None) -> dict:
+    """Six runs (batch sizes 16 and 64, three seeds), one worker: one run at a time."""
+    data = tiny_campaign(recipes=["bf16"], seeds=3, backend=backend or {"kind": "local", "workers": 1})
+    data["trainer"] = {"kind": "command", "metric_key": "eval_accuracy", "unit": "samples",
+                       "argv": ["{python}", program, mode, "{batch_size}", "{seed}", "{benchmark}", "{output_dir}"]}
+    data["target"] = {"metric": "eval_accuracy", "mode": "max", "value": 1.0}
+    data["budget"] = {"max_tokens": 1_000_000, "eval_every_tokens": 16}
+    data["hparams"] = {bs: {} for bs in data["batch_sizes"]}
+    data["rcp"] = {"benchmark": benchmark} if benchmark == "llama31_8b" else {"benchmark": benchmark,
+                                                                               "submission_runs": 3}
+    return data
+
+
+def stopped(tmp_path, data: dict, most_attempts: int, misconfigured: int = 1):
+    """Run the campaign: it stops with one line (exit 2), no run past `most_attempts`
+    attempts, `misconfigured` runs of kind configuration, the other runs not launched."""
+    path = write_campaign(tmp_path, data)
+    proc = run_cli("run", str(path), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    # MLflow's own log lines (dated) aside
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not re.match(r"\d{4}/\d\d/\d\d ", line)]
+    assert len(lines) == 1 and "stopped on a configuration error" in lines[0], proc.stderr
+    campaign = load_campaign(path)
+    _, runs = runs_of(campaign)
+    launched = [r for r in runs if int(r.data.tags.get(TAG_ATTEMPTS, "0")) > 0]
+    kinds = Counter(r.data.tags.get(TAG_ERROR_KIND) for r in launched)
+    assert kinds == {"configuration": misconfigured}, kinds
+    assert max(int(r.data.tags[TAG_ATTEMPTS]) for r in launched) <= most_attempts
+    assert all(r.data.tags[TAG_STATUS] == "failed" for r in launched)
+    return path, campaign, lines[0]
+
+
+def test_unit_rule_stops_the_campaign_and_a_fixed_file_completes_it_once(tmp_path):
+    path, campaign, line = stopped(tmp_path, failing_campaign("epochs"), most_attempts=1)
+    assert "has no metadata samples_count" in line and "rcpforge run" in line
+    # the fix: rcp.benchmark one the checker counts in epoch_num (same run keys)
+    write_campaign(tmp_path, failing_campaign("epochs", benchmark="byo_epochs"))
+    proc = run_cli("run", str(path), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, runs = runs_of(campaign)
+    keys = Counter(r.data.tags[TAG_RUN_KEY] for r in runs)
+    assert len(keys) == 6 and set(keys.values()) == {1}, keys
+    assert Counter(r.data.tags[TAG_STATUS] for r in runs) == {"converged": 6}
+    assert not any(TAG_ERROR_KIND in r.data.tags for r in runs)
+
+
+def test_a_program_that_does_not_exist_stops_the_campaign(tmp_path):
+    _, _, line = stopped(tmp_path, failing_campaign("epochs", program=str(tmp_path / "no_such.py")), most_attempts=1)
+    assert "no_such.py" in line and "does not exist" in line
+
+
+def test_two_runs_failing_alike_before_any_mllog_line_stop_it(tmp_path):
+    # one worker: the first run's two attempts, then the second run's first; then it stops
+    _, _, line = stopped(tmp_path, failing_campaign("early"), most_attempts=2, misconfigured=2)
+    assert "before their first MLLOG line" in line and "cannot read the dataset index" in line
+
+
+def test_a_crash_after_mllog_lines_is_still_retried(tmp_path):
+    # every run crashes once mid-run; seed 0's on every attempt: a transient failure
+    path = write_campaign(tmp_path, failing_campaign("crash", benchmark="byo_epochs"))
+    proc = run_cli("run", str(path), timeout=120)
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # the campaign finished, 2 runs without an outcome
+    _, runs = runs_of(load_campaign(path))
+    assert {r.data.tags[TAG_ATTEMPTS] for r in runs} == {"2"}
+    assert Counter((r.data.tags[TAG_STATUS], r.data.tags.get(TAG_ERROR_KIND)) for r in runs) == {
+        ("converged", None): 4, ("failed", "transient"): 2}
