@@ -16,6 +16,7 @@ import numpy as np
 
 from trainers.contract.mllog.read import CheckerStops, Submission, read_submission
 from trainers.contract.submission import SUBMISSION_RUNS
+from analysis.rcp import cell_marks
 from analysis.rcp_set import (
     PRUNE_MODES, RULESETS, RcpError, RcpSet, Record, carried_runs, ruleset_file, with_405b_slack,
 )
@@ -35,6 +36,9 @@ class CheckResult:
     rcp_stdev: float | None = None  # of the RCP's runs (interpolated: linear in batch size)
     rcp_runs: int | None = None  # the runs behind the RCP's mean and stdev (interpolated: 2N, the checker's count)
     min_acceptable_mean: float | None = None
+    # the RCP's note where its min acceptable mean says nothing (too few runs; the rule of
+    # the RCP table's cells, analysis.rcp.cell_marks), with the reason; the number stays the checker's
+    rcp_note: str | None = None
     rcp_used: str = "none"  # found | interpolated | smallest | none
     rcp_name: str | None = None
     checker_error: str | None = None
@@ -213,6 +217,7 @@ def _decide(result: CheckResult, rcp_set: RcpSet, bs: Any, epochs: list, ruleset
     with np.errstate(all="ignore"):
         result.min_acceptable_mean = tested.mean / tested.max_speedup
     result.rcp_used, result.rcp_name = used, tested.name
+    result.rcp_note = _rcp_note(tested, result, rcp_set)
     result.message = {
         "found": "RCP found",
         "interpolated": "RCP Interpolation",
@@ -220,3 +225,18 @@ def _decide(result: CheckResult, rcp_set: RcpSet, bs: Any, epochs: list, ruleset
         if passed else f"Missing RCP, please submit RCP with BS = {bs}",
     }[used]
 
+
+def _rcp_note(tested: Record, result: CheckResult, rcp_set: RcpSet) -> str | None:
+    """The tested RCP's note, by the rule of the RCP table's cells, where its minimum
+    acceptable mean is not meaningful (an RCP of fewer than 2N runs whose limits still
+    tell is left unmarked: the shipped RCPs include some)."""
+    trim = 4 if tested.benchmark == "unet3d" else 1
+    n_ref = 2 * rcp_set.submission_runs if tested.interpolated else len(tested.epochs) - 2 * trim
+    runs = result.rcp_runs if result.rcp_runs is not None else len(tested.epochs)
+    try:
+        with np.errstate(all="ignore"):
+            marks = cell_marks(runs, n_ref, rcp_set.submission_runs, float(tested.mean), float(tested.stdev),
+                               float(result.min_acceptable_mean))  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # values the checker compares but that are no numbers: no note
+        return None
+    return marks.note if marks.degenerate else None

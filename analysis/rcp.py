@@ -64,23 +64,55 @@ def min_acceptable_mean(mean: float, stdev: float, n_ref: int, submission_runs: 
     return mid
 
 
-def degenerate_reason(mean: float, stdev: float, m_star: float, n_ref: int, submission_runs: int) -> str | None:
+def not_an_rcp(runs: int, submission_runs: int) -> str | None:
+    """The mark of a cell with fewer than the 2N runs an RCP needs, or None."""
+    need = 2 * submission_runs
+    return None if runs >= need else f"not an RCP ({runs} of 2N = {need} runs)"
+
+
+def _degenerate(mean: float, stdev: float, m_star: float, n_ref: int, submission_runs: int) -> str | None:
     """Why the checker's minimum acceptable mean (and so the max speedup) says nothing
     statistical for these numbers, or None. The checker computes them all the same."""
+    dof = n_ref + submission_runs - 2 - 2
+    if dof <= 0:
+        # Too few runs for any mean or stdev to tell: scipy's p-value is NaN, `p > alpha`
+        # is False for NaN, so every bisection step raises the lower end and the answer is
+        # the mean itself (max speedup 1). A stdev of 0 gives the same number by the
+        # checker's shortcut, and says no more: it is no escape from this rule.
+        return (f"the checker's t-test has no degrees of freedom (olympic scoring leaves {n_ref} reference "
+                f"run(s) and {submission_runs - 2} submission run(s))")
     if stdev == 0:
         return None  # the rules' own case: max speedup 1
     if not math.isfinite(m_star):
         return "no finite minimum acceptable mean"
-    dof = n_ref + submission_runs - 2 - 2
-    if dof <= 0:
-        # scipy's p-value is NaN; `p > alpha` is False for NaN, so every bisection step
-        # raises the lower end and the answer is the mean itself (max speedup 1)
-        return (f"the checker's t-test has no degrees of freedom (olympic scoring leaves {n_ref} reference "
-                f"run(s) and {submission_runs - 2} submission run(s))")
     if m_star <= TOLERANCE < mean:
         # the t-test calls no positive mean faster than the RCP: the bisection ends at 0
         return "the checker's t-test tells no submission mean above 0 from this RCP (too few runs for their spread)"
     return None
+
+
+@dataclass(frozen=True)
+class Marks:
+    """How a cell's (or an RCP record's) statistics are marked: `degenerate` says why its
+    limits say nothing (None where they do); `note` is the note every table and `check`
+    show (None where there is nothing to say)."""
+
+    degenerate: str | None
+    note: str | None
+
+
+def cell_marks(runs: int, n_ref: int, submission_runs: int, mean: float, stdev: float, m_star: float) -> Marks:
+    """The one rule of small cells, for the RCP table (`analyze`, the report) and for
+    `check`'s RCP alike: under 2N runs a cell is not an RCP (the rules' count); with too
+    few runs for the checker's t-test (no degrees of freedom, whatever the stdev, 0
+    included) or a bisection that ends at 0 or at no finite number, its minimum
+    acceptable mean and max speedup are not meaningful. `runs`: the cell's runs;
+    `n_ref`: the reference runs the checker's t-test counts (olympic scoring's kept runs;
+    2N for an interpolated RCP). Numbers are never changed, only marked."""
+    degenerate = _degenerate(mean, stdev, m_star, n_ref, submission_runs)
+    parts = [not_an_rcp(runs, submission_runs),
+             f"min acceptable mean and max speedup not meaningful: {degenerate}" if degenerate else None]
+    return Marks(degenerate, "; ".join(p for p in parts if p) or None)
 
 
 @dataclass(frozen=True)
@@ -93,6 +125,7 @@ class RcpStats:
     max_speedup: float
     # why min_acceptable_mean and max_speedup are not meaningful (they are still the checker's)
     degenerate: str | None = None
+    note: str | None = None  # the cell's note (`cell_marks`)
 
 
 def rcp_stats(values: Sequence[float], batch_size: int, benchmark: str, submission_runs: int) -> RcpStats:
@@ -104,5 +137,5 @@ def rcp_stats(values: Sequence[float], batch_size: int, benchmark: str, submissi
     stdev = float(np.std(ordered))
     n_ref = len(values) - 2 * trim
     m_star = min_acceptable_mean(mean, stdev, n_ref, submission_runs)
-    return RcpStats(batch_size, len(values), mean, stdev, m_star, mean / m_star,
-                    degenerate_reason(mean, stdev, m_star, n_ref, submission_runs))
+    marks = cell_marks(len(values), n_ref, submission_runs, mean, stdev, m_star)
+    return RcpStats(batch_size, len(values), mean, stdev, m_star, mean / m_star, marks.degenerate, marks.note)

@@ -8,8 +8,9 @@ with its counts and no statistics, so a failed seed never silently shrinks an RC
 A complete cell of fewer than 2N runs still gets its record, but it is not an RCP by the
 rules: the table says so (`is_rcp`, `note`) and so does its record (`rcpforge_note`, a
 key the checker does not read). Statistics the checker computes but that say nothing
-(a t-test without degrees of freedom, a bisection that ends at 0) are flagged
-`degenerate`, with the reason in the note."""
+(a t-test without degrees of freedom, whatever the stdev, a bisection that ends at 0)
+are flagged `degenerate`, with the reason in the note: one rule, `analysis.rcp.cell_marks`,
+which `check` applies to the RCP it tests against."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from analysis.rcp import rcp_stats, trimmed_count
+from analysis.rcp import not_an_rcp, rcp_stats, trimmed_count
 from analysis.rcp_set import RUNS_KEY, convergence_key
 
 OUTCOMES = ("converged", "not_converged", "diverged")
@@ -50,23 +51,15 @@ TABLE_SCHEMA = pa.schema(
 NOTE_KEY = "rcpforge_note"
 
 
-def not_an_rcp(runs: int, submission_runs: int) -> str | None:
-    """The mark of a cell with fewer than the 2N runs an RCP needs, or None."""
-    need = 2 * submission_runs
-    return None if runs >= need else f"not an RCP ({runs} of 2N = {need} runs)"
-
-
 def _note(runs: int, converged: int, submission_runs: int, trim: int, stats) -> str | None:
     if converged < runs:
         return f"no RCP record: {converged} of {runs} runs converged"
     if runs < 3:
         return f"no RCP record: {runs} run(s), a record needs at least 3"
-    parts = [not_an_rcp(runs, submission_runs)]
-    if stats is None:
-        parts.append(f"no statistics: olympic scoring drops {trim} run(s) at each end")
-    elif stats.degenerate:
-        parts.append(f"min acceptable mean and max speedup not meaningful: {stats.degenerate}")
-    return "; ".join(p for p in parts if p) or None
+    if stats is not None:
+        return stats.note  # the one rule of small cells (analysis.rcp.cell_marks)
+    parts = [not_an_rcp(runs, submission_runs), f"no statistics: olympic scoring drops {trim} run(s) at each end"]
+    return "; ".join(p for p in parts if p)
 
 
 def rcp_table(runs: pa.Table, benchmark: str, submission_runs: int) -> pa.Table:

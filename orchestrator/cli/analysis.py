@@ -166,9 +166,12 @@ def check(
             console.print(
                 f"benchmark {result.benchmark}, batch size {result.batch_size}; olympic mean {render.number(result.olympic_mean)}; "
                 f"RCP ({result.rcp_used}{', ' + result.rcp_name if result.rcp_name else ''}) mean {render.number(result.rcp_mean)}, "
-                f"min acceptable mean {render.number(result.min_acceptable_mean)}; normalization factor {render.number(result.norm_factor, 6)}",
+                f"min acceptable mean {render.number(result.min_acceptable_mean)}"
+                f"{' (not meaningful, see the note)' if result.rcp_note else ''}; normalization factor {render.number(result.norm_factor, 6)}",
                 highlight=False, markup=False,  # the benchmark and RCP names come from the files
             )
+        if result.rcp_note:
+            console.print(f"note: RCP {result.rcp_name}: {result.rcp_note}", highlight=False, markup=False)
     raise typer.Exit(0 if result.passed else EXIT_FAILED_CHECK)
 
 

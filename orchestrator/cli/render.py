@@ -31,7 +31,7 @@ def duration(seconds: float | None) -> str:
 def rcp_table(table, title: str, submission_runs: int) -> Table:
     """`analyze`: the RCP table with a short mark per row; the notes in full follow on stderr."""
     from analysis.display import cell_text, rcp_row_shown
-    from analysis.rcp_table import not_an_rcp
+    from analysis.rcp import not_an_rcp
 
     view = Table(title=title)
     # a recipe's name is never cut (grid variants differ at their ends: ...-sr_on, ...-sr_off)
