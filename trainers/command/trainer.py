@@ -77,6 +77,15 @@ def _text(value: Any) -> Any:
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
+# How a unit-rule failure begins (`_Follower._check_unit`), so a reader of the store can
+# tell a run that broke the rule from the others.
+UNIT_RULE_FAILURE = "MLLOG eval line "
+
+
+def broke_unit_rule(error: str | None) -> bool:
+    return bool(error) and error.startswith(UNIT_RULE_FAILURE) and " has no metadata " in error
+
+
 class _Follower:
     """Turns MLLOG lines into eval points and the checker's reading, as they arrive."""
 
@@ -124,7 +133,7 @@ class _Follower:
         else:
             read_as = f"the checker reads runs of benchmark {benchmark!r} in samples_count"
             fix = "log samples_count in each eval's metadata"
-        self.failure = f"MLLOG eval line {event.get('key')!r} has no metadata {unit}: {read_as}; {fix}"
+        self.failure = f"{UNIT_RULE_FAILURE}{event.get('key')!r} has no metadata {unit}: {read_as}; {fix}"
         raise StopProcess(self.failure)
 
     def _clash(self, logged: Any, unit: str) -> tuple[str, str]:
