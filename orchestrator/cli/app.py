@@ -89,15 +89,23 @@ def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
 
 def stored_campaign_or_fail(path: Path):
     """The campaign of a command that reads its runs (status, analyze, report, export): a
-    SQLite store that does not exist yet is one line, and stays unmade (MLflow would make
-    it, and a mistyped file name would then read as a campaign whose runs are lost)."""
-    from orchestrator.tracking import absent_sqlite_store
+    store that does not exist yet, or holds no experiment of the campaign, is one line, and
+    stays as it was (MLflow would make the SQLite file, a database's tables, a server's
+    experiment; and a mistyped store would then read as a campaign whose runs are lost)."""
+    from analysis.load_sql import campaign_in_store
+    from orchestrator.tracking import TrackingUnavailable, absent_sqlite_store
+    from trainers.contract.uri import redact_uri
 
     campaign = _checked_campaign_or_fail(path, waits_for_store=False)
+    then = f"run `rcpforge run {escape(str(path))}` first, or check tracking.uri"
     if (db := absent_sqlite_store(campaign.tracking_uri)) is not None:
-        fail(f"no runs of campaign {campaign.name} at {escape(str(db))} (no such store yet): run "
-             f"`rcpforge run {escape(str(path))}` first, or check tracking.uri")
-    _warn(campaign, path)  # after that one line: a store not made yet is the answer
+        fail(f"no runs of campaign {campaign.name} at {escape(str(db))} (no such store yet): {then}")
+    try:
+        if not campaign_in_store(campaign.tracking_uri, campaign.name):
+            fail(f"no runs of campaign {campaign.name} at {escape(redact_uri(campaign.tracking_uri))}: {then}")
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
+    _warn(campaign, path)  # after that one line: a store without the campaign is the answer
     return campaign
 
 
