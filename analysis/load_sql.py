@@ -19,7 +19,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.load import METRIC_COLUMNS, RUN_SCHEMA, TAG_COLUMNS, load_runs, no_such_campaign, sort_runs
+from analysis.load import (
+    METRIC_COLUMNS,
+    RUN_SCHEMA,
+    TAG_COLUMNS,
+    NoSuchCampaign,
+    load_runs,
+    no_such_campaign,
+    sort_runs,
+)
 from trainers.contract.schema import TAG_PREFIX, TAG_ROLE
 
 SQL_SCHEMES = ("sqlite", "postgresql")
@@ -39,10 +47,31 @@ def load_campaign_runs(tracking_uri: str, campaign: str, role: str = "campaign")
     return load_runs(tracking_uri, campaign, role)
 
 
+def campaign_in_store(tracking_uri: str, campaign: str) -> bool:
+    """Whether the store holds the campaign's experiment, asked without making anything:
+    no tables in a database (MLflow's client would make them) and no experiment on a
+    server. A SQLite file that does not exist is for the caller to rule out first: opening
+    it makes it."""
+    try:
+        if is_sql_uri(tracking_uri):
+            with _engine(tracking_uri) as engine, engine.connect() as conn:
+                _experiment_id(conn, campaign, tracking_uri)
+        else:
+            from analysis.load import StoreReader
+
+            StoreReader(tracking_uri).experiment_id(campaign)
+    except NoSuchCampaign:
+        return False
+    return True
+
+
 def _experiment_id(conn, campaign: str, uri: str) -> int:
     from sqlalchemy import inspect, text
 
-    has_workspace = "workspace" in {c["name"] for c in inspect(conn).get_columns("experiments")}
+    found = inspect(conn)
+    if not found.has_table("experiments"):  # a database MLflow has not set up: no campaign in it
+        raise no_such_campaign(campaign, uri)
+    has_workspace = "workspace" in {c["name"] for c in found.get_columns("experiments")}
     sql = "SELECT experiment_id FROM experiments WHERE name = :name"
     binds: dict[str, Any] = {"name": campaign}
     if has_workspace:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from orchestrator.results_dirs import Cell, campaign_cells, fetch_result_files, write_result_files
 from trainers.contract.mllog.read import CheckerStops, follow_file, read_result_file, run_facts
-from trainers.contract.submission import SUBMISSION_RUNS
+from trainers.contract.submission import SUBMISSION_RUNS, benchmark_origin
 
 MARKER = ".rcpforge-package.json"
 DIVISIONS = ("closed", "open")
@@ -152,7 +152,7 @@ def export_package(tracking_uri: str, campaign: str, benchmark: str, package_dir
                       benchmark_checked=benchmark in checked_benchmarks(request.ruleset))
     written: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        plan = [_planned(tracking_uri, cell, Path(tmp), benchmark, package_dir, request, single, run_dir_of)
+        plan = [_planned(tracking_uri, cell, Path(tmp), (campaign, benchmark), package_dir, request, single, run_dir_of)
                 for cell in with_outcome]  # every file read and checked before anything is written
         _remove_earlier_results(package_dir, earlier)
         for cell, system, files, description, logged in plan:
@@ -172,13 +172,13 @@ def export_package(tracking_uri: str, campaign: str, benchmark: str, package_dir
     return package
 
 
-def _planned(tracking_uri: str, cell: Cell, tmp: Path, benchmark: str, package_dir: Path,
+def _planned(tracking_uri: str, cell: Cell, tmp: Path, named: tuple[str, str], package_dir: Path,
              request: PackageRequest, single: bool, run_dir_of) -> tuple[Cell, str, list[Path], dict, str | None]:
     """A cell's system, its result files (fetched and checked), its description and the
-    division its files log."""
+    division its files log; `named` is the campaign and its benchmark."""
     system = request.system if single else _system_name(request.system, cell)
     files = fetch_result_files(tracking_uri, cell.done, tmp, run_dir_of)
-    _check_files(cell, files, benchmark, request.ruleset)
+    _check_files(cell, files, named, request.ruleset)
     logged = _logged_division(cell, files, request.division)
     description = _description(package_dir / "systems" / f"{system}.json", system, request, logged)
     return cell, system, files, description, logged
@@ -245,16 +245,20 @@ def _system_name(system: str, cell: Cell) -> str:
     return f"{system}_{re.sub(r'[^A-Za-z0-9_.+-]', '_', cell.recipe)}_bs{cell.batch_size}"
 
 
-def _check_files(cell: Cell, files: list[Path], benchmark: str, ruleset: str) -> None:
+def _check_files(cell: Cell, files: list[Path], named: tuple[str, str], ruleset: str) -> None:
     """What would make the package checker stop with a traceback rather than report."""
+    campaign, benchmark = named
     for run, path in zip(cell.done, files, strict=True):
         logged = follow_file(path, keep_lines=False).benchmark
         if logged != benchmark:
             said = f"logs submission_benchmark {logged!r}" if logged is not None else "logs no submission_benchmark"
+            other = f", or set rcp.benchmark: {logged} in the campaign file" if logged is not None else ""
             raise PackageError(
                 f"run {run['run_id']} ({cell.recipe} bs {cell.batch_size}, seed {run['seed']}): its result file "
-                f"{said}, but the package puts it under the campaign's benchmark {benchmark!r}; the checkers read "
-                f"both, so they must agree: set rcp.benchmark in the campaign file, or log that benchmark")
+                f"(the program's MLLOG) {said}, but the campaign's benchmark, under which the package puts it, "
+                f"is {benchmark!r} ({benchmark_origin(benchmark, campaign)}); the checkers read both, so they "
+                f"must agree: make the program log submission_benchmark {benchmark!r} (the placeholder "
+                f"{{benchmark}} in trainer.argv){other}")
         try:
             read_result_file(str(path), ruleset)
         except CheckerStops as err:

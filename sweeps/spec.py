@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from sweeps.tracking_spec import DEFAULT_DB, TrackingSpec
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.fields import validation_message
 from trainers.contract.gang import Gang
-from trainers.contract.submission import SUBMISSION_RUNS
+from trainers.contract.submission import SUBMISSION_RUNS, name_as_benchmark
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
@@ -269,7 +268,7 @@ class Campaign(_Strict):
 
     @property
     def benchmark(self) -> str:
-        return self.rcp.benchmark or re.sub(r"[^A-Za-z0-9_]", "_", self.name)
+        return self.rcp.benchmark or name_as_benchmark(self.name)
 
     @property
     def checker_runs(self) -> int | None:

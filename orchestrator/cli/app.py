@@ -45,19 +45,31 @@ def output_path_or_fail(path: Path, flag: str, *, folder: bool) -> None:
 
 
 def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False):
-    """The campaign, its tracking URI checked. A command that only reads gives a
-    tracking server READ_RETRY_S to answer; one that runs the campaign
-    (`waits_for_store`) rides out an outage for the campaign's tracking.retry_s."""
+    """The campaign, its tracking URI checked, its warnings that still apply shown. A
+    command that only reads gives a tracking server READ_RETRY_S to answer; one that runs
+    the campaign (`waits_for_store`) rides out an outage for the campaign's tracking.retry_s."""
+    campaign = _checked_campaign_or_fail(path, waits_for_store)
+    _warn(campaign, path)
+    return campaign
+
+
+def _checked_campaign_or_fail(path: Path, waits_for_store: bool):
     from sweeps.spec import CampaignError, load_campaign
 
     try:
         campaign = load_campaign(path)
     except CampaignError as err:
         fail(str(err))
-    for warning in campaign.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(warning)}", highlight=False)
     tracking_uri_or_fail(campaign.tracking_uri, "tracking.uri", probe=not waits_for_store)
     return campaign
+
+
+def _warn(campaign, path: Path) -> None:
+    if campaign.warnings:  # only then is the store read for them (orchestrator/campaign_warnings.py)
+        from orchestrator.campaign_warnings import warnings_that_apply
+
+        for warning in warnings_that_apply(campaign):
+            err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(warning)}", highlight=False)
 
 
 def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
@@ -77,14 +89,23 @@ def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
 
 def stored_campaign_or_fail(path: Path):
     """The campaign of a command that reads its runs (status, analyze, report, export): a
-    SQLite store that does not exist yet is one line, and stays unmade (MLflow would make
-    it, and a mistyped file name would then read as a campaign whose runs are lost)."""
-    from orchestrator.tracking import absent_sqlite_store
+    store that does not exist yet, or holds no experiment of the campaign, is one line, and
+    stays as it was (MLflow would make the SQLite file, a database's tables, a server's
+    experiment; and a mistyped store would then read as a campaign whose runs are lost)."""
+    from analysis.load_sql import campaign_in_store
+    from orchestrator.tracking import TrackingUnavailable, absent_sqlite_store
+    from trainers.contract.uri import redact_uri
 
-    campaign = load_campaign_or_fail(path)
+    campaign = _checked_campaign_or_fail(path, waits_for_store=False)
+    then = f"run `rcpforge run {escape(str(path))}` first, or check tracking.uri"
     if (db := absent_sqlite_store(campaign.tracking_uri)) is not None:
-        fail(f"no runs of campaign {campaign.name} at {escape(str(db))} (no such store yet): run "
-             f"`rcpforge run {escape(str(path))}` first, or check tracking.uri")
+        fail(f"no runs of campaign {campaign.name} at {escape(str(db))} (no such store yet): {then}")
+    try:
+        if not campaign_in_store(campaign.tracking_uri, campaign.name):
+            fail(f"no runs of campaign {campaign.name} at {escape(redact_uri(campaign.tracking_uri))}: {then}")
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
+    _warn(campaign, path)  # after that one line: a store without the campaign is the answer
     return campaign
 
 

@@ -32,14 +32,16 @@ def plan(
     if precisions and any(not 0 < p < 1 for p in precisions):
         fail(f"--precision: each is a relative half-width between 0 and 1 (0.03 is +-3%), got {list(precisions)}")
     reference = reference_or_fail(campaign, reference)
+    from analysis.load_sql import campaign_in_store
     from orchestrator.sizing import PRECISIONS, campaign_totals, size_comparisons
     from orchestrator.tracking import Tracking, TrackingUnavailable, absent_sqlite_store
 
     try:
         if pilot:
             _run_pilot(campaign, pilot)
-        ledger = {}  # a SQLite store not made yet records nothing, and planning makes none
-        if absent_sqlite_store(campaign.tracking_uri) is None:
+        ledger = {}  # a store not made yet, or without the campaign, records nothing; planning makes none
+        if absent_sqlite_store(campaign.tracking_uri) is None and campaign_in_store(campaign.tracking_uri,
+                                                                                     campaign.name):
             ledger = Tracking(campaign.tracking_uri, campaign.tracking.retry_s).campaign_ledger(campaign.name)
     except TrackingUnavailable as err:
         fail(escape(str(err)))

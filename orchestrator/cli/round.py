@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli import render
-from orchestrator.cli.app import app, console, err_console, fail
+from orchestrator.cli.app import app, console, err_console, fail, output_path_or_fail
 
 
 @app.command("round")
@@ -47,6 +47,9 @@ def round_cmd(
     rcpforge-mlflow.db in the current folder), so the round is in a store for queries."""
     if tracking_uri is not None and no_import:
         fail("--tracking-uri and --no-import: give one (--no-import reads the files without a store)")
+    for flag, path in (("--parquet", parquet), ("--html", html)):
+        if path is not None:  # before the round is read: an output of the wrong kind is bad input
+            output_path_or_fail(path, flag, folder=False)
     from analysis.rcp_set import RcpError
     from analysis.round.groups import FlagSettings, parse_group_keys
     from analysis.round.precision import load_precision_map, precision_factors

@@ -231,5 +231,12 @@ def test_result_files_that_log_another_benchmark_are_refused(ran, tmp_path):
     other_path.write_text(yaml.safe_dump(other, sort_keys=False))
     result = _export(other_path, "--package", str(tmp_path / "pkg"), "--submitter", "Acme", "--system", "box")
     assert result.exit_code == 2, result.output
-    assert f"logs submission_benchmark '{BENCHMARK}'" in result.stderr and "rcp.benchmark" in result.stderr
+    # The clash named, both values and where each comes from; rcp.benchmark is set already, so
+    # "set rcp.benchmark" alone would be no fix.
+    line = " ".join(result.stderr.split())  # rich may wrap the one line on a narrow console
+    assert f"(the program's MLLOG) logs submission_benchmark '{BENCHMARK}'" in line, line
+    assert "the campaign's benchmark, under which the package puts it, is 'rcpforge_other' " \
+           "(the campaign's rcp.benchmark)" in line, line
+    assert "make the program log submission_benchmark 'rcpforge_other'" in line
+    assert f"or set rcp.benchmark: {BENCHMARK} in the campaign file" in line
     assert not (tmp_path / "pkg").exists()

@@ -16,7 +16,7 @@ from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive
 from trainers.command.trainer import OUTPUT_LOG, CommandTrainer, run_values
-from trainers.contract import Budget, EvalPoint, Reporter, RunSpec, RunStatus, Target
+from trainers.contract import Budget, ErrorKind, EvalPoint, Reporter, RunSpec, RunStatus, Target
 from trainers.registry import validate_trainer_settings
 
 # What the scripts print: helpers to emit MLLOG lines with only the standard library.
@@ -45,7 +45,7 @@ class FakeReporter(Reporter):
         self.points.append(point)
 
 
-def _run(tmp_path: Path, body: str, *, max_tokens: int = 10**9, hparams=None, **settings):
+def _run(tmp_path: Path, body: str, *, max_tokens: int = 10**9, hparams=None, benchmark="cmd_test", **settings):
     (tmp_path / "script.py").write_text(PRELUDE + textwrap.dedent(body))
     trainer = validate_trainer_settings(
         {"kind": "command", "argv": ["{python}", "script.py", "{batch_size}", "{lr}", "{output_dir}"],
@@ -56,7 +56,7 @@ def _run(tmp_path: Path, body: str, *, max_tokens: int = 10**9, hparams=None, **
         target=Target(metric="eval_accuracy", mode="max", value=0.9),
         budget=Budget(max_tokens=max_tokens, eval_every_tokens=1), trainer=trainer,
     )
-    reporter = FakeReporter(tmp_path / "run", tmp_path)
+    reporter = FakeReporter(tmp_path / "run", tmp_path, benchmark)
     return CommandTrainer().train(spec, reporter), reporter
 
 
@@ -273,13 +273,49 @@ def test_eval_lines_without_the_unit_the_checker_reads_fail_the_run_with_the_fix
         for i in range(1, 100_000):
             mllog("eval_accuracy", 0.95, samples_count=1000 + i)
             time.sleep(0.01)
-    ''')
+    ''', benchmark="my_llm")
     assert result.status is RunStatus.failed
     assert result.error.startswith("MLLOG eval line 'eval_accuracy' has no metadata epoch_num")
-    assert "'my_llm'" in result.error and "rcp.benchmark" in result.error
+    assert "'my_llm'" in result.error and "set rcp.benchmark to the checker's name" in result.error
+    assert "must agree" not in result.error  # the program logs the campaign's benchmark: no clash
     assert rep.points == []  # stopped at the line: no eval after it reached the run
     with pytest.raises(KeyError, match="epoch_num"):  # the oracle: the checker cannot read the line either
         _checker(rep.output_dir / "result.txt")
+
+
+@pytest.mark.parametrize(("campaign_benchmark", "origin"), [
+    ("llama31_8b", "(the campaign's rcp.benchmark)"),
+    ("c", "(rcp.benchmark unset, so the campaign's name)"),
+])
+def test_a_program_logging_another_benchmark_than_the_campaign_is_told_the_clash(tmp_path, campaign_benchmark,
+                                                                                 origin):
+    # The campaign's benchmark is set (or is its name); the program logs its own name, read in
+    # epoch_num: "set rcp.benchmark" would be a fix already in place, so the line names the clash.
+    result, _ = _run(tmp_path, '''
+        header(32, bench="my_llm")
+        mllog("eval_accuracy", 0.95, samples_count=1000)
+        mllog("run_stop", status="success")
+    ''', benchmark=campaign_benchmark)
+    assert result.status is RunStatus.failed and result.error_kind is ErrorKind.configuration
+    error = result.error
+    assert error.startswith("MLLOG eval line 'eval_accuracy' has no metadata epoch_num: the program logs "
+                            "submission_benchmark 'my_llm' (its MLLOG), which the checker reads in epoch_num"), error
+    assert f"but the campaign's benchmark is {campaign_benchmark!r} {origin}" in error, error
+    assert f"make the program log submission_benchmark {campaign_benchmark!r}" in error
+    assert "set rcp.benchmark: my_llm and log epoch_num" in error
+    assert "set rcp.benchmark to the checker's name" not in error
+
+
+def test_a_program_logging_no_benchmark_is_told_to_log_the_campaigns(tmp_path):
+    result, _ = _run(tmp_path, '''
+        mllog("global_batch_size", 32)
+        mllog("eval_accuracy", 0.95, samples_count=1000)
+        mllog("run_stop", status="success")
+    ''', benchmark="llama31_8b")
+    assert result.status is RunStatus.failed
+    assert "the program logs no submission_benchmark (its MLLOG)" in result.error, result.error
+    assert "campaign's benchmark is 'llama31_8b' (the campaign's rcp.benchmark), read in samples_count" in result.error
+    assert "set rcp.benchmark: " not in result.error
 
 
 def test_the_same_program_under_a_benchmark_counted_in_samples_converges(tmp_path):

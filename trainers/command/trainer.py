@@ -42,6 +42,7 @@ from trainers.contract import ErrorKind, EvalPoint, Reporter, RunResult, RunSpec
 from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
 from trainers.contract.mllog.write import RESULT_FILE
+from trainers.contract.submission import benchmark_origin
 
 OUTPUT_LOG = "output.log"
 
@@ -76,11 +77,22 @@ def _text(value: Any) -> Any:
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
+# How a unit-rule failure begins (`_Follower._check_unit`), so a reader of the store can
+# tell a run that broke the rule from the others.
+UNIT_RULE_FAILURE = "MLLOG eval line "
+
+
+def broke_unit_rule(error: str | None) -> bool:
+    return bool(error) and error.startswith(UNIT_RULE_FAILURE) and " has no metadata " in error
+
+
 class _Follower:
     """Turns MLLOG lines into eval points and the checker's reading, as they arrive."""
 
-    def __init__(self, spec: RunSpec, cfg: CommandSettings, reporter: Reporter, result_file: Path):
+    def __init__(self, spec: RunSpec, cfg: CommandSettings, reporter: Reporter, result_file: Path,
+                 benchmark: str | None = None):
         self.spec, self.cfg, self.reporter = spec, cfg, reporter
+        self.benchmark = benchmark  # the campaign's (rcp.benchmark, or its name)
         self.reading = MllogReader(keep_lines=False)
         self.evals = 0
         self.last: EvalPoint | None = None
@@ -109,7 +121,10 @@ class _Follower:
         meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
         if unit in meta:
             return
-        if unit == "epoch_num":
+        if self.benchmark is not None and benchmark != self.benchmark:
+            # Setting rcp.benchmark is no fix here: it is set, and the program logs another.
+            read_as, fix = self._clash(benchmark, unit)
+        elif unit == "epoch_num":
             read_as = (f"the checker reads runs of benchmark {benchmark!r} in epoch_num "
                        f"(samples_count only for {', '.join(sorted(SAMPLES_BENCHMARKS))})")
             fix = ("log epoch_num in each eval's metadata (the samples so far, with trainer.unit: samples), or set "
@@ -118,8 +133,22 @@ class _Follower:
         else:
             read_as = f"the checker reads runs of benchmark {benchmark!r} in samples_count"
             fix = "log samples_count in each eval's metadata"
-        self.failure = f"MLLOG eval line {event.get('key')!r} has no metadata {unit}: {read_as}; {fix}"
+        self.failure = f"{UNIT_RULE_FAILURE}{event.get('key')!r} has no metadata {unit}: {read_as}; {fix}"
         raise StopProcess(self.failure)
+
+    def _clash(self, logged: Any, unit: str) -> tuple[str, str]:
+        """What the checker reads and the fix where the program's submission_benchmark is
+        not the campaign's: both values, and where each comes from."""
+        ours = self.benchmark
+        origin = benchmark_origin(ours, self.spec.campaign)
+        said = f"logs submission_benchmark {logged!r}" if logged is not None else "logs no submission_benchmark"
+        read_as = (f"the program {said} (its MLLOG), which the checker reads in {unit}, but the campaign's "
+                   f"benchmark is {ours!r} ({origin}), read in {convergence_unit(ours)}")
+        fix = (f"the two must agree: make the program log submission_benchmark {ours!r} (pass it the placeholder "
+               "{benchmark} in trainer.argv)")
+        if logged is not None:
+            fix += f", or set rcp.benchmark: {logged} and log {unit} in each eval's metadata"
+        return read_as, fix
 
     def _eval(self, event: dict[str, Any]) -> None:
         meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
@@ -180,7 +209,7 @@ class CommandTrainer(Trainer):
         if mllog_file is not None:
             mllog_file.parent.mkdir(parents=True, exist_ok=True)
             mllog_file.unlink(missing_ok=True)  # an earlier attempt's: this attempt starts from scratch
-        follower = _Follower(spec, cfg, reporter, output_dir / RESULT_FILE)
+        follower = _Follower(spec, cfg, reporter, output_dir / RESULT_FILE, benchmark)
         end = None
         try:
             end = run_and_follow(

@@ -7,6 +7,7 @@ numbers from the checker's on the same RCP file."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 SUBMISSION_RUNS: dict[str, int] = {
@@ -15,6 +16,18 @@ SUBMISSION_RUNS: dict[str, int] = {
     "rgat": 10, "llama2_70b_lora": 10, "flux1": 10, "llama31_405b": 3, "llama31_8b": 10,
     "gpt_oss_20b": 10, "deepseekv3_671b": 3, "qwen35_397b_grpo": 3, "dlrmv4": 10,
 }
+
+
+def name_as_benchmark(campaign: str) -> str:
+    """A campaign's benchmark where it sets no rcp.benchmark: its name, in the characters
+    a benchmark name may hold."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", campaign)
+
+
+def benchmark_origin(benchmark: str, campaign: str) -> str:
+    """Where a campaign's benchmark comes from, for a message that names a clash with it."""
+    return ("rcp.benchmark unset, so the campaign's name" if benchmark == name_as_benchmark(campaign)
+            else "the campaign's rcp.benchmark")
 
 
 # systems/<system>.json fields a round's analysis and import keep (setting name -> field)
