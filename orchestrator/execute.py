@@ -26,7 +26,7 @@ from orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
 from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, StopRun
 from trainers.contract.gang import gang_task
-from trainers.contract.mllog.read import facts_tags, run_facts
+from trainers.contract.mllog.read import facts_tags, run_facts, with_warning
 from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
 from trainers.contract.schema import (
     METRIC_CORE_HOURS,
@@ -173,10 +173,9 @@ def _result_file_facts(path: Path, spec: RunSpec) -> tuple[dict[str, float], dic
     declared = spec.recipe_options.get("precision")
     disclosed = facts.disclosed.get("lowest_numerical_precision_in_linear")
     if declared is not None and disclosed is not None and disclosed != declared:
-        tags[TAG_WARNING] = (
-            f"the run disclosed lowest_numerical_precision_in_linear {disclosed!r}, but its recipe {spec.recipe} "
-            f"declares precision {declared!r}: check the program's recipe, or the label's precision option"
-        )
+        with_warning(tags, f"the run disclosed lowest_numerical_precision_in_linear {disclosed!r}, but its recipe "
+                           f"{spec.recipe} declares precision {declared!r}: check the program's recipe, or the "
+                           "label's precision option")
     return measured, tags
 
 

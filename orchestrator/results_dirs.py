@@ -26,7 +26,7 @@ from pathlib import Path
 
 from orchestrator.tracking import ImportedRun, Tracking
 from trainers.contract import RunStatus
-from trainers.contract.mllog.read import events_facts, facts_tags, follow_events
+from trainers.contract.mllog.read import events_facts, facts_tags, follow_events, with_warning
 from trainers.contract.mllog.write import RESULT_FILE
 from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
@@ -50,7 +50,6 @@ from trainers.contract.schema import (
     TAG_SYSTEM,
     TAG_TARGET_METRIC,
     TAG_TRAINER,
-    TAG_WARNING,
 )
 from trainers.contract.submission import system_settings
 
@@ -260,7 +259,7 @@ def _imported_run(campaign: str, path: Path, reading, events: list[dict], where:
         tags[TAG_BENCHMARK] = str(reading.benchmark)
     if not reading.saw_run_stop:
         note = f"{path}: no run_stop (the file is cut off?); imported as not converged, as the checker counts it"
-        tags[TAG_WARNING] = note
+        with_warning(tags, note)
         summary.truncated.append(note)
     metrics = [("eval_accuracy", value, step) for step, value in _curve(events)]
     if status is RunStatus.converged:
