@@ -26,8 +26,8 @@ from orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
 from sweeps.spec import Campaign
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, StopRun
 from trainers.contract.gang import gang_task
-from trainers.contract.mllog.read import facts_tags, run_facts
-from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter
+from trainers.contract.mllog.read import facts_tags, run_facts, with_warning
+from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter, add_missing_disclosure
 from trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
@@ -103,6 +103,8 @@ class RunAssignment:
     # this worker runs (a local one): nothing is logged on it yet (RunLog's `unlogged`).
     # Per-attempt as `fresh` is: no other attempt, nor a rerun of this one, has it.
     unlogged: bool = False
+    # MLPerf's `config_filename` of the run's MLLOG: the campaign file's name.
+    config_filename: str | None = None
 
 
 def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
@@ -113,7 +115,7 @@ def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
         spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(output_dir or campaign.run_dir(spec)),
         campaign.benchmark, str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
         campaign.tracking.retry_s, campaign.launch.world_size, campaign.launch.gpus_per_process, fresh,
-        artifact_uri, unlogged,
+        artifact_uri, unlogged, campaign.config_filename,
     )
 
 
@@ -130,13 +132,14 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     context = RunContext(log, Path(job.output_dir), job.benchmark or spec.campaign,
                          Path(job.campaign_dir or Path.cwd()), watch, stall)
     writer = None
+    disclosure: dict = {}
     start = time.monotonic()
     try:
         trainer = get_trainer(spec.trainer_kind)
         reporter: Reporter = context
+        disclosure = {**trainer.disclosure(spec), "config_filename": job.config_filename or spec.campaign}
         if not trainer.writes_mllog:
-            writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec,
-                                 dict(trainer.disclosure(spec)))
+            writer = MllogWriter(context.output_dir / RESULT_FILE, context.benchmark, spec, disclosure)
             reporter = MllogReporter(context, writer, spec.target.metric)
         with stall:
             result = trainer.train(spec, reporter)
@@ -154,6 +157,11 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
         result = RunResult(status=RunStatus.failed, error=traceback.format_exc())
     if writer is not None:
         result = _stop_writer(writer, result)
+    elif disclosure:  # the trainer's own file: the keys its program left out
+        try:
+            add_missing_disclosure(context.output_dir / RESULT_FILE, disclosure)
+        except OSError:
+            pass  # the program's file stays as it wrote it: the outcome is its, and the export adds them again
     measured, tags = _result_file_facts(context.output_dir / RESULT_FILE, spec)
     if TAG_WARNING in tags and result.status is not RunStatus.failed:  # shown on the run's console line too
         note = "; ".join(filter(None, [result.error, "warning: " + tags[TAG_WARNING]]))
@@ -173,10 +181,9 @@ def _result_file_facts(path: Path, spec: RunSpec) -> tuple[dict[str, float], dic
     declared = spec.recipe_options.get("precision")
     disclosed = facts.disclosed.get("lowest_numerical_precision_in_linear")
     if declared is not None and disclosed is not None and disclosed != declared:
-        tags[TAG_WARNING] = (
-            f"the run disclosed lowest_numerical_precision_in_linear {disclosed!r}, but its recipe {spec.recipe} "
-            f"declares precision {declared!r}: check the program's recipe, or the label's precision option"
-        )
+        with_warning(tags, f"the run disclosed lowest_numerical_precision_in_linear {disclosed!r}, but its recipe "
+                           f"{spec.recipe} declares precision {declared!r}: check the program's recipe, or the "
+                           "label's precision option")
     return measured, tags
 
 

@@ -138,8 +138,9 @@ class Package:
 
 
 def export_package(tracking_uri: str, campaign: str, benchmark: str, package_dir: Path,
-                   request: PackageRequest, run_dir_of) -> Package:
-    """Write (or rewrite) the package; nothing is written when an input is refused."""
+                   request: PackageRequest, run_dir_of, config_filename: str | None = None) -> Package:
+    """Write (or rewrite) the package; nothing is written when an input is refused.
+    `config_filename`: the campaign file's name, for result files that lack it."""
     earlier = _earlier_package(package_dir)
     chosen = _chosen_cells(campaign_cells(tracking_uri, campaign), request, campaign)
     with_outcome = [c for c in chosen if c.done]
@@ -157,7 +158,7 @@ def export_package(tracking_uri: str, campaign: str, benchmark: str, package_dir
         _remove_earlier_results(package_dir, earlier)
         for cell, system, files, description, logged in plan:
             folder = package_dir / "results" / system / benchmark
-            write_result_files(folder, files)
+            write_result_files(folder, files, config_filename)
             written += [str(folder.relative_to(package_dir) / f"result_{i}.txt") for i in range(len(files))]
             _write_json(package_dir / "systems" / f"{system}.json", description)
             package.systems.append(PackagedSystem(

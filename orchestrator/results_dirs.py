@@ -26,8 +26,8 @@ from pathlib import Path
 
 from orchestrator.tracking import ImportedRun, Tracking
 from trainers.contract import RunStatus
-from trainers.contract.mllog.read import events_facts, facts_tags, follow_events
-from trainers.contract.mllog.write import RESULT_FILE
+from trainers.contract.mllog.read import events_facts, facts_tags, follow_events, with_warning
+from trainers.contract.mllog.write import RESULT_FILE, add_missing_disclosure
 from trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TIME_TO_TRAIN,
@@ -50,7 +50,6 @@ from trainers.contract.schema import (
     TAG_SYSTEM,
     TAG_TARGET_METRIC,
     TAG_TRAINER,
-    TAG_WARNING,
 )
 from trainers.contract.submission import system_settings
 
@@ -109,24 +108,31 @@ def fetch_result_files(tracking_uri: str, runs: list[dict], tmp: Path, run_dir_o
     return [_result_file(tracking, run["run_id"], tmp / run["run_id"], run_dir_of) for run in runs]
 
 
-def write_result_files(folder: Path, files: list[Path]) -> None:
-    """`files` as `folder/result_<i>.txt`, i in their order, replacing earlier ones."""
+def write_result_files(folder: Path, files: list[Path], config_filename: str | None = None) -> None:
+    """`files` as `folder/result_<i>.txt`, i in their order, replacing earlier ones; a
+    file without MLPerf's `config_filename` (a run from before rcpforge wrote it) gets
+    `config_filename`, the campaign file's name, appended (the 6.1 rules want one)."""
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("result_*.txt"):
         stale.unlink()  # an earlier export may have had more runs
     for i, source in enumerate(files):
         shutil.copyfile(source, folder / f"result_{i}.txt")
+        if config_filename:
+            add_missing_disclosure(folder / f"result_{i}.txt", {"config_filename": config_filename})
 
 
-def export_results(tracking_uri: str, campaign: str, results_dir: Path, run_dir_of) -> list[ExportedCell]:
-    """`run_dir_of(spec)` gives a run's folder, for runs whose artifact is missing."""
+def export_results(tracking_uri: str, campaign: str, results_dir: Path, run_dir_of,
+                   config_filename: str | None = None) -> list[ExportedCell]:
+    """`run_dir_of(spec)` gives a run's folder, for runs whose artifact is missing;
+    `config_filename` the campaign file's name (`write_result_files`)."""
     exported = []
     with tempfile.TemporaryDirectory() as tmp:
         for cell in campaign_cells(tracking_uri, campaign):
             if not cell.done:
                 continue
             folder = cell_folder(results_dir, cell.recipe, cell.batch_size)
-            write_result_files(folder, fetch_result_files(tracking_uri, cell.done, Path(tmp), run_dir_of))
+            write_result_files(folder, fetch_result_files(tracking_uri, cell.done, Path(tmp), run_dir_of),
+                               config_filename)
             exported.append(ExportedCell(cell.recipe, cell.batch_size, folder, len(cell.done), cell.left_out))
     return exported
 
@@ -260,7 +266,7 @@ def _imported_run(campaign: str, path: Path, reading, events: list[dict], where:
         tags[TAG_BENCHMARK] = str(reading.benchmark)
     if not reading.saw_run_stop:
         note = f"{path}: no run_stop (the file is cut off?); imported as not converged, as the checker counts it"
-        tags[TAG_WARNING] = note
+        with_warning(tags, note)
         summary.truncated.append(note)
     metrics = [("eval_accuracy", value, step) for step, value in _curve(events)]
     if status is RunStatus.converged:

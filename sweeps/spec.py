@@ -91,6 +91,9 @@ class Campaign(_Strict):
     hparams_from: str | None = None
     # Where the campaign file lives: relative paths and the default store resolve here.
     base_dir: Path = Field(default=Path("."), exclude=True)
+    # The campaign file's name, MLPerf's `config_filename` in every run's MLLOG ("" for a
+    # campaign not read from a file: its name stands in).
+    config_file: str = Field(default="", exclude=True)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -262,6 +265,11 @@ class Campaign(_Strict):
     def artifact_dir(self) -> Path:
         return self.base_dir / "mlartifacts"
 
+    @property
+    def config_filename(self) -> str:
+        """MLPerf's `config_filename` of the campaign's runs: the campaign file's name."""
+        return self.config_file or self.name
+
     def run_dir(self, spec: RunSpec) -> Path:
         """A run's own folder (result files, checkpoints), the same on every attempt."""
         return self.base_dir / "rcpforge-runs" / self.name / f"{spec.run_name}_{spec.run_key[:12]}"
@@ -359,13 +367,14 @@ _MESSAGES = {("too_short", ("batch_sizes",)): (
     "at the minimum and at the maximum batch size, and interpolates between them")}
 
 
-def parse_campaign(data: Any, base_dir: Path = Path("."), source: str = "campaign") -> Campaign:
+def parse_campaign(data: Any, base_dir: Path = Path("."), source: str = "campaign", config_file: str = "") -> Campaign:
     if not isinstance(data, dict):
         raise CampaignError(f"{source}: expected a mapping of campaign fields at the top level")
     try:
-        return Campaign.model_validate({**data, "base_dir": base_dir})
+        return Campaign.model_validate({**data, "base_dir": base_dir, "config_file": config_file})
     except ValidationError as err:
-        raise CampaignError(f"{source}: {validation_message(err, Campaign, ('base_dir',), _MESSAGES)}") from None
+        hidden = ("base_dir", "config_file")  # set here, not by the file
+        raise CampaignError(f"{source}: {validation_message(err, Campaign, hidden, _MESSAGES)}") from None
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -380,4 +389,4 @@ def load_campaign(path: str | Path) -> Campaign:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CampaignError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    return parse_campaign(data, path.resolve().parent, str(path))
+    return parse_campaign(data, path.resolve().parent, str(path), path.name)

@@ -5,7 +5,8 @@ better) at step = tokens trained, so every pruner minimizes as the study does.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import warnings
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -29,18 +30,33 @@ def distributions(tune: TuneSpec) -> dict[str, BaseDistribution]:
     return out
 
 
-def make_sampler(tune: TuneSpec, cell_seed: int) -> optuna.samplers.BaseSampler:
+def sampler_settings(tune: TuneSpec, cell_seed: int) -> dict[str, Any]:
+    """Every setting of a cell's sampler that decides its trials, given to Optuna
+    explicitly (none left to a default a new Optuna may change) and recorded with
+    Optuna's version in the tune table (`tune_study.evidence`)."""
     spec: SamplerSpec = tune.sampler
-    seed = spec.seed + cell_seed
-    if spec.kind == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if spec.kind == "grid":
-        # The grid points are enqueued as trials (`tune_study.enqueue_grid`): Optuna's
-        # GridSampler stops the study through `Study.stop`, which ask-and-tell forbids.
-        return optuna.samplers.RandomSampler(seed=seed)
-    # constant_liar: trials running side by side on several workers are not all sent to
-    # the same promising spot.
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials, constant_liar=True)
+    # grid: its points are enqueued as trials (`tune_study.enqueue_grid`), the rest drawn
+    # at random: Optuna's GridSampler stops the study through `Study.stop`, which
+    # ask-and-tell forbids.
+    settings: dict[str, Any] = {"kind": spec.kind, "optuna_sampler": "RandomSampler", "seed": spec.seed + cell_seed}
+    if spec.kind == "tpe":
+        # constant_liar: trials running side by side on several workers are not all sent
+        # to the same promising spot.
+        settings.update(optuna_sampler="TPESampler", n_startup_trials=spec.startup_trials,
+                        multivariate=spec.multivariate, constant_liar=True)
+    return {**settings, "optuna": optuna.__version__}
+
+
+def make_sampler(tune: TuneSpec, cell_seed: int) -> optuna.samplers.BaseSampler:
+    settings = sampler_settings(tune, cell_seed)
+    if settings["optuna_sampler"] == "RandomSampler":
+        return optuna.samplers.RandomSampler(seed=settings["seed"])
+    with warnings.catch_warnings():
+        # Optuna 4 calls multivariate and constant_liar experimental; the settings are ours
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=settings["seed"], n_startup_trials=settings["n_startup_trials"],
+                                          multivariate=settings["multivariate"],
+                                          constant_liar=settings["constant_liar"])
 
 
 class HopelessPruner(optuna.pruners.BasePruner):

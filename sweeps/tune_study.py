@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeps.spec import Campaign
 from trainers.contract.uri import redact_uri
-from sweeps.tune_optuna import make_pruner, make_sampler
+from sweeps.tune_optuna import make_pruner, make_sampler, sampler_settings
 from sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
 
 _SPACE_ATTR = "rcpforge.space"
@@ -188,8 +188,9 @@ def summarize(study: optuna.Study, cell: Cell) -> CellSummary:
     return out
 
 
-def evidence(summary: CellSummary, storage: str, tune: TuneSpec) -> dict[str, Any]:
-    """The table's record of how a batch size's hyperparameters were found."""
+def evidence(summary: CellSummary, storage: str, tune: TuneSpec, cell_seed: int = 0) -> dict[str, Any]:
+    """The table's record of how a batch size's hyperparameters were found, with the
+    sampler's settings and Optuna's version (`cell_seed`: the cell's, as `open_study`'s)."""
     return {
         "study": summary.study,
         "storage": redact_uri(storage),
@@ -200,4 +201,5 @@ def evidence(summary: CellSummary, storage: str, tune: TuneSpec) -> dict[str, An
         "trials": {"finished": summary.trials, "converged": summary.converged, "censored": summary.censored,
                    "pruned": summary.pruned, "failed": summary.failed},
         "top": summary.top,
+        "sampler": sampler_settings(tune, cell_seed),
     }

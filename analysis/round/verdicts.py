@@ -15,6 +15,7 @@ from pathlib import Path
 from analysis.check import check_directory
 from analysis.rcp_set import RULESETS, RcpError
 from analysis.round.groups import DEFAULT_GROUP_KEYS, FlagSettings, assign_groups
+from analysis.round.summary import add_summaries
 from trainers.contract.mllog.read import (
     NOT_CONVERGED,
     convergence_unit,
@@ -36,18 +37,25 @@ def submission_dirs(root: Path) -> list[Path]:
 
 
 def analyze_round(root: Path, rcps: str, ruleset: str = "5.0.0", group_by: Sequence[str] = DEFAULT_GROUP_KEYS,
-                  flags: FlagSettings | None = None, precision_map: dict[str, str] | None = None) -> list[dict]:
+                  flags: FlagSettings | None = None, precision_map: dict[str, str] | None = None,
+                  notes: list[str] | None = None) -> list[dict]:
     """`rcps` is a ruleset (its shipped RCPs) or an RCP file (read with `ruleset`'s rules).
     Every submission is grouped by `group_by` and scored within its group
     (`analysis.round.groups`); `precision_map` (dir -> label) overrides the MLLOG
-    precision disclosure."""
+    precision disclosure. Where the round has summary.json files, each submission also
+    gets what they say and where that disagrees (`analysis.round.summary`); `notes`
+    receives the files that could not be read."""
     if rcps in RULESETS:
         rcp_file, ruleset = None, rcps
     elif Path(rcps).is_file():
         rcp_file = rcps
     else:
         raise RcpError(f"--rcps {rcps!r}: neither an RCP file nor a ruleset; rulesets: {', '.join(RULESETS)}")
-    rows = [_submission(folder, root, rcp_file, ruleset) for folder in submission_dirs(root)]
+    folders = submission_dirs(root)
+    rows = [_submission(folder, root, rcp_file, ruleset) for folder in folders]
+    skipped = add_summaries(rows, folders, root)
+    if notes is not None:
+        notes += skipped
     for row in rows:
         if precision_map is not None:
             row["precision"] = mapped_precision(precision_map, row["dir"]) or row["precision"]

@@ -141,7 +141,8 @@ def status_table(campaign, found, compute: str, outside: int) -> Table:
 
 def round_tables(rows: list[dict], groups: list[dict], factors: list[dict]) -> list[Table]:
     """`round`: the submissions, the groups of like submissions, those flagged for the
-    chair (if any) and the precision factors (if any), in that order."""
+    chair (if any), where the round's summary.json disagrees (if anywhere) and the
+    precision factors (if any), in that order."""
     from analysis.display import cell_text, header
 
     group_no = {g["group"]: i for i, g in enumerate(groups, 1)}
@@ -162,6 +163,12 @@ def round_tables(rows: list[dict], groups: list[dict], factors: list[dict]) -> l
         table = Table("dir", "group", "why", title="flagged for the chair")
         for r in flagged:
             table.add_row(r["dir"], f"G{group_no[r['group']]}", r["flag_reason"])
+        tables.append(table)
+    disagree = [r for r in rows if r.get("summary_disagrees")]
+    if disagree:
+        table = Table("dir", "summary.json", "disagrees with what rcpforge computed", title="the round's summary.json")
+        for r in disagree:
+            table.add_row(r["dir"], r["summary_file"], r["summary_disagrees"])
         tables.append(table)
     if factors:
         shown = ["benchmark", "precision", "submissions", "factor", "ci_low", "ci_high"]

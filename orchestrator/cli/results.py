@@ -115,7 +115,8 @@ def _export_results(campaign, campaign_file: Path, results: Path) -> None:
     from orchestrator.results_dirs import ResultsError, export_results
 
     try:
-        cells = export_results(campaign.tracking_uri, campaign.name, results, campaign.run_dir)
+        cells = export_results(campaign.tracking_uri, campaign.name, results, campaign.run_dir,
+                               campaign.config_filename)
     except (NoSuchCampaign, ResultsError) as err:
         fail(str(err))
     if not cells:
@@ -144,7 +145,8 @@ def _export_package(campaign, campaign_file: Path, package: Path, request) -> No
     request = replace(request, nodes=launch.nodes, accelerators_per_node=launch.processes_per_node * launch.gpus_per_process,
                       accelerator=launch.gpu_type or "")
     try:
-        written = export_package(campaign.tracking_uri, campaign.name, campaign.benchmark, package, request, campaign.run_dir)
+        written = export_package(campaign.tracking_uri, campaign.name, campaign.benchmark, package, request,
+                                 campaign.run_dir, campaign.config_filename)
     except NoSuchCampaign as err:
         fail(f"{err}; run `rcpforge run {campaign_file}` first")
     except (PackageError, ResultsError) as err:

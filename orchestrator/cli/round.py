@@ -62,10 +62,13 @@ def round_cmd(
     try:
         keys = parse_group_keys(group_by)
         mapping = load_precision_map(precision_map) if precision_map is not None else None
+        notes: list[str] = []
         rows = analyze_round(root, rcps, group_by=keys, flags=FlagSettings(p_threshold, z_threshold),
-                             precision_map=mapping)
+                             precision_map=mapping, notes=notes)
     except RcpError as err:
         fail(str(err))
+    for note in notes:
+        err_console.print(f"note: {note}", highlight=False)
     if not no_import:
         _import_round(root, tracking_uri)
     factors = precision_factors(rows)
@@ -116,3 +119,8 @@ def _tables(rows: list[dict], factors: list[dict]) -> None:
     flagged = sum(1 for r in rows if r["flagged"])
     console.print(f"{len(rows)} submissions: {passed} pass, {len(rows) - passed} fail; {len(groups)} groups; "
                   f"{flagged} flagged")
+    compared = [r for r in rows if r["summary_file"]]
+    if compared:
+        disagree = sum(1 for r in compared if r["summary_disagrees"])
+        console.print(f"summary.json: {len(compared)} submissions compared with what it says, {disagree} disagree",
+                      highlight=False)

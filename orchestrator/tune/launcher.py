@@ -212,5 +212,5 @@ def tune_campaign(
                 if summary.best_trial is not None:
                     best = {**campaign.hparams[cell.batch_size], **summary.best_params}
                     write_hparams_table(table_path(campaign.base_dir, cell.recipe), campaign.name, cell.recipe,
-                                        {cell.batch_size: (best, evidence(summary, storage, tune))})
+                                        {cell.batch_size: (best, evidence(summary, storage, tune, index))})
     return summaries

@@ -20,9 +20,11 @@ from orchestrator.campaign import run_campaign
 from sweeps.spec import load_campaign
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.helpers.rules61 import disclosed, disclosure_complaints
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec
 from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 from trainers.contract.schema import TAG_ATTEMPTS
+from trainers.contract.mllog.read import DISCLOSURE_KEYS
 
 EXAMPLES = ROOT / "sweeps" / "examples"
 N = 4  # submission runs of the tiny campaign's benchmark
@@ -75,6 +77,22 @@ def test_every_tinylm_run_writes_the_result_file_the_checker_reads(tiny, tmp_pat
         not_converged, value, bs, benchmark = _checker_reads(client, run["run_id"], tmp_path)
         assert (not_converged, bs, benchmark) == (0, run["batch_size"], "rcpforge_tiny")
         assert value == run["samples_to_target"]
+
+
+def test_exported_tiny_lm_files_pass_the_61_disclosure_rules(tiny, exported):
+    """One of each disclosure key (the 6.1 rules): the precision map's, data parallel,
+    and the campaign file's name; mlperf-logging's 6.1 compliance checker is the oracle."""
+    path, _ = tiny
+    results, _ = exported
+    files = sorted(results.glob("*/bs*/result_*.txt"))
+    assert len(files) == 12
+    for file in files:
+        found = disclosed(file)
+        assert {k: len(v) for k, v in found.items()} == dict.fromkeys(DISCLOSURE_KEYS, 1), file
+        assert found["config_filename"] == [path.name]
+        assert found["lowest_numerical_precision_in_linear"] == [{"bf16": "bfloat16", "fp8_tensorwise": "fp8"}[file.parts[-3]]]
+        assert found["micro_batch_size"] == [int(file.parent.name[2:])]  # one rank
+        assert disclosure_complaints(file) == {}
 
 
 def _expected_verdict(rcp_values: list[float], subm_values: list[float], bs: int, n: int):

@@ -13,6 +13,7 @@ import time
 
 import optuna
 import pytest
+import yaml
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
@@ -87,6 +88,11 @@ def test_censored_trials_rank_behind_converged_ones_and_are_not_failures(tmp_pat
     good, mid, bad = trials[0.01], trials[0.001], trials[0.0001]
     assert good.value <= 40_960 < mid.value < bad.value
     assert summary.best_params == {"lr": 0.01} and summary.best_converged
+    # the table records the sampler as it was set, with the Optuna that ran it
+    table = yaml.safe_load((campaign.base_dir / "hparams.bf16.yaml").read_text())
+    sampler = table["evidence"][16]["sampler"]
+    assert (sampler["kind"], sampler["optuna_sampler"], sampler["optuna"]) == ("grid", "RandomSampler",
+                                                                               optuna.__version__)
 
     client = MlflowClient(tracking_uri=campaign.tracking_uri)
     runs = _runs_by_trial(campaign)

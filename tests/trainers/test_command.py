@@ -409,6 +409,9 @@ def test_recipe_options_and_budgets_in_samples_reach_the_program(tmp_path):
     ([{"bad name": {}}], "recipes: label 'bad name'"),
     ([{"x": {"block": [16, 16]}}], "recipes.x.block: options of a command trainer's recipe are scalars"),
     ([{"x": {"precision": "fp6"}}], "recipes.x.precision: 'fp6' is not an MLPerf precision name"),
+    ([{"x": {"lowest_numerical_precision_in_attn": "bf16"}}],
+     "recipes.x.lowest_numerical_precision_in_attn: 'bf16' is not an MLPerf precision name"),
+    ([{"x": {"tensor_parallelism": 0}}], "recipes.x.tensor_parallelism: 0: MLPerf's tensor_parallelism is a whole number of at least 1"),
 ])
 def test_bad_recipe_labels_are_refused_naming_the_field(recipes, message):
     trainer = {"kind": "command", "argv": ["prog", "{recipe_block}"]}

@@ -20,7 +20,11 @@ Recipes of a command trainer are labels: the program implements its own precisio
 any name is allowed, with free-form scalar options that reach the program as
 `{recipe_<option>}` and RCPFORGE_RECIPE_<OPTION>. The option `precision`, when given,
 declares the label's lowest precision in linear layers in MLPerf's words (`fp8`,
-`nvfp4`, ...): a run that discloses another one in its MLLOG gets a warning.
+`nvfp4`, ...): a run that discloses another one in its MLLOG gets a warning. A program
+that discloses none gets it from the label: rcpforge appends the MLLOG disclosure keys the
+label says (`precision` as lowest_numerical_precision_in_linear, and options named as
+MLPerf's keys, `lowest_numerical_precision_in_attn: bfloat16`, `tensor_parallelism: 2`,
+...) and `config_filename` where the program's file leaves them out.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ RECIPE_OPTION_PREFIX = "recipe_"
 # (mlperf_logging 4.1.68, compliance_checker/training_6.1.0/common.yaml).
 MLPERF_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "fp8", "mxfp6", "nvfp4", "mxfp4", "bfloat16",
                      "Graphcore FLOAT 16.16", "int8", "uint8", "int4", "uint4")
+# Label options named as MLPerf's disclosure keys (trainers/contract/mllog/read.py's
+# DISCLOSURE_KEYS), with the values the 6.1 rules allow.
+LABEL_PRECISION_KEYS = tuple(f"lowest_numerical_precision_in_{p}" for p in ("linear", "attn", "comm"))
+LABEL_PARALLELISM_KEYS = ("tensor_parallelism", "pipeline_parallelism", "context_parallelism",
+                          "expert_parallelism", "micro_batch_size")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -85,13 +94,27 @@ def validate_recipe_label(name: str, options: dict[str, Any]) -> dict[str, Any]:
                 f"recipes.{name}.{key}: options of a command trainer's recipe are scalars (text, number, "
                 f"true/false), got {value!r}"
             )
-    precision = options.get("precision")
-    if precision is not None and precision not in MLPERF_PRECISIONS:
-        raise ValueError(
-            f"recipes.{name}.precision: {precision!r} is not an MLPerf precision name; "
-            f"use one of {', '.join(MLPERF_PRECISIONS)}"
-        )
+    for key in ("precision", *LABEL_PRECISION_KEYS):
+        precision = options.get(key)
+        if precision is not None and precision not in MLPERF_PRECISIONS:
+            raise ValueError(
+                f"recipes.{name}.{key}: {precision!r} is not an MLPerf precision name; "
+                f"use one of {', '.join(MLPERF_PRECISIONS)}"
+            )
+    for key in LABEL_PARALLELISM_KEYS:
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"recipes.{name}.{key}: {value!r}: MLPerf's {key} is a whole number of at least 1")
     return dict(options)
+
+
+def label_disclosure(options: dict[str, Any]) -> dict[str, Any]:
+    """The MLPerf disclosure keys a recipe label says: `precision` is the lowest precision
+    in linear layers; options named as the keys are those keys (they win over `precision`)."""
+    said = {key: options[key] for key in (*LABEL_PRECISION_KEYS, *LABEL_PARALLELISM_KEYS) if key in options}
+    if "precision" in options:
+        said.setdefault("lowest_numerical_precision_in_linear", options["precision"])
+    return said
 
 
 def placeholders(text: str) -> list[str]:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
-from trainers.command.settings import RECIPE_OPTION_PREFIX, CommandSettings, env_name, substitute
+from trainers.command.settings import RECIPE_OPTION_PREFIX, CommandSettings, env_name, label_disclosure, substitute
 from trainers.contract import ErrorKind, EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
@@ -189,6 +189,11 @@ class _Follower:
 
 class CommandTrainer(Trainer):
     writes_mllog = True  # the program's own MLLOG lines are the result file
+
+    def disclosure(self, spec: RunSpec) -> dict[str, Any]:
+        """What the recipe label says (`label_disclosure`): the executor appends the keys
+        the program's file leaves out."""
+        return label_disclosure(spec.recipe_options)
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         start = time.monotonic()

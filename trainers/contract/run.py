@@ -247,5 +247,7 @@ class Trainer(ABC):
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult: ...
 
     def disclosure(self, spec: RunSpec) -> dict[str, Any]:
-        """MLPerf's disclosure keys of the run, for the result file the executor writes."""
+        """MLPerf's disclosure keys of the run (the 6.1 rules want one of each): the header
+        of the result file the executor writes; for a trainer that writes its own, those
+        its file leaves out, appended by the executor. The executor adds `config_filename`."""
         return {}

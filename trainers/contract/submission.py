@@ -2,20 +2,48 @@
 validator (`sweeps`) and the analysis: the runs of one submission, N (`submission_runs`
 of `mlperf_logging.rcp_checker`, usage "training"). An RCP needs 2N runs; the checker's
 minimum acceptable mean uses N - 2 submission runs, so a different N gives different
-numbers from the checker's on the same RCP file."""
+numbers from the checker's on the same RCP file. The table is the installed checker's."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import re
 from pathlib import Path
 
-SUBMISSION_RUNS: dict[str, int] = {
-    "bert": 10, "dlrm_dcnv2": 10, "gpt3": 3, "maskrcnn": 5, "resnet": 5, "ssd": 5,
-    "retinanet": 5, "unet3d": 40, "rnnt": 10, "stable_diffusion": 10, "gnn": 10,
-    "rgat": 10, "llama2_70b_lora": 10, "flux1": 10, "llama31_405b": 3, "llama31_8b": 10,
-    "gpt_oss_20b": 10, "deepseekv3_671b": 3, "qwen35_397b_grpo": 3, "dlrmv4": 10,
-}
+
+class CheckerTableMissing(RuntimeError):
+    """The installed mlperf-logging has no `submission_runs` table where rcpforge reads it."""
+
+
+def checker_submission_runs(source: Path | None = None, usage: str = "training") -> dict[str, int]:
+    """The checker's own `submission_runs[usage]`, read from the source of the installed
+    `mlperf_logging/rcp_checker/rcp_checker.py` as a literal: importing the module would
+    import scipy (most of a second on every `rcpforge` command), and reading the table
+    rather than copying it means a new mlperf-logging release with a new benchmark needs
+    no change here."""
+    if source is None:
+        spec = importlib.util.find_spec("mlperf_logging")
+        if spec is None or not spec.submodule_search_locations:
+            raise CheckerTableMissing("mlperf-logging is not installed; install rcpforge's dependencies "
+                                      "(pip install -e .)")
+        source = Path(next(iter(spec.submodule_search_locations))) / "rcp_checker" / "rcp_checker.py"
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError) as err:
+        raise CheckerTableMissing(f"{source}: cannot read the RCP checker's source ({err}); reinstall "
+                                  "mlperf-logging") from None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "submission_runs"):
+            table = ast.literal_eval(node.value)
+            return {str(k): int(v) for k, v in table[usage].items()}
+    raise CheckerTableMissing(f"{source}: no `submission_runs` table at the top level; this mlperf-logging "
+                              "release moved it: rcpforge needs a change in trainers/contract/submission.py")
+
+
+SUBMISSION_RUNS: dict[str, int] = checker_submission_runs()
 
 
 def name_as_benchmark(campaign: str) -> str:

@@ -246,8 +246,13 @@ def follow_file(path: str | Path, keep_lines: bool = True) -> MllogReader:
 DISCLOSURE_KEYS = (
     "lowest_numerical_precision_in_linear", "lowest_numerical_precision_in_attn",
     "lowest_numerical_precision_in_comm", "tensor_parallelism", "pipeline_parallelism",
-    "context_parallelism", "expert_parallelism", "micro_batch_size",
+    "context_parallelism", "expert_parallelism", "micro_batch_size", "config_filename",
 )
+# Disclosure keys as real logs misspell them -> the rules' name. AMD's v6.0 llama31_8b
+# results write `lowest_numerical_precision_linear`: read as the rules' key (the file's
+# word kept in a warning), so such a submission's precision is not lost.
+DISCLOSURE_ALIASES = {f"lowest_numerical_precision_{part}": f"lowest_numerical_precision_in_{part}"
+                      for part in ("linear", "attn", "comm")}
 
 # The run's per-layer precision map (trainers/tinylm/precision_map.py), one event of the
 # header whose value is the map: which GEMM of which layer ran in which format. rcpforge
@@ -269,6 +274,7 @@ class RunFacts:
     last_ms: float | None = None
     submission: dict[str, Any] = field(default_factory=dict)
     precision_map: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)  # what was read other than as written
 
 
 def facts_tags(facts: RunFacts) -> dict[str, str]:
@@ -276,6 +282,8 @@ def facts_tags(facts: RunFacts) -> dict[str, str]:
     from trainers.contract.schema import MAX_TAG_CHARS, TAG_DISCLOSED, TAG_PRECISION_MAP
 
     tags = {TAG_DISCLOSED + k: str(v) for k, v in facts.disclosed.items()}
+    for note in facts.warnings:
+        with_warning(tags, note)
     if facts.precision_map is not None:
         text = json.dumps(facts.precision_map, separators=(",", ":"))
         if len(text) <= MAX_TAG_CHARS:
@@ -283,9 +291,19 @@ def facts_tags(facts: RunFacts) -> dict[str, str]:
     return tags
 
 
+def with_warning(tags: dict[str, str], note: str) -> dict[str, str]:
+    """`tags` with `note` added to its `rcpforge.warning` (notes joined by '; ')."""
+    from trainers.contract.schema import TAG_WARNING
+
+    tags[TAG_WARNING] = "; ".join(filter(None, [tags.get(TAG_WARNING), note]))
+    return tags
+
+
 def events_facts(events: Iterable[dict[str, Any]]) -> RunFacts:
-    """The facts of a file's decoded MLLOG events, in file order."""
+    """The facts of a file's decoded MLLOG events, in file order. A misspelled disclosure
+    key (`DISCLOSURE_ALIASES`) counts as the rules' key unless the file also writes that."""
     facts = RunFacts()
+    misspelled: dict[str, str] = {}
     for event in events:
         key, at = event.get("key"), event.get("time_ms")
         if _is_number(at):
@@ -296,10 +314,16 @@ def events_facts(events: Iterable[dict[str, Any]]) -> RunFacts:
             facts.stopped_ms = at
         elif key in DISCLOSURE_KEYS:
             facts.disclosed[key] = event.get("value")
+            misspelled.pop(key, None)
+        elif key in DISCLOSURE_ALIASES and DISCLOSURE_ALIASES[key] not in facts.disclosed:
+            misspelled[DISCLOSURE_ALIASES[key]] = key
+            facts.disclosed[DISCLOSURE_ALIASES[key]] = event.get("value")
         elif key == PRECISION_MAP_KEY and isinstance(event.get("value"), dict):
             facts.precision_map = event["value"]
         elif isinstance(key, str) and key.startswith("submission_"):
             facts.submission.setdefault(key[len("submission_"):], event.get("value"))
+    facts.warnings += [f"the result file writes {wrote!r}, which MLPerf's rules name {rules!r}: recorded as "
+                       f"{rules!r} (a 6.1 compliance check wants the rules' name)" for rules, wrote in misspelled.items()]
     if facts.started_ms is not None and facts.stopped_ms is not None and facts.stopped_ms >= facts.started_ms:
         facts.time_to_train_s = (facts.stopped_ms - facts.started_ms) / 1000.0
     return facts

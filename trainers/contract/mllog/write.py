@@ -12,12 +12,15 @@ scratch, so its result.txt never holds the evals of an earlier attempt twice.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from trainers.contract.mllog.read import DISCLOSURE_KEYS, TOKEN, run_facts
 
 RESULT_FILE = "result.txt"
 # Substrings the checker matches anywhere in a line: a hyperparameter line containing
@@ -133,3 +136,33 @@ class MllogReporter(Reporter):
         if value is not None:
             self.writer.eval_point(point, value)
         self.inner.eval_point(point)
+
+
+def add_missing_disclosure(path: Path, values: dict[str, Any]) -> list[str]:
+    """Append to a result file written by someone else (a program's MLLOG, an exported
+    file) a line for each disclosure key of `values` the file does not write, so it has
+    one of each (the 6.1 rules want exactly one); a key the file writes keeps the file's
+    value. Returns the keys added; a missing file is left missing."""
+    if not path.is_file():
+        return []
+    facts = run_facts(path)
+    missing = {k: v for k, v in values.items() if k in DISCLOSURE_KEYS and k not in facts.disclosed and v is not None}
+    if not missing:
+        return []
+    # Stamped with the file's last time, not now: the same file completed twice (an
+    # export's package and its results directory) is the same bytes.
+    at = int(facts.last_ms) if facts.last_ms is not None else int(time.time() * 1000)
+    with open(path, "rb+") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell():  # a last line cut off without its newline must not swallow ours
+            fh.seek(-1, os.SEEK_END)
+            ends = fh.read(1) == b"\n"
+        else:
+            ends = True
+        lines = "" if ends else "\n"
+        for key, value in missing.items():
+            event = {"namespace": "", "time_ms": at, "event_type": "POINT_IN_TIME",
+                     "key": key, "value": value, "metadata": {"file": "rcpforge", "lineno": 0}}
+            lines += TOKEN + json.dumps(event) + "\n"
+        fh.write(lines.encode("utf-8"))
+    return list(missing)
