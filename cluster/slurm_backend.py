@@ -16,7 +16,9 @@ requeue restarts the whole gang.
 
 Job states come from `squeue -t all` (finished jobs stay listed for Slurm's MinJobAge),
 so they are known without an accounting database; a job that left the queue without a
-result (killed, node failure, out of memory) is reported as this job's error.
+result (killed, node failure, out of memory, preempted and not requeued under
+PreemptMode=CANCEL) is reported as this job's error, which the engine retries within
+`max_attempts`. A job that Slurm requeues itself (PreemptMode=REQUEUE) stays this job.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import submitit
 
 from cluster.backend import Backend, BackendError, Done, Job
 from cluster.gang import GANG_GRACE_S, describe_task, run_task
-from cluster.slurm_gang import START_MARK, failed_task, rendezvous_env
+from cluster.slurm_gang import START_MARK, ended_by_slurm, failed_task, rendezvous_env
 from cluster.slurm_states import ENDED, job_states, preflight
 from trainers.contract.gang import Gang
 
@@ -50,7 +52,8 @@ class _Resumable(submitit.helpers.Checkpointable):
     entry reads `preempted` until the job runs again)."""
 
     def __call__(self, gang, fn, on_requeue, *args):
-        return run_task(fn, args, rendezvous_env(gang))
+        with ended_by_slurm():
+            return run_task(fn, args, rendezvous_env(gang))
 
     def checkpoint(self, gang, fn, on_requeue, *args):
         # submitit calls this in task 0 only: the note is written once per requeue.
@@ -261,6 +264,8 @@ def _lost_error(out: _Out, state: str) -> str:
     first, with its traceback where it raised (its own result file), else the log."""
     handle = out.reporter
     log = handle.paths.stdout  # where the sbatch script and srun write too
+    if state == "PREEMPTED":  # its tasks were killed by the preemption, none failed
+        return f"slurm job {handle.job_id} was preempted and not requeued (PreemptMode=CANCEL); log: {log}"
     failed = failed_task(log)
     if failed is None:
         return f"slurm job {handle.job_id} ended {state} without a result; log: {log}"
