@@ -17,9 +17,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from cluster.gang import free_port
 from trainers.contract.gang import Gang

@@ -87,7 +87,8 @@ EOF
 # default partition, is never preempted (PreemptMode=OFF) and preempts nothing (the same
 # tier as the preemptible ones): it behaves as it did without them. The global
 # PreemptMode is only the default of a partition that sets none (OFF is refused there
-# with partition_prio).
+# with partition_prio). A preemptible partition's jobs share CPUs (up to 4 a CPU), so a
+# test's few jobs all run at once on the small node.
 write_conf() {
     local cpus mem
     cpus=$(nproc)
@@ -106,8 +107,8 @@ NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
-PartitionName=preemptible-cancel Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=2
-PartitionName=preemptible-requeue Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=2
+PartitionName=preemptible-cancel Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=2 OverSubscribe=FORCE:4
+PartitionName=preemptible-requeue Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=2 OverSubscribe=FORCE:4
 PartitionName=urgent Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
     } >"$CONF"

@@ -77,6 +77,13 @@ def _running(case: _Case) -> bool:
     return run is not None and run.data.tags.get(TAG_BATCH_SIZE) == HELD
 
 
+def _others_done(case: _Case) -> bool:
+    """The runs let through have converged (the preemption is for the held run alone)."""
+    _, runs = runs_of(case.campaign)
+    others = [r for r in runs if r.data.tags.get(TAG_BATCH_SIZE) != HELD]
+    return bool(others) and all(r.data.tags.get(TAG_STATUS) == "converged" for r in others)
+
+
 def _starts(case: _Case, job: str) -> list[str]:
     """SLURM_RESTART_COUNT at each start of Slurm job `job`, from its log."""
     marks = []
@@ -100,7 +107,8 @@ def preempted(slurm, tmp_path_factory):
     urgent = ""
     try:
         for case in cases.values():
-            wait_for(lambda c=case: _running(c), "the run is running", case.proc)
+            wait_for(lambda c=case: _running(c), "the held run is running", case.proc)
+            wait_for(lambda c=case: _others_done(c), "the other run converged", case.proc)
             case.first_job = _job(case)
         # Every CPU of the node: both jobs (one CPU each) must give way.
         urgent = subprocess.run(
