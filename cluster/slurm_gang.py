@@ -62,18 +62,20 @@ def rendezvous_env(gang: Gang) -> dict[str, str]:
 
 
 @contextmanager
-def ended_by_slurm() -> Iterator[None]:
-    """Slurm's SIGTERM says the job is being ended under the task: preempted (cancelled
-    or requeued), cancelled, at its time limit. What the call returns or raises after it
-    (a program killed by the same signal: `killed by SIGTERM`) is no outcome of the run:
-    the task waits for Slurm's SIGKILL instead of reporting it, so the job ends without a
-    result and Slurm's state says what became of it (requeued: the job runs again;
-    PREEMPTED or CANCELLED: the attempt ended, `cluster.slurm_states.ENDED`). The
-    handler before this one (submitit's, which lets SIGTERM pass) still gets the signal."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers are the main thread's only
-        return
+def ended_by_slurm() -> Iterator[threading.Event]:
+    """Notes Slurm's SIGTERM, which says the job is being ended under the task: preempted
+    (cancelled or requeued), cancelled, at its time limit. What the call raises after it
+    (or returns, where the job says the value is no outcome: `Job.final`) may be what the
+    signal did to it (a program killed: `killed by SIGTERM`), no outcome of the run: the
+    task then waits for Slurm's SIGKILL instead of reporting it (`await_kill`), so the
+    job ends without a result and Slurm's state says what became of it (requeued: it runs
+    again; PREEMPTED or CANCELLED: the attempt ended, `cluster.slurm_states.ENDED`). The
+    handler before this one (submitit's, which lets SIGTERM pass) still gets the signal.
+    Yields the event set by the signal."""
     received = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # signal handlers are the main thread's only
+        return
     previous = signal.getsignal(signal.SIGTERM)
 
     def note(signum, frame):
@@ -86,11 +88,19 @@ def ended_by_slurm() -> Iterator[None]:
 
     signal.signal(signal.SIGTERM, note)
     try:
-        yield
-    finally:
+        yield received
+    except BaseException:
         if received.is_set():
-            time.sleep(TERMINATED_WAIT_S)
+            await_kill()
+        raise
+    finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def await_kill() -> None:
+    """Wait for the SIGKILL that follows Slurm's SIGTERM; past TERMINATED_WAIT_S (a
+    SIGTERM that came from elsewhere), go on."""
+    time.sleep(TERMINATED_WAIT_S)
 
 
 def first_node_address() -> str:

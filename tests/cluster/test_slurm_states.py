@@ -84,21 +84,44 @@ def sleeps(monkeypatch) -> list[float]:
     return waited
 
 
-def test_a_task_sent_sigterm_waits_for_its_kill_instead_of_reporting(sleeps):
-    passed_on = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: passed_on.append(signum))
+@pytest.fixture
+def submitit_handler():
+    """A SIGTERM handler standing for submitit's (which lets the signal pass)."""
+    heard: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: heard.append(signum))
     try:
-        with pytest.raises(RuntimeError, match="program killed"):
-            with slurm_gang.ended_by_slurm():
-                os.kill(os.getpid(), signal.SIGTERM)
-                raise RuntimeError("program killed by SIGTERM")
-        assert sleeps == [slurm_gang.TERMINATED_WAIT_S]  # before the error could be reported
-        assert passed_on == [signal.SIGTERM]  # submitit's handler still heard it
-        with slurm_gang.ended_by_slurm():
-            pass
-        assert sleeps == [slurm_gang.TERMINATED_WAIT_S]  # no SIGTERM: no wait
+        yield heard
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_task_sent_sigterm_waits_for_its_kill_instead_of_raising(sleeps, submitit_handler):
+    with pytest.raises(RuntimeError, match="program killed"):
+        with slurm_gang.ended_by_slurm():
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise RuntimeError("program killed by SIGTERM")
+    assert sleeps == [slurm_gang.TERMINATED_WAIT_S]  # before the error could be reported
+    assert submitit_handler == [signal.SIGTERM]  # the handler before still heard it
+    with pytest.raises(RuntimeError):
+        with slurm_gang.ended_by_slurm():
+            raise RuntimeError("a plain failure")
+    assert sleeps == [slurm_gang.TERMINATED_WAIT_S]  # no SIGTERM: reported at once
+
+
+@pytest.mark.parametrize(("status", "waits"), [("converged", False), ("failed", True)])
+def test_after_sigterm_only_an_outcome_is_reported(monkeypatch, sleeps, submitit_handler, status, waits):
+    from cluster import slurm_backend
+    from orchestrator.execute import has_outcome
+    from trainers.contract.gang import Gang
+
+    monkeypatch.setattr(slurm_backend, "rendezvous_env", lambda gang: {})
+
+    def run():
+        os.kill(os.getpid(), signal.SIGTERM)  # the preemption, as the run ends
+        return {"status": status}
+
+    assert slurm_backend._Resumable()(Gang(), run, None, has_outcome) == {"status": status}
+    assert sleeps == ([slurm_gang.TERMINATED_WAIT_S] if waits else [])
 
 
 def test_the_sigterm_guard_keeps_its_hands_off_other_threads(sleeps):
