@@ -35,13 +35,13 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest -q --durations=40
 
 # The opt-in slow tests (tests/allowed_skips.txt names their variables): the Slurm time
-# limit and the preempted two-node tiny-LM gang, every recipe to target, the fixed-seed
-# recipe order, the adaptive example on the tiny LM, the adaptive planner's error rates on
-# 20,000 simulated comparisons a question. Needs both dev Slurms up (.ci/run).
+# limit, real preemptions, the preempted two-node tiny-LM gang, every recipe to target,
+# the fixed-seed recipe order, the adaptive example on the tiny LM, the adaptive planner's
+# error rates on 20,000 simulated comparisons a question. Needs both dev Slurms up (.ci/run).
 test-slow: $(STAMP)
 	RCPFORGE_SLOW_SLURM=1 RCPFORGE_SLOW_NUMERICS=1 RCPFORGE_SLOW_EXAMPLES=1 RCPFORGE_SLOW_ADAPTIVE=1 \
 	  $(BIN)/python -m pytest -q -rs \
-	  tests/cluster/test_slurm_faults.py tests/cluster/test_gangs_across_backends.py \
+	  tests/cluster/test_slurm_faults.py tests/cluster/test_slurm_preemption.py tests/cluster/test_gangs_across_backends.py \
 	  tests/trainers/precision/test_training.py tests/orchestrator/test_adaptive_campaign.py \
 	  tests/orchestrator/test_adaptive_simulation.py
 

@@ -37,6 +37,11 @@ class Job:
     # time limit) runs the job again; its errors are ignored (the requeue matters more).
     on_requeue: Callable[..., None] | None = None
     gang: Gang = Gang()
+    # Whether a value the call returned stands even when the cluster was ending the job
+    # as it came (Slurm's SIGTERM: preempted, cancelled, at its limit); any other value
+    # (None: every value) may be what the signal did to the call, and is not reported:
+    # the cluster's state decides (requeued: the job runs again; ended: the job's error).
+    final: Callable[[Any], bool] | None = None
 
 
 @dataclass(frozen=True)

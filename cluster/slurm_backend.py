@@ -16,7 +16,9 @@ requeue restarts the whole gang.
 
 Job states come from `squeue -t all` (finished jobs stay listed for Slurm's MinJobAge),
 so they are known without an accounting database; a job that left the queue without a
-result (killed, node failure, out of memory) is reported as this job's error.
+result (killed, node failure, out of memory, preempted and not requeued under
+PreemptMode=CANCEL) is reported as this job's error, which the engine retries within
+`max_attempts`. A job that Slurm requeues itself (PreemptMode=REQUEUE) stays this job.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import submitit
 
 from cluster.backend import Backend, BackendError, Done, Job
 from cluster.gang import GANG_GRACE_S, describe_task, run_task
-from cluster.slurm_gang import START_MARK, failed_task, rendezvous_env
+from cluster.slurm_gang import START_MARK, await_kill, ended_by_slurm, failed_task, rendezvous_env
 from cluster.slurm_states import ENDED, job_states, preflight
 from trainers.contract.gang import Gang
 
@@ -49,17 +51,21 @@ class _Resumable(submitit.helpers.Checkpointable):
     The job's `on_requeue(*args)` says what a requeue means to it (e.g. the run's ledger
     entry reads `preempted` until the job runs again)."""
 
-    def __call__(self, gang, fn, on_requeue, *args):
-        return run_task(fn, args, rendezvous_env(gang))
+    def __call__(self, gang, fn, on_requeue, final, *args):
+        with ended_by_slurm() as terminated:
+            value = run_task(fn, args, rendezvous_env(gang))
+            if terminated.is_set() and not (final is not None and final(value)):
+                await_kill()  # Slurm is ending the job: its state says what became of it
+            return value
 
-    def checkpoint(self, gang, fn, on_requeue, *args):
+    def checkpoint(self, gang, fn, on_requeue, final, *args):
         # submitit calls this in task 0 only: the note is written once per requeue.
         if on_requeue is not None:
             try:
                 on_requeue(*args)
             except Exception:  # noqa: BLE001 - the requeue matters more than the note
                 pass
-        return super().checkpoint(gang, fn, on_requeue, *args)
+        return super().checkpoint(gang, fn, on_requeue, final, *args)
 
 
 def submitit_parameters(settings: Any, job_name: str, gang: Gang, gpu_type: str | None = None) -> dict[str, Any]:
@@ -166,7 +172,8 @@ class SlurmBackend(Backend):
             jobs = list(group)
             executor = self._executor_for(gang)
             with executor.batch():
-                handles = [executor.submit(_Resumable(), gang, job.fn, job.on_requeue, *job.args) for job in jobs]
+                handles = [executor.submit(_Resumable(), gang, job.fn, job.on_requeue, job.final, *job.args)
+                           for job in jobs]
             for job, handle in zip(jobs, handles):
                 self._jobs[job.task_id] = _Out(handle, gang)
 
@@ -261,6 +268,8 @@ def _lost_error(out: _Out, state: str) -> str:
     first, with its traceback where it raised (its own result file), else the log."""
     handle = out.reporter
     log = handle.paths.stdout  # where the sbatch script and srun write too
+    if state == "PREEMPTED":  # its tasks were killed by the preemption, none failed
+        return f"slurm job {handle.job_id} was preempted and not requeued (PreemptMode=CANCEL); log: {log}"
     failed = failed_task(log)
     if failed is None:
         return f"slurm job {handle.job_id} ended {state} without a result; log: {log}"

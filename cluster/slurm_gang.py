@@ -1,6 +1,7 @@
 """A gang inside a Slurm job: what each task does before it calls the job's function (its
-rendezvous environment from Slurm's identity), and, after a job ended without a result,
-which of its tasks failed.
+rendezvous environment from Slurm's identity), what it does when Slurm ends the job
+under it (`ended_by_slurm`), and, after a job ended without a result, which of its tasks
+failed.
 
 The job's `srun` starts every task at once (`--ntasks-per-node`, `--nodes`). Slurm says
 who each task is (SLURM_PROCID, SLURM_NODEID, SLURM_LOCALID) and pins its GPUs itself
@@ -12,8 +13,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from cluster.gang import free_port
@@ -25,6 +30,9 @@ RENDEZVOUS_TIMEOUT_S = 120.0
 # Echoed into the job's log by the sbatch script before each start (first run and every
 # requeue), so a failure is read from the lines of the last start only.
 START_MARK = "rcpforge: slurm job starts"
+# How long a task that Slurm sent SIGTERM waits for the SIGKILL that follows (GraceTime
+# on preemption, KillWait otherwise: seconds to a minute); past it, it reports anyway.
+TERMINATED_WAIT_S = 300.0
 # srun's line for a task that ended badly: `srun: error: NODE: task 1: Killed`.
 _FAILED_TASK = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:[-,]\S*)?: (.+)$")
 
@@ -51,6 +59,48 @@ def rendezvous_env(gang: Gang) -> dict[str, str]:
     else:
         address, port = _await(shared, task)
     return gang.task_env(task, address, port, None)
+
+
+@contextmanager
+def ended_by_slurm() -> Iterator[threading.Event]:
+    """Notes Slurm's SIGTERM, which says the job is being ended under the task: preempted
+    (cancelled or requeued), cancelled, at its time limit. What the call raises after it
+    (or returns, where the job says the value is no outcome: `Job.final`) may be what the
+    signal did to it (a program killed: `killed by SIGTERM`), no outcome of the run: the
+    task then waits for Slurm's SIGKILL instead of reporting it (`await_kill`), so the
+    job ends without a result and Slurm's state says what became of it (requeued: it runs
+    again; PREEMPTED or CANCELLED: the attempt ended, `cluster.slurm_states.ENDED`). The
+    handler before this one (submitit's, which lets SIGTERM pass) still gets the signal.
+    Yields the event set by the signal."""
+    received = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # signal handlers are the main thread's only
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def note(signum, frame):
+        received.set()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:  # nobody let it pass: it ends the task, as it would have
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, note)
+    try:
+        yield received
+    except BaseException:
+        if received.is_set():
+            await_kill()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def await_kill() -> None:
+    """Wait for the SIGKILL that follows Slurm's SIGTERM; past TERMINATED_WAIT_S (a
+    SIGTERM that came from elsewhere), go on."""
+    time.sleep(TERMINATED_WAIT_S)
 
 
 def first_node_address() -> str:

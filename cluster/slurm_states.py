@@ -1,7 +1,8 @@
 """Asking Slurm, cheaply (plain subprocess calls, no submitit): is it there, which
 partitions does it have, and job states: `squeue -t all` (live jobs, and finished ones
 for Slurm's MinJobAge, 300 s by default), then, for the jobs squeue no longer lists,
-`sacct` where the cluster has an accounting database (slurmdbd)."""
+`sacct` where the cluster has an accounting database (slurmdbd). A job preempted for
+good (PREEMPTED) has ended; one that Slurm requeues has not (see `ENDED`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import subprocess
 from cluster.backend import BackendError
 
 # States after which no result will come (a requeued job goes back to PENDING instead).
-# PREEMPTED is left out: under PreemptMode=REQUEUE it is a passing state; a job preempted
-# for good is caught once Slurm stops listing it.
+# PREEMPTED is the controller's state of a job preempted for good (PreemptMode=CANCEL, or
+# REQUEUE for a job that cannot be requeued): a job Slurm requeues reads COMPLETING, then
+# PENDING, in squeue, never PREEMPTED (seen on Slurm 22.05, see `job_states` for sacct).
 ENDED = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
+    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED", "PREEMPTED",
 })
+# A job that sacct says was PREEMPTED while the controller did not answer: it may be
+# pending again, requeued; not ended until squeue says so.
+MAYBE_REQUEUED = "MAYBE_REQUEUED"
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
@@ -31,8 +36,25 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
     )
     states = _parse(proc.stdout)
     forgotten = sorted({j.split("_")[0] for j in job_ids if j not in states})
+    if not forgotten:
+        return states
     # squeue is the live view; sacct only answers for what it has dropped.
-    return {**sacct_states(forgotten), **states} if forgotten else states
+    return {**_settled(sacct_states(forgotten), _controller_answered(proc)), **states}
+
+
+def _controller_answered(proc: subprocess.CompletedProcess) -> bool:
+    """squeue reached the controller (it exits 1 when it knows none of the jobs asked)."""
+    return proc.returncode == 0 or "Invalid job id" in proc.stderr
+
+
+def _settled(remembered: dict[str, str], answered: bool) -> dict[str, str]:
+    """sacct's states of jobs squeue did not list. A job preempted and requeued keeps
+    its PREEMPTED record in sacct until it starts again (the pending record comes only
+    then, BeginTime later), while squeue lists it PENDING: sacct's PREEMPTED is final
+    only where the controller answered and no longer has the job."""
+    if answered:
+        return remembered
+    return {job: MAYBE_REQUEUED if state == "PREEMPTED" else state for job, state in remembered.items()}
 
 
 def sacct_states(bases: list[str]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 from cluster.backend import Backend, BackendError, Job
 from orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
 from orchestrator.backends import backend_class, check_backend, live_keys, running_backend
-from orchestrator.execute import assignment_for, execute_run, note_requeue
+from orchestrator.execute import assignment_for, execute_run, has_outcome, note_requeue
 from orchestrator.failfast import FailFast
 from orchestrator.ledger import STOPPED_KINDS, LedgerEntry, Plan, make_plan
 from orchestrator.tracking import Tracking
@@ -236,7 +236,8 @@ class _Launcher:
         self.runs[spec.run_key] = (spec, run_id, attempt)
         job = assignment_for(self.campaign, spec, run_id, attempt, fresh=fresh, unlogged=unlogged and attempt == 1,
                              artifact_uri=self.tracking.artifact_uris.get(run_id))
-        self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue, gang=self.campaign.gang))
+        self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue, gang=self.campaign.gang,
+                                final=has_outcome))
         self.summary.launched += 1
         self.notify("start", spec, None)
 

@@ -223,6 +223,13 @@ def _train_unreported(job: RunAssignment, task: int) -> dict:
     return result.model_dump(mode="json")
 
 
+def has_outcome(value: dict) -> bool:
+    """Whether what `execute_run` returned is the run's outcome (converged, not converged,
+    diverged): it stands even when the cluster was ending the job as it came (`Job.final`:
+    a Slurm job preempted as its run finished), while a failure then may be the kill's."""
+    return RunStatus(value["status"]).is_outcome
+
+
 def note_requeue(job: RunAssignment) -> None:
     """The job was preempted or hit its time limit and is requeued by the cluster: the
     run reads `preempted` (never an outcome) until the requeued job starts it again.

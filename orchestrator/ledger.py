@@ -5,7 +5,8 @@ says whether the key has an outcome (`LedgerEntry`: what the store records of on
 `Tracking.ledger` reads them). The plan of a campaign is its desired runs minus the
 ledger (`make_plan`): a key with an outcome is never launched again; a key whose run
 failed is launched again until it has `backend.max_attempts` attempts (a preempted Slurm
-job is requeued by Slurm within its attempt, never counted); a key whose cluster job is
+job that Slurm requeues stays within its attempt, never counted; one preempted for good,
+under PreemptMode=CANCEL, ends its attempt); a key whose cluster job is
 still live (submitted by a detached or killed orchestrator) is followed, not launched
 again, so a key is never run twice at once.
 

@@ -81,6 +81,14 @@ KillWait=5
 EOF
 }
 
+# Preemption, for tests/cluster/test_slurm_preemption.py: a job of partition urgent (the
+# higher PriorityTier) takes the node from the jobs of a preemptible-* partition, which
+# Slurm then cancels (CANCEL) or requeues (REQUEUE) after a short GraceTime. debug, the
+# default partition, is never preempted (PreemptMode=OFF) and preempts nothing (the same
+# tier as the preemptible ones): it behaves as it did without them. The global
+# PreemptMode is only the default of a partition that sets none (OFF is refused there
+# with partition_prio). A preemptible partition's jobs share CPUs (up to 4 a CPU), so a
+# test's few jobs all run at once on the small node.
 write_conf() {
     local cpus mem
     cpus=$(nproc)
@@ -96,7 +104,12 @@ SlurmdSpoolDir=$STATE/d
 SlurmdPidFile=$STATE/slurmd.pid
 SlurmdLogFile=$LOGS/slurmd.log
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
+PartitionName=preemptible-cancel Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=2 OverSubscribe=FORCE:4
+PartitionName=preemptible-requeue Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=2 OverSubscribe=FORCE:4
+PartitionName=urgent Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
     } >"$CONF"
     if [ "$ACCOUNTING" = 1 ]; then
@@ -186,6 +199,8 @@ start_munge() {
 
 start() {
     install_packages
+    local before
+    before=$(cat "$CONF" 2>/dev/null || true)
     write_conf
     start_munge
     if [ "$ACCOUNTING" = 1 ]; then
@@ -195,6 +210,11 @@ start() {
     if running "$STATE/slurmctld.pid" && ! ctld_accounting_matches; then
         scontrol shutdown slurmctld >/dev/null 2>&1 || true
         for _ in $(seq 1 40); do running "$STATE/slurmctld.pid" || break; sleep 0.25; done
+    fi
+    # A controller started from another conf (an older script's, without the preemptible
+    # partitions) re-reads this one; reconfigure keeps the jobs running, stop would not.
+    if running "$STATE/slurmctld.pid" && { [ "$before" != "$(cat "$CONF")" ] || ! scontrol show partition urgent >/dev/null 2>&1; }; then
+        scontrol reconfigure
     fi
     running "$STATE/slurmctld.pid" || slurmctld -f "$CONF"
     running "$STATE/slurmd.pid" || slurmd -f "$CONF" -N localhost
