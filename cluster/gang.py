@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,43 @@ def gang_error(gang: Gang, task: int, error: str) -> str:
     return "\n".join([*lines[:-1], f"{describe_task(gang, task)} failed: {lines[-1]}"])
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now, for a run's MASTER_PORT."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+def free_port(host: str = "127.0.0.1", ports: Iterable[int] = (0, 0, 0)) -> int:
+    """A TCP port on `host` that nobody listens on, held for the server that is to bind
+    it (a run's MASTER_PORT, a test's tracking server): the first of `ports` (0: any the
+    kernel picks; three tries by default) that can be bound.
+
+    A port merely found free and released could be handed out again before its server
+    binds it (the next gang a launcher starts meanwhile, another process's pick). So it
+    is left in TIME_WAIT: a connection to it is made and closed from its side. For about
+    a minute the kernel's bind to port 0 then hands it to nobody, and a plain bind of it
+    fails, while a server binding it with SO_REUSEADDR, as torch.distributed's TCPStore
+    (torchrun's too), gRPC, uvicorn and PostgreSQL do, gets it at once. A gang program
+    that listens on MASTER_PORT itself must set SO_REUSEADDR."""
+    for wanted in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:  # without SO_REUSEADDR: refused on a port in use or held by another's call
+                probe.bind((host, wanted))
+            except OSError:
+                continue
+            port = probe.getsockname()[1]
+        try:
+            _hold(host, port)
+        except OSError:
+            continue  # taken in between: the next one
+        return port
+    raise OSError(f"no free TCP port on {host or 'this host'} among {ports}")
+
+
+def _hold(host: str, port: int) -> None:
+    """Leave `port` in TIME_WAIT, as `free_port` says. The listener needs SO_REUSEADDR:
+    the TIME_WAIT side inherits it, and only then may a later SO_REUSEADDR bind take it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((host, port))
+        server.listen(1)
+        with socket.create_connection((host if host not in ("", "0.0.0.0") else "127.0.0.1", port), timeout=10):
+            accepted, _ = server.accept()
+            accepted.close()  # the side that closes first keeps the TIME_WAIT: ours
 
 
 def descendants(pid: int) -> list[int]:

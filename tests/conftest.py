@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from cluster.gang import free_port
 from tests.helpers.ray_cluster import two_node_ray  # noqa: F401 - the two-node Ray of tests/cluster/test_ray_gangs.py
 from tests.helpers.skip_guard import (  # noqa: F401 - hooks: in CI a skip not on tests/allowed_skips.txt fails
     pytest_configure,
@@ -77,12 +77,6 @@ class Server:
         return self.backend_uri.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def mlflow_server():
     """The PostgreSQL-backed MLflow tracking server, started once per session by
@@ -99,8 +93,8 @@ def mlflow_server():
         missing_service("psycopg2 is not installed (pip install -e '.[test]')")
     script = ROOT / "cluster" / "dev" / "mlflow_server.sh"
     folder = Path(tempfile.mkdtemp(prefix="rcpforge-mlflow-test-"))
-    env = {**os.environ, "RCPF_MLFLOW_DIR": str(folder), "RCPF_MLFLOW_PORT": str(_free_port()),
-           "RCPF_PG_PORT": str(_free_port()), "PYTHON": sys.executable}
+    env = {**os.environ, "RCPF_MLFLOW_DIR": str(folder), "RCPF_MLFLOW_PORT": str(free_port()),
+           "RCPF_PG_PORT": str(free_port()), "PYTHON": sys.executable}
     env.pop("RCPF_PG_PASSWORD", None)
     started = subprocess.run(["bash", str(script), "start"], env=env, capture_output=True, text=True, timeout=300)
     try:

@@ -11,6 +11,7 @@ import pytest
 
 from analysis.load import NoSuchCampaign, load_runs, write_parquet
 from analysis.load_sql import is_sql_uri, load_campaign_runs, load_runs_sql
+from cluster.gang import free_port
 from trainers.contract import schema as ts
 
 
@@ -94,14 +95,6 @@ def test_dispatch_and_missing_campaign(store, tmp_path):
     assert _rows(pq.read_table(path)) == _rows(load_runs(uri, "camp"))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_http_tracking_server_goes_through_the_api_and_gives_the_same_table(store, tmp_path):
     """A real `mlflow server` on the same store: the http URI takes the MLflow API path."""
     import os
@@ -110,7 +103,7 @@ def test_http_tracking_server_goes_through_the_api_and_gives_the_same_table(stor
     import urllib.request
 
     uri, _ = store
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--default-artifact-root",
          str(tmp_path / "art"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
@@ -160,7 +153,7 @@ def postgres_uri():
     as_postgres = ["su", "postgres", "-s", "/bin/sh", "-c"] if os.geteuid() == 0 else ["/bin/sh", "-c"]
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
-    port = _free_port()
+    port = free_port()
     data = f"{folder}/data"
     subprocess.run([*as_postgres, f"{bin_dir}/initdb -D {data} -A trust -U postgres >/dev/null"], check=True)
     subprocess.run([*as_postgres, f"{bin_dir}/pg_ctl -D {data} -w -l {folder}/log -o '-p {port} -k {folder} "

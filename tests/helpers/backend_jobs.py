@@ -107,6 +107,8 @@ def gang_with_a_dying_rank(folder: str, victim: int, seconds: float) -> None:
     listener = None
     if _task() == "0":
         listener = socket.socket()
+        # as torch's TCPStore does: the launcher holds MASTER_PORT for it (cluster/gang.py free_port)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
         listener.listen()
         Path(folder, "port").write_text(os.environ["MASTER_ADDR"] + " " + os.environ["MASTER_PORT"])

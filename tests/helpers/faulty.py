@@ -17,6 +17,8 @@ class FaultySettings(TinyLMSettings):
     raise_seeds: list[int] = Field(default_factory=list)
     exit_seeds: list[int] = Field(default_factory=list)
     hang_seeds: list[int] = Field(default_factory=list)
+    # each run, as it starts, appends "<seed> <worker pid>" to this file: which worker ran what, in order
+    starts_file: str | None = None
 
 
 class FaultyTrainer(Trainer):
@@ -25,6 +27,9 @@ class FaultyTrainer(Trainer):
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         settings = dict(spec.trainer)
+        if settings.get("starts_file"):
+            with open(settings["starts_file"], "a") as starts:
+                starts.write(f"{spec.seed} {os.getpid()}\n")
         if spec.seed in settings["raise_seeds"]:
             raise RuntimeError(f"injected failure for seed {spec.seed}")
         if spec.seed in settings["exit_seeds"]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from cluster.gang import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Ray's worker ports are 10002-19999 by default: a head port there fails to start.
@@ -43,19 +44,6 @@ class TwoNodeRay:
 
 def _env() -> dict[str, str]:
     return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-
-
-def _free_head_port(above: int = 0) -> int:
-    for port in HEAD_PORTS:
-        if port <= above:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {HEAD_PORTS} for a Ray head")
 
 
 def _processes_of(temp_dir: str) -> list[int]:
@@ -96,8 +84,10 @@ def two_node_ray():
     ray_cli = str(Path(sys.executable).parent / "ray")
     # A short path: Ray's socket paths live under it and a Unix socket path is short.
     temp_dir = tempfile.mkdtemp(prefix="rcpf-ray2-", dir="/tmp")
-    port = _free_head_port()
-    client_port = _free_head_port(above=port)
+    # Held until Ray binds them (cluster/gang.py free_port): a test session running beside
+    # this one, scanning the same range, does not take them meanwhile.
+    port = free_port(ports=HEAD_PORTS)
+    client_port = free_port(ports=HEAD_PORTS)
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
     try:
         for args in (["--head", f"--port={port}", f"--ray-client-server-port={client_port}",

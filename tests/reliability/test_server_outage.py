@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pyarrow.compute as pc
 
 from analysis.load import load_runs
 from analysis.rcp_table import rcp_table
+from cluster.gang import free_port
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
@@ -30,12 +30,6 @@ from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 
 OUTAGE_S = 3.0  # plus the restart (6-13 s): longer than the first retries (0.5, 1, 2, 4 s)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _healthy(url: str) -> bool:
@@ -115,7 +109,7 @@ def test_server_stopped_mid_campaign_then_restarted(tmp_path, mlflow_server):
     stops with one line naming the server, and a rerun resumes it. Then shorter: the
     campaign waits it out and finishes without help."""
     name = f"outage-{uuid.uuid4().hex[:8]}"  # its own experiment in the shared database
-    server = _Server(mlflow_server.backend_uri, tmp_path / "server-artifacts", _free_port())
+    server = _Server(mlflow_server.backend_uri, tmp_path / "server-artifacts", free_port())
     folder = tmp_path / "outage"
 
     def campaign_file(retry_s: float) -> Path:
@@ -172,7 +166,7 @@ def _paced(name: str, tracking: dict) -> dict:
 
 
 def test_a_server_down_past_the_retry_window_ends_the_run_with_one_clear_line(tmp_path):
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens: a stopped server
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: a stopped server
     path = write_campaign(tmp_path, tiny_campaign(name="down", recipes=["bf16"], seeds=1,
                                                   tracking={"uri": url, "retry_s": 2}))
     proc = run_cli("run", str(path))
