@@ -44,6 +44,7 @@ class LedgerEntry:
     # error, or cancelled when the campaign stopped on one, is launched again by the next
     # run whatever its attempts (the error was the campaign's, not the run's).
     error_kind: str | None = None
+    error: str | None = None  # a failed run's error (`rcpforge.error`): what `rcpforge status` shows of it
 
 
 # The kinds of failure that are the campaign's, not the run's: such a run is launched

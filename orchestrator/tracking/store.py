@@ -96,6 +96,7 @@ class Tracking:
                     batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
                     has_params=bool(run.data.params),
                     error_kind=tags.get(TAG_ERROR_KIND),
+                    error=tags.get(TAG_ERROR),
                     metrics={k: v for k, v in run.data.metrics.items() if k in _LEDGER_METRICS},
                 )
             token = page.token

@@ -7,6 +7,7 @@ completes with each run counted once. Instant command programs
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -67,8 +68,27 @@ def test_unit_rule_stops_the_campaign_and_a_fixed_file_completes_it_once(tmp_pat
 
 
 def test_a_program_that_does_not_exist_stops_the_campaign(tmp_path):
-    _, _, line = stopped(tmp_path, failing_campaign("epochs", program=str(tmp_path / "no_such.py")), most_attempts=1)
+    path, _, line = stopped(tmp_path, failing_campaign("epochs", program=str(tmp_path / "no_such.py")),
+                            most_attempts=1)
     assert "no_such.py" in line and "does not exist" in line
+    # status says which kind of failure and why, in words and in --json
+    shown = run_cli("status", str(path), timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    said = [x for x in shown.stdout.splitlines() if x.startswith("failed (")]
+    assert len(said) == 1 and said[0].startswith("failed (configuration): trainer.argv names") and \
+        "no_such.py" in said[0] and "[1 run: bf16-bs16-s0]" in said[0], shown.stdout
+    failed = json.loads(run_cli("status", str(path), "--json", timeout=60).stdout)["failed_runs"]
+    assert [(f["run"], f["kind"], f["attempts"]) for f in failed] == [("bf16-bs16-s0", "configuration", 1)]
+    assert "does not exist" in failed[0]["reason"]
+
+
+def test_a_program_that_cannot_be_started_stops_the_campaign(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\necho never\n")  # not executable: argv[0] cannot be started
+    data = failing_campaign("epochs")
+    data["trainer"]["argv"] = [str(script), "{seed}"]
+    _, _, line = stopped(tmp_path, data, most_attempts=1)
+    assert f"cannot start '{script}'" in line and "Permission denied" in line and "trainer.argv" in line
 
 
 def test_two_runs_failing_alike_before_any_mllog_line_stop_it(tmp_path):

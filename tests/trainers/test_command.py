@@ -16,7 +16,7 @@ from sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive
 from trainers.command.trainer import OUTPUT_LOG, CommandTrainer, run_values
-from trainers.contract import Budget, EvalPoint, Reporter, RunSpec, RunStatus, Target
+from trainers.contract import Budget, ErrorKind, EvalPoint, Reporter, RunSpec, RunStatus, Target
 from trainers.registry import validate_trainer_settings
 
 # What the scripts print: helpers to emit MLLOG lines with only the standard library.
@@ -174,6 +174,7 @@ def test_a_missing_program_is_a_failure(tmp_path):
     result, _ = _run(tmp_path, "", argv=["no-such-program-rcpforge", "{seed}"])
     assert result.status is RunStatus.failed
     assert "cannot start 'no-such-program-rcpforge'" in result.error and "No such file" in result.error
+    assert result.error_kind is ErrorKind.configuration  # every run would fail alike: the campaign stops
 
 
 def _campaign_with(argv, **extra):
