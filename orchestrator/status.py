@@ -108,7 +108,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
             running += 1
             cell.cost.to_do.append(_tokens_so_far(tracking, entry.run_id, campaign.target.metric))
         elif not entry.status.is_outcome and not (
-                column == "failed" and entry.attempts >= campaign.backend.max_attempts):
+                column == "failed" and entry.charged >= campaign.backend.max_attempts):
             cell.cost.to_do.append(0.0)
     for key in outside_plan(campaign, ledger):
         entry = ledger[key]

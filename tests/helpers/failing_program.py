@@ -6,7 +6,12 @@ MODE `epochs`: three evals with epoch_num only (the samples so far), then run_st
 success: a run of a benchmark the checker counts in samples_count breaks the unit rule.
 `early`: one line on stderr naming its pid and folder, exit 3 before any MLLOG line.
 `crash`: MLLOG lines, then exit 1 mid-run on its first attempt (no marker in OUTPUT_DIR)
-and, for seed 0, on every attempt; the next attempt of any other seed converges."""
+and, for seed 0, on every attempt; the next attempt of any other seed converges.
+`stall`: MLLOG lines and an eval with epoch_num only (for llama31_8b the unit rule stops
+it there: it waits), then, the first time in the campaign (no marker `stalled` beside
+OUTPUT_DIR, among the campaign's run folders), writes the marker and waits until its
+parent is gone (a test kills the orchestrator); every later attempt of any run exits 1
+mid-run (a transient crash)."""
 
 import json
 import os
@@ -30,6 +35,18 @@ def main() -> None:
     log("global_batch_size", bs)
     log("seed", seed)
     log("run_start")
+    if mode == "stall":
+        log("eval_accuracy", 0.1, epoch_num=bs)
+        marker = out.parent / "stalled"
+        if benchmark == "llama31_8b" or not marker.exists():
+            parent = os.getppid()
+            if benchmark != "llama31_8b":
+                marker.write_text("waiting")
+            while os.getppid() == parent:
+                time.sleep(0.1)
+            sys.exit(1)
+        print("worker lost: CUDA error (a transient crash)", file=sys.stderr, flush=True)
+        sys.exit(1)
     for i in range(1, 4):
         log("eval_accuracy", i / 3, epoch_num=i * bs)
         if mode == "crash" and i == 2 and (seed == 0 or not (out / "crashed").exists()):

@@ -8,9 +8,15 @@ completes with each run counted once. Instant command programs
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
+from sweeps.expand import expand
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import runs_of
 from tests.conftest import ROOT, run_cli
@@ -106,3 +112,37 @@ def test_a_crash_after_mllog_lines_is_still_retried(tmp_path):
     assert {r.data.tags[TAG_ATTEMPTS] for r in runs} == {"2"}
     assert Counter((r.data.tags[TAG_STATUS], r.data.tags.get(TAG_ERROR_KIND)) for r in runs) == {
         ("converged", None): 4, ("failed", "transient"): 2}
+
+
+def test_the_attempt_budget_is_the_stores_across_a_fix_and_a_killed_orchestrator(tmp_path):
+    """Two runs one at a time, max_attempts 3: the first's configuration error (a free
+    attempt), the fix, its next attempt killed with the orchestrator, then a restart where
+    every attempt crashes: the budget read back from the store gives the first run attempts
+    3 and 4 (three of its own after the free one), as an orchestrator never killed would,
+    the second its 3, and neither any more after that."""
+    def one_run(mode: str, benchmark: str) -> dict:
+        data = failing_campaign(mode, benchmark=benchmark, backend={"kind": "local", "workers": 1, "max_attempts": 3})
+        data.update(seeds=1)
+        return data
+
+    path, campaign, _ = stopped(tmp_path, one_run("stall", "llama31_8b"), most_attempts=1)
+    write_campaign(tmp_path, one_run("stall", "byo_epochs"))  # the fix
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    marker = campaign.run_dir(expand(campaign)[0]).parent / "stalled"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)  # attempt 2 is running: killed with its orchestrator
+    proc.wait(timeout=30)
+    assert marker.exists(), "attempt 2 never started"
+
+    for _ in range(2):  # the restart, then a run with nothing left to try
+        again = run_cli("run", str(path), timeout=120)
+        assert again.returncode == 3, again.stdout + again.stderr
+        _, runs = runs_of(campaign)
+        assert sorted((r.info.run_name, r.data.tags[TAG_ATTEMPTS], r.data.tags[TAG_STATUS],
+                       r.data.tags.get(TAG_ERROR_KIND)) for r in runs) == [
+            ("bf16-bs16-s0", "4", "failed", "transient"), ("bf16-bs64-s0", "3", "failed", "transient")]
+    assert "nothing to launch" in again.stdout
