@@ -4,6 +4,8 @@
 
 MODE `epochs`: three evals with epoch_num only (the samples so far), then run_stop
 success: a run of a benchmark the checker counts in samples_count breaks the unit rule.
+`late`: seed 0 as `epochs`; any other seed first waits 30 s (a run still going, holding
+its slot, when seed 0's error stops the campaign).
 `early`: one line on stderr naming its pid and folder, exit 3 before any MLLOG line.
 `crash`: MLLOG lines, then exit 1 mid-run on its first attempt (no marker in OUTPUT_DIR)
 and, for seed 0, on every attempt; the next attempt of any other seed converges.
@@ -31,6 +33,8 @@ def main() -> None:
     if mode == "early":
         print(f"error: cannot read the dataset index (pid {os.getpid()}, in {out})", file=sys.stderr, flush=True)
         sys.exit(3)
+    if mode == "late" and seed != 0:
+        time.sleep(30)
     log("submission_benchmark", benchmark)
     log("global_batch_size", bs)
     log("seed", seed)
