@@ -60,6 +60,12 @@ def run(
         raise typer.Exit(130)
     finally:
         progress.close()
+    _report(campaign, campaign_file, summary)
+
+
+def _report(campaign, campaign_file: Path, summary) -> None:
+    """What the launch did; a stop on a configuration error, or runs without an outcome,
+    exit non-zero."""
     if summary.stopped is not None:
         _stopped(campaign, campaign_file, summary)
     if summary.detached:
