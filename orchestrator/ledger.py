@@ -6,9 +6,9 @@ says whether the key has an outcome (`LedgerEntry`: what the store records of on
 ledger (`make_plan`): a key with an outcome is never launched again; a key whose run
 failed is launched again until it has `backend.max_attempts` attempts of its own (a
 preempted Slurm job is requeued by Slurm within its attempt, never counted; attempts that a
-configuration error of the campaign failed or cancelled are free, `LedgerEntry.charged`); a key whose cluster job is
-still live (submitted by a detached or killed orchestrator) is followed, not launched
-again, so a key is never run twice at once.
+configuration error of the campaign failed or cancelled are free, `LedgerEntry.charged`);
+a key whose cluster job is still live (submitted by a detached or killed orchestrator)
+is followed, not launched again, so a key is never run twice at once.
 
 The desired runs are the campaign engine's to say (`orchestrator/campaign.py`: every run
 of a fixed campaign, the looks' runs of an adaptive one); how many runs a campaign needs
@@ -41,14 +41,12 @@ class LedgerEntry:
     # samples_to_target), written with its outcome: what `rcpforge status` counts its
     # cost and ETA from, and what an adaptive campaign's looks decide on.
     metrics: dict[str, float] = field(default_factory=dict)
-    # A failed run's kind of error (`rcpforge.error_kind`): a run failed by a configuration
-    # error, or cancelled when the campaign stopped on one, is launched again by the next
-    # run whatever its attempts (the error was the campaign's, not the run's).
+    # A failed run's kind of error (`rcpforge.error_kind`).
     error_kind: str | None = None
-    # Attempts that were the campaign's failures, not the run's (`rcpforge.free_attempts`).
+    # Attempts that were the campaign's failures, not the run's (`rcpforge.free_attempts`):
+    # those a configuration error failed or its stop cancelled. They do not count.
     free_attempts: int = 0
     error: str | None = None  # a failed run's error (`rcpforge.error`): what `rcpforge status` shows of it
-
 
     @property
     def charged(self) -> int:
