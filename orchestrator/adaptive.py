@@ -300,7 +300,7 @@ def campaign_outcomes(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_
 
 
 def _outcome(entry: LedgerEntry, campaign: Campaign, retry_failed: bool) -> Outcome | GaveUp | None:
-    if entry.status is RunStatus.failed and entry.attempts >= campaign.backend.max_attempts and not retry_failed:
+    if entry.status is RunStatus.failed and entry.charged >= campaign.backend.max_attempts and not retry_failed:
         return GaveUp()
     if not entry.status.is_outcome:
         return None

@@ -25,7 +25,7 @@ from orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
 from orchestrator.backends import backend_class, check_backend, live_keys, running_backend
 from orchestrator.execute import assignment_for, execute_run, has_outcome, note_requeue
 from orchestrator.failfast import FailFast
-from orchestrator.ledger import STOPPED_KINDS, LedgerEntry, Plan, make_plan
+from orchestrator.ledger import LedgerEntry, Plan, make_plan
 from orchestrator.tracking import Tracking
 from sweeps.expand import expand
 from sweeps.spec import Campaign
@@ -176,7 +176,9 @@ class _Launcher:
         self.makes_ahead = tracking.registers_in_bulk  # a database store
         self.made_ahead: set[str] = set()  # run keys this launcher made ahead, unlogged
         self.failfast = FailFast()
-        self.last_attempt: dict[str, int] = {}  # run key -> its last attempt, where not max_attempts
+        # run key -> the run's free attempts (`LedgerEntry.free_attempts`), read from the
+        # ledger as it is launched or followed: its budget is the store's, not this process's
+        self.free: dict[str, int] = {}
 
     def start(self, specs: list[RunSpec]) -> None:
         """First attempts: all at once on a backend that sets no limit (Slurm: its queue is
@@ -227,8 +229,7 @@ class _Launcher:
         # worker reads back.
         once = not self.backend.reruns_jobs
         unlogged = once and spec.run_key in self.made_ahead
-        if entry is not None and entry.error_kind in STOPPED_KINDS:  # a campaign stopped by a configuration
-            self.last_attempt[spec.run_key] = entry.attempts + self.max_attempts  # error: attempts anew
+        self.free[spec.run_key] = entry.free_attempts if entry is not None else 0
         self.launch(spec, run_id, (entry.attempts if entry else 0) + 1,
                     fresh=starts_now and once and entry is None, unlogged=unlogged)
 
@@ -255,6 +256,7 @@ class _Launcher:
 
     def follow(self, specs: list[RunSpec]) -> None:
         self.followed = {s.run_key: s for s in specs}
+        self.free.update({s.run_key: self.ledger[s.run_key].free_attempts for s in specs if s.run_key in self.ledger})
 
     def until_done(self) -> None:
         while self.backend.in_flight() or self.followed or self.waiting:
@@ -280,7 +282,7 @@ class _Launcher:
         if stop is not None:
             self.summary.statuses[result.status.value] += 1
             self.stop(*stop)
-        elif result.status is RunStatus.failed and attempt < self.last_attempt.get(spec.run_key, self.max_attempts):
+        elif result.status is RunStatus.failed and attempt - self.free.get(spec.run_key, 0) < self.max_attempts:
             self.notify("retry", spec, result)
             self.launch(spec, run_id, attempt + 1)
         else:
@@ -290,7 +292,10 @@ class _Launcher:
         """A configuration error: no retry, no new launch; the runs in flight are stopped
         (they run the same configuration: each would fail alike, or spend its hours only to
         be run again after the fix) and recorded `cancelled`, a failure that is no
-        outcome, which the next `rcpforge run` launches again with its attempts."""
+        outcome, which the next `rcpforge run` launches again with its attempts: the
+        misconfigured runs' attempts and the cancelled ones are recorded free
+        (`rcpforge.free_attempts`), so that the budget a later run reads is the same
+        whichever orchestrator reads it."""
         self.summary.stopped = reason
         self.summary.not_launched = len(self.waiting)
         self.waiting.clear()
@@ -298,11 +303,19 @@ class _Launcher:
         in_flight, self.runs = list(self.runs.values()), {}
         self.backend.cancel()
         why = f"cancelled: the campaign stopped on a configuration error ({reason})"
-        for spec, run_id, _ in in_flight:
-            if not RunStatus(self.tracking.status_of(run_id) or "pending").is_outcome:  # it ended meanwhile
-                self.tracking.mark_failed(run_id, why, spec, kind=ErrorKind.cancelled)
-                self.summary.cancelled += 1
+        free = []
+        for spec, run_id, attempt in in_flight:
+            status, attempts = self.tracking.recorded(run_id)
+            if RunStatus(status or "pending").is_outcome:  # it ended meanwhile
+                continue
+            self.tracking.mark_failed(run_id, why, spec, kind=ErrorKind.cancelled)
+            self.summary.cancelled += 1
+            if run_id not in misconfigured:  # the cancelled attempt is free, where its worker had counted it
+                free.append((run_id, attempts - (attempt - 1 - self.free.get(spec.run_key, 0))))
+        # every attempt of a misconfigured run was the configuration's
+        free += [(run_id, self.tracking.recorded(run_id)[1]) for run_id in misconfigured]
         self.tracking.set_error_kinds(misconfigured, ErrorKind.configuration)
+        self.tracking.set_free_attempts(free)
 
     def check_followed(self) -> None:
         # The ledger and the cluster are read every few seconds, not on every wakeup.

@@ -208,11 +208,17 @@ class _Unreported(Reporter):
         pass
 
 
+def task_folder(run_dir: Path, task: int) -> Path:
+    """Where gang task `task` of a run trains: the run's folder for the reporter (task 0),
+    its own `rank<N>/` below it for every other."""
+    return run_dir if task == 0 else run_dir / f"rank{task}"
+
+
 def _train_unreported(job: RunAssignment, task: int) -> dict:
     """A gang task besides the reporter: the trainer's errors propagate, so the backend
     stops the gang and reports the attempt failed with this task's traceback."""
     spec = RunSpec.model_validate_json(job.spec_json)
-    folder = Path(job.output_dir) / f"rank{task}"
+    folder = task_folder(Path(job.output_dir), task)
     folder.mkdir(parents=True, exist_ok=True)
     reporter = _Unreported(folder, Path(job.output_dir), job.benchmark or spec.campaign,
                            Path(job.campaign_dir or Path.cwd()))

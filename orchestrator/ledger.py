@@ -4,11 +4,12 @@ The ledger is the tracking store itself: one MLflow run per run key, whose statu
 says whether the key has an outcome (`LedgerEntry`: what the store records of one key;
 `Tracking.ledger` reads them). The plan of a campaign is its desired runs minus the
 ledger (`make_plan`): a key with an outcome is never launched again; a key whose run
-failed is launched again until it has `backend.max_attempts` attempts (a preempted Slurm
-job that Slurm requeues stays within its attempt, never counted; one preempted for good,
-under PreemptMode=CANCEL, ends its attempt); a key whose cluster job is
-still live (submitted by a detached or killed orchestrator) is followed, not launched
-again, so a key is never run twice at once.
+failed is launched again until it has `backend.max_attempts` attempts of its own (a
+preempted Slurm job that Slurm requeues stays within its attempt, never counted; one
+preempted for good, under PreemptMode=CANCEL, ends its attempt; attempts that a
+configuration error of the campaign failed or cancelled are free, `LedgerEntry.charged`);
+a key whose cluster job is still live (submitted by a detached or killed orchestrator)
+is followed, not launched again, so a key is never run twice at once.
 
 The desired runs are the campaign engine's to say (`orchestrator/campaign.py`: every run
 of a fixed campaign, the looks' runs of an adaptive one); how many runs a campaign needs
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainers.contract import ErrorKind, RunSpec, RunStatus
+from trainers.contract import RunSpec, RunStatus
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,17 @@ class LedgerEntry:
     # samples_to_target), written with its outcome: what `rcpforge status` counts its
     # cost and ETA from, and what an adaptive campaign's looks decide on.
     metrics: dict[str, float] = field(default_factory=dict)
-    # A failed run's kind of error (`rcpforge.error_kind`): a run failed by a configuration
-    # error, or cancelled when the campaign stopped on one, is launched again by the next
-    # run whatever its attempts (the error was the campaign's, not the run's).
+    # A failed run's kind of error (`rcpforge.error_kind`).
     error_kind: str | None = None
+    # Attempts that were the campaign's failures, not the run's (`rcpforge.free_attempts`):
+    # those a configuration error failed or its stop cancelled. They do not count.
+    free_attempts: int = 0
+    error: str | None = None  # a failed run's error (`rcpforge.error`): what `rcpforge status` shows of it
 
-
-# The kinds of failure that are the campaign's, not the run's: such a run is launched
-# again by the next `rcpforge run` (after the fix) whatever its attempts.
-STOPPED_KINDS = frozenset({ErrorKind.configuration.value, ErrorKind.cancelled.value})
+    @property
+    def charged(self) -> int:
+        """The attempts that count against backend.max_attempts: the run's own failures."""
+        return max(0, self.attempts - self.free_attempts)
 
 
 @dataclass
@@ -80,8 +83,7 @@ def make_plan(
             done += 1
         elif spec.run_key in live:
             elsewhere.append(spec)
-        elif (entry.status is RunStatus.failed and entry.attempts >= max_attempts and not retry_failed
-              and entry.error_kind not in STOPPED_KINDS):
+        elif entry.status is RunStatus.failed and entry.charged >= max_attempts and not retry_failed:
             gave_up.append(spec)
         else:
             launch.append(spec)

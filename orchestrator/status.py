@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from orchestrator.adaptive import campaign_looks, look_specs, stop_facts
 from orchestrator.backends import slurm_states
 from orchestrator.cost import CellCost, estimates
+from orchestrator.failfast import reason_line
+from orchestrator.ledger import LedgerEntry
 from orchestrator.tracking import Tracking
 from sweeps.expand import expand
 from sweeps.spec import Campaign
@@ -48,6 +50,14 @@ class CampaignStatus:
     # The campaign's cost and ETA (orchestrator/cost.py).
     totals: dict
     world_size: int
+    # Each run recorded failed: its name, cell, attempts, kind of error and the line of
+    # its error that says what is wrong (orchestrator/failfast.py `reason_line`).
+    failures: list[dict] = field(default_factory=list)
+
+
+def failure_of(run_name: str, entry: LedgerEntry) -> dict:
+    return {"run": run_name, "run_key": entry.run_key, "recipe": entry.recipe, "batch_size": entry.batch_size,
+            "attempts": entry.attempts, "kind": entry.error_kind, "reason": reason_line(entry.error)}
 
 
 def _column(status: RunStatus, slurm_state: str | None) -> str:
@@ -70,6 +80,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     states = slurm_states(ledger)
     cells: dict[tuple[str, int], CellStatus] = {}
     running = 0
+    failures: list[dict] = []
     specs, stops = expand(campaign), {}
     if campaign.adaptive is not None:  # the runs its looks asked for so far, not max_seeds of each cell
         looked = campaign_looks(campaign, ledger)
@@ -87,6 +98,8 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
         state = states.get(spec.run_key)
         column = _column(entry.status, state)
         cell.counts[column] += 1
+        if entry.status is RunStatus.failed:
+            failures.append(failure_of(spec.run_name, entry))
         if state is not None:
             cell.slurm[state] += 1
         if entry.status.is_outcome:
@@ -95,7 +108,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
             running += 1
             cell.cost.to_do.append(_tokens_so_far(tracking, entry.run_id, campaign.target.metric))
         elif not entry.status.is_outcome and not (
-                column == "failed" and entry.attempts >= campaign.backend.max_attempts):
+                column == "failed" and entry.charged >= campaign.backend.max_attempts):
             cell.cost.to_do.append(0.0)
     for key in outside_plan(campaign, ledger):
         entry = ledger[key]
@@ -107,7 +120,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     per_cell, totals = estimates([c.cost for c in listed], campaign.budget.max_tokens, slots)
     for cell, figures in zip(listed, per_cell, strict=True):
         cell.estimate = figures
-    return CampaignStatus(listed, totals, campaign.launch.world_size)
+    return CampaignStatus(listed, totals, campaign.launch.world_size, failures)
 
 
 def outside_plan(campaign: Campaign, run_keys) -> list[str]:

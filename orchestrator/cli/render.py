@@ -139,6 +139,20 @@ def status_table(campaign, found, compute: str, outside: int) -> Table:
     return view
 
 
+def failure_lines(failures: list[dict], names: int = 3) -> list[str]:
+    """`status`: the failed runs, one line per kind and reason (a configuration error is
+    the same in every run it stopped), naming a few of the runs."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in failures:
+        groups.setdefault((f["kind"] or "unknown kind", f["reason"]), []).append(f["run"])
+    lines = []
+    for (kind, reason), runs in groups.items():
+        more = f" and {len(runs) - names} more" if len(runs) > names else ""
+        count = f"{len(runs)} run{'s' if len(runs) > 1 else ''}"
+        lines.append(f"failed ({kind}): {reason} [{count}: {', '.join(runs[:names])}{more}]")
+    return lines
+
+
 def round_tables(rows: list[dict], groups: list[dict], factors: list[dict]) -> list[Table]:
     """`round`: the submissions, the groups of like submissions, those flagged for the
     chair (if any), where the round's summary.json disagrees (if anywhere) and the

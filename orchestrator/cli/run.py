@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -24,11 +26,21 @@ def run(
     detach: bool = typer.Option(
         False, help="submit the runs and return (Slurm only); `rcpforge status` follows them"
     ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="show what one run of each recipe x batch size would start (argv, "
+                                 "environment, folders, each gang task's variables); launch and write nothing"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="with --dry-run: one JSON document"),
 ) -> None:
     """Launch every run of the campaign that has no outcome yet."""
     campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
     if backend is not None:
         campaign = _with_backend(campaign, backend)
+    if as_json and not dry_run:
+        fail("--json: only with --dry-run (a launch's output is its progress lines); add --dry-run or drop --json")
+    if dry_run:
+        _dry_run(campaign, as_json)
+        return
     from cluster.backend import BackendError
     from orchestrator.campaign import CampaignBusy, run_campaign
     from orchestrator.progress import RunProgress
@@ -48,6 +60,12 @@ def run(
         raise typer.Exit(130)
     finally:
         progress.close()
+    _report(campaign, campaign_file, summary)
+
+
+def _report(campaign, campaign_file: Path, summary) -> None:
+    """What the launch did; a stop on a configuration error, or runs without an outcome,
+    exit non-zero."""
     if summary.stopped is not None:
         _stopped(campaign, campaign_file, summary)
     if summary.detached:
@@ -84,6 +102,48 @@ def _stopped(campaign, campaign_file: Path, summary) -> None:
         "launches the campaign's runs again", highlight=False, markup=False, soft_wrap=True,
     )
     raise typer.Exit(EXIT_USAGE)
+
+
+def _dry_run(campaign, as_json: bool) -> None:
+    """What the launch would start, from the code that launches (orchestrator/dryrun.py)."""
+    from orchestrator.dryrun import dry_run
+
+    configs = dry_run(campaign)
+    if as_json:
+        print(json.dumps({"campaign": campaign.name, "backend": campaign.backend.kind, "dry_run": True,
+                          "configurations": configs}, indent=2))
+        return
+    runs = sum(c["runs"] for c in configs)
+    out = [f"campaign {campaign.name}: dry run on backend {campaign.backend.kind}, nothing launched or written; "
+           f"{runs} runs in {len(configs)} configurations, one run of each shown"]
+    for config in configs:
+        out += [f"{config['recipe']}, batch size {config['batch_size']} ({config['runs']} runs; shown: seed "
+                f"{config['seed']}, run {config['run_name']})", f"  folder:      {config['output_dir']}"]
+        if "argv" in config:
+            out += [f"  argv:        {shlex.join(config['argv'])}", f"  workdir:     {config['workdir']}",
+                    f"  MLLOG from:  {config['mllog_file'] or 'the program stdout and stderr'}, kept in "
+                    f"{config['result_file']}",
+                    f"  environment: {_words(config['env'])}"]
+        else:
+            out += [f"  in process:  trainer {config['trainer']} in the worker, MLLOG written to "
+                    f"{config['result_file']}", f"  settings:    {json.dumps(config['settings'])}",
+                    f"  hparams:     {json.dumps(config['hparams'])}",
+                    f"  recipe:      {json.dumps(config['recipe_options'])}",
+                    f"  budget:      {json.dumps(config['budget'])}, target {json.dumps(config['target'])}"]
+        for task in config["tasks"]:
+            out.append(f"  task {task['task']} of {len(config['tasks'])}: "
+                       + " ".join(f"{k}={v}" for k, v in task["variables"].items()))
+            out += [f"    {key}: {_words(value)}" for key, value in task.items() if key not in ("task", "variables")]
+    console.print("\n".join(out), highlight=False, markup=False, soft_wrap=True)
+
+
+def _words(value) -> str:
+    """An argv or a set of variables as a shell would take them; anything else as it is."""
+    if isinstance(value, list):
+        return shlex.join(value)
+    if isinstance(value, dict):
+        return " ".join(f"{k}={shlex.quote(str(v))}" for k, v in value.items())
+    return str(value)
 
 
 def _with_backend(campaign, kind: str):

@@ -32,7 +32,7 @@ def status(
     if as_json:
         print(json.dumps({"campaign": campaign.name, "tracking_uri": redact_uri(campaign.tracking_uri),
                           "world_size": found.world_size, "cells": [c.as_dict() for c in found.cells],
-                          "totals": found.totals}, indent=2))
+                          "totals": found.totals, "failed_runs": found.failures}, indent=2))
         return
     compute = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
     outside = sum(sum(c.outside.values()) for c in found.cells)
@@ -40,6 +40,8 @@ def status(
     if outside:
         console.print(f"{outside} runs in the store are not runs of this campaign file (imported, or made by an "
                       "earlier version of it): `rcpforge analyze` counts them in their cells", highlight=False)
+    for line in render.failure_lines(found.failures):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     t = found.totals
     console.print(f"campaign: {t[compute]:.3g} {compute.replace('_', '-')} spent, {t['runs_to_do']} runs to do, "
                   f"ETA {render.duration(t['eta_s'])} at {t['concurrency']} runs at once")

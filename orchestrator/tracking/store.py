@@ -25,6 +25,7 @@ from trainers.contract.schema import (
     TAG_BATCH_SIZE,
     TAG_ERROR,
     TAG_ERROR_KIND,
+    TAG_FREE_ATTEMPTS,
     TAG_RECIPE,
     TAG_ROLE,
     TAG_RUN_KEY,
@@ -96,6 +97,8 @@ class Tracking:
                     batch_size=int(tags.get(TAG_BATCH_SIZE, "0")),
                     has_params=bool(run.data.params),
                     error_kind=tags.get(TAG_ERROR_KIND),
+                    free_attempts=int(tags.get(TAG_FREE_ATTEMPTS, "0")),
+                    error=tags.get(TAG_ERROR),
                     metrics={k: v for k, v in run.data.metrics.items() if k in _LEDGER_METRICS},
                 )
             token = page.token
@@ -180,6 +183,16 @@ class Tracking:
     def status_of(self, run_id: str) -> str | None:
         """The run's status tag as recorded."""
         return self.client.get_run(run_id).data.tags.get(TAG_STATUS)
+
+    def recorded(self, run_id: str) -> tuple[str | None, int]:
+        """The run's status tag and attempts as recorded (an attempt counts once its
+        worker started it)."""
+        tags = self.client.get_run(run_id).data.tags
+        return tags.get(TAG_STATUS), int(tags.get(TAG_ATTEMPTS, "0"))
+
+    def set_free_attempts(self, free: list[tuple[str, int]]) -> None:
+        """(run id, attempts that were the campaign's failures) on each run."""
+        self.writes.set_tag([(run_id, str(n)) for run_id, n in free], TAG_FREE_ATTEMPTS)
 
     def recorded_spec(self, run_id: str) -> tuple[str, RunSpec | None]:
         """The run's name and the RunSpec it was filed with (None for an imported run, or

@@ -7,9 +7,16 @@ completes with each run counted once. Instant command programs
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
+from sweeps.expand import expand
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import runs_of
 from tests.conftest import ROOT, run_cli
@@ -67,8 +74,27 @@ def test_unit_rule_stops_the_campaign_and_a_fixed_file_completes_it_once(tmp_pat
 
 
 def test_a_program_that_does_not_exist_stops_the_campaign(tmp_path):
-    _, _, line = stopped(tmp_path, failing_campaign("epochs", program=str(tmp_path / "no_such.py")), most_attempts=1)
+    path, _, line = stopped(tmp_path, failing_campaign("epochs", program=str(tmp_path / "no_such.py")),
+                            most_attempts=1)
     assert "no_such.py" in line and "does not exist" in line
+    # status says which kind of failure and why, in words and in --json
+    shown = run_cli("status", str(path), timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    said = [x for x in shown.stdout.splitlines() if x.startswith("failed (")]
+    assert len(said) == 1 and said[0].startswith("failed (configuration): trainer.argv names") and \
+        "no_such.py" in said[0] and "[1 run: bf16-bs16-s0]" in said[0], shown.stdout
+    failed = json.loads(run_cli("status", str(path), "--json", timeout=60).stdout)["failed_runs"]
+    assert [(f["run"], f["kind"], f["attempts"]) for f in failed] == [("bf16-bs16-s0", "configuration", 1)]
+    assert "does not exist" in failed[0]["reason"]
+
+
+def test_a_program_that_cannot_be_started_stops_the_campaign(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\necho never\n")  # not executable: argv[0] cannot be started
+    data = failing_campaign("epochs")
+    data["trainer"]["argv"] = [str(script), "{seed}"]
+    _, _, line = stopped(tmp_path, data, most_attempts=1)
+    assert f"cannot start '{script}'" in line and "Permission denied" in line and "trainer.argv" in line
 
 
 def test_two_runs_failing_alike_before_any_mllog_line_stop_it(tmp_path):
@@ -86,3 +112,37 @@ def test_a_crash_after_mllog_lines_is_still_retried(tmp_path):
     assert {r.data.tags[TAG_ATTEMPTS] for r in runs} == {"2"}
     assert Counter((r.data.tags[TAG_STATUS], r.data.tags.get(TAG_ERROR_KIND)) for r in runs) == {
         ("converged", None): 4, ("failed", "transient"): 2}
+
+
+def test_the_attempt_budget_is_the_stores_across_a_fix_and_a_killed_orchestrator(tmp_path):
+    """Two runs one at a time, max_attempts 3: the first's configuration error (a free
+    attempt), the fix, its next attempt killed with the orchestrator, then a restart where
+    every attempt crashes: the budget read back from the store gives the first run attempts
+    3 and 4 (three of its own after the free one), as an orchestrator never killed would,
+    the second its 3, and neither any more after that."""
+    def one_run(mode: str, benchmark: str) -> dict:
+        data = failing_campaign(mode, benchmark=benchmark, backend={"kind": "local", "workers": 1, "max_attempts": 3})
+        data.update(seeds=1)
+        return data
+
+    path, campaign, _ = stopped(tmp_path, one_run("stall", "llama31_8b"), most_attempts=1)
+    write_campaign(tmp_path, one_run("stall", "byo_epochs"))  # the fix
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    marker = campaign.run_dir(expand(campaign)[0]).parent / "stalled"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)  # attempt 2 is running: killed with its orchestrator
+    proc.wait(timeout=30)
+    assert marker.exists(), "attempt 2 never started"
+
+    for _ in range(2):  # the restart, then a run with nothing left to try
+        again = run_cli("run", str(path), timeout=120)
+        assert again.returncode == 3, again.stdout + again.stderr
+        _, runs = runs_of(campaign)
+        assert sorted((r.info.run_name, r.data.tags[TAG_ATTEMPTS], r.data.tags[TAG_STATUS],
+                       r.data.tags.get(TAG_ERROR_KIND)) for r in runs) == [
+            ("bf16-bs16-s0", "4", "failed", "transient"), ("bf16-bs64-s0", "3", "failed", "transient")]
+    assert "nothing to launch" in again.stdout

@@ -42,3 +42,14 @@ def test_status_columns_use_the_slurm_state():
     # the job ended without an outcome: counted failed (it will be retried), not running
     assert _column(RunStatus.running, "NODE_FAIL") == "failed"
     assert _column(RunStatus.running, "UNLISTED") == "failed"
+
+
+def test_free_attempts_do_not_count_against_max_attempts():
+    # attempts a configuration error failed or its stop cancelled (rcpforge.free_attempts)
+    specs = _specs()[:3]
+    ledger = {s.run_key: LedgerEntry(f"run{i}", s.run_key, RunStatus.failed, attempts=a, free_attempts=f)
+              for i, (s, (a, f)) in enumerate(zip(specs, [(3, 1), (4, 1), (1, 1)]))}
+    plan = make_plan(specs, ledger, max_attempts=3, retry_failed=False)
+    # 2 of its own left one; 3 of its own, none; a run stopped at its first attempt, all of them
+    assert [s.run_key for s in plan.launch] == [specs[0].run_key, specs[2].run_key]
+    assert [s.run_key for s in plan.gave_up] == [specs[1].run_key]

@@ -174,6 +174,7 @@ def test_a_missing_program_is_a_failure(tmp_path):
     result, _ = _run(tmp_path, "", argv=["no-such-program-rcpforge", "{seed}"])
     assert result.status is RunStatus.failed
     assert "cannot start 'no-such-program-rcpforge'" in result.error and "No such file" in result.error
+    assert result.error_kind is ErrorKind.configuration  # every run would fail alike: the campaign stops
 
 
 def _campaign_with(argv, **extra):

@@ -33,6 +33,8 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +50,13 @@ OUTPUT_LOG = "output.log"
 
 
 def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: str,
-               tokens_per_sample: int = 1) -> dict[str, str]:
+               tokens_per_sample: int = 1, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """What the placeholders stand for in one run (and the RCPFORGE_* variables); the
-    gang's come from the rendezvous variables the backend set on this task."""
+    gang's come from the rendezvous variables the backend set on this task (`env`,
+    default this process's environment)."""
     values: dict[str, Any] = {name: value for name, value in spec.hparams.items()}
     values.update({RECIPE_OPTION_PREFIX + k: _text(v) for k, v in spec.recipe_options.items()})
-    env = os.environ
+    env = os.environ if env is None else env
     world = int(env.get("WORLD_SIZE", spec.world_size) or 1)
     per_node = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
     values.update(
@@ -70,6 +73,39 @@ def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: s
         eval_every_samples=spec.budget.eval_every_tokens // tokens_per_sample,
     )
     return {k: str(v) for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the trainer starts for one gang task of a run: the program's argv, the
+    variables rcpforge sets over the environment it inherits, its working folder, and the
+    MLLOG file it follows (None: the program's stdout and stderr)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    workdir: Path
+    mllog_file: Path | None
+
+
+def command_settings(spec: RunSpec) -> CommandSettings:
+    return CommandSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
+
+
+def launch_of(spec: RunSpec, cfg: CommandSettings, output_dir: Path, campaign_dir: Path, benchmark: str,
+              env: Mapping[str, str] | None = None) -> Launch:
+    """The launch of one task, its placeholders filled; `env`: the task's rendezvous
+    variables (default this process's). `train` starts exactly this, and
+    `rcpforge run --dry-run` shows it."""
+    values = run_values(spec, output_dir, campaign_dir, benchmark, cfg.tokens_per_sample, env)
+    # Unbuffered, so MLLOG lines a Python program print()s arrive as they are printed
+    # (a block-buffered pipe would hold them until the buffer fills: a run that looks stalled).
+    sets = {"PYTHONUNBUFFERED": "1", **{env_name(k): v for k, v in values.items()}}
+    sets.update({k: substitute(v, values) for k, v in cfg.env.items()})
+    return Launch(
+        argv=[substitute(a, values) for a in cfg.argv], env=sets,
+        workdir=campaign_dir / substitute(cfg.workdir, values) if cfg.workdir else campaign_dir,
+        mllog_file=output_dir / substitute(cfg.mllog_file, values) if cfg.mllog_file else None,
+    )
 
 
 def _text(value: Any) -> Any:
@@ -198,19 +234,14 @@ class CommandTrainer(Trainer):
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
         start = time.monotonic()
         reporter = Reporter.of(reporter)
-        cfg = CommandSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
+        cfg = command_settings(spec)
         output_dir = Path(reporter.output_dir).resolve()
         output_dir.mkdir(parents=True, exist_ok=True)
         campaign_dir = Path(reporter.campaign_dir or Path.cwd()).resolve()
         benchmark = reporter.benchmark or spec.campaign
-        values = run_values(spec, output_dir, campaign_dir, benchmark, cfg.tokens_per_sample)
-        argv = [substitute(a, values) for a in cfg.argv]
-        # Unbuffered, so MLLOG lines a Python program print()s arrive as they are printed
-        # (a block-buffered pipe would hold them until the buffer fills: a run that looks stalled).
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **{env_name(k): v for k, v in values.items()}}
-        env.update({k: substitute(v, values) for k, v in cfg.env.items()})
-        workdir = campaign_dir / substitute(cfg.workdir, values) if cfg.workdir else campaign_dir
-        mllog_file = output_dir / substitute(cfg.mllog_file, values) if cfg.mllog_file else None
+        launch = launch_of(spec, cfg, output_dir, campaign_dir, benchmark)
+        argv, workdir, mllog_file = launch.argv, launch.workdir, launch.mllog_file
+        env = {**os.environ, **launch.env}
         if mllog_file is not None:
             mllog_file.parent.mkdir(parents=True, exist_ok=True)
             mllog_file.unlink(missing_ok=True)  # an earlier attempt's: this attempt starts from scratch

@@ -52,10 +52,11 @@ class Gang:
     def node_of(self, task: int) -> int:
         return task // self.tasks_per_node
 
-    def task_env(self, task: int, master_addr: str, master_port: int,
+    def task_env(self, task: int, master_addr: str, master_port: int | str,
                  devices: list[str] | None = None) -> dict[str, str]:
         """The environment of gang task `task` (0 .. tasks-1). `devices`: the GPU ids
-        this task may use (CUDA_VISIBLE_DEVICES), where the backend pins them itself."""
+        this task may use (CUDA_VISIBLE_DEVICES), where the backend pins them itself.
+        (A port in words: `rcpforge run --dry-run`, where none is chosen yet.)"""
         node, local = divmod(task, self.tasks_per_node)
         env = {
             "WORLD_SIZE": str(self.world_size), "LOCAL_WORLD_SIZE": str(self.processes_per_node),

@@ -21,6 +21,10 @@ TAG_ERROR = "rcpforge.error"
 # A failed run's kind of error (trainers/contract/run.py's ErrorKind: configuration,
 # startup, transient, cancelled); a run failed by configuration is a failure, never an outcome.
 TAG_ERROR_KIND = "rcpforge.error_kind"
+# How many of a run's attempts were the campaign's failures, not the run's (a configuration
+# error that stopped the campaign, the attempts that stop cancelled): they do not count
+# against backend.max_attempts. Kept in the store, so a restarted orchestrator decides the same.
+TAG_FREE_ATTEMPTS = "rcpforge.free_attempts"
 # Where an imported run came from (`rcpforge import`): the result file's path.
 TAG_SOURCE = "rcpforge.source"
 # Where the run's current attempt executes when a cluster owns it (`slurm:<job id>`), so
