@@ -8,8 +8,9 @@ raises ends the whole step, and the job's error names the task from srun's line 
 log. Jobs of one gang shape go out as one job array (an array's jobs share one shape).
 
 Every job is a submitit `Checkpointable`: on preemption (`scancel --signal=USR2`) or
-shortly before its time limit the job is requeued, up to `max_requeues` times, and runs
-the same call again; the trainer resumes from the checkpoint in the run's folder and the
+shortly before its time limit the job is requeued (at the time limit up to
+`max_requeues` times; submitit counts a USR2 in the last max(20 %, 10 min) of the limit
+as the time limit) and runs the same call again; the trainer resumes from the checkpoint in the run's folder and the
 run's log skips the eval points already written, so MLflow gets each point once. Only
 task 0 checkpoints (submitit leaves the signal to the other ranks unanswered), and the
 requeue restarts the whole gang.
