@@ -8,8 +8,9 @@ raises ends the whole step, and the job's error names the task from srun's line 
 log. Jobs of one gang shape go out as one job array (an array's jobs share one shape).
 
 Every job is a submitit `Checkpointable`: on preemption (`scancel --signal=USR2`) or
-shortly before its time limit the job is requeued, up to `max_requeues` times, and runs
-the same call again; the trainer resumes from the checkpoint in the run's folder and the
+shortly before its time limit the job is requeued (at the time limit up to
+`max_requeues` times; submitit counts a USR2 in the last max(20 %, 10 min) of the limit
+as the time limit) and runs the same call again; the trainer resumes from the checkpoint in the run's folder and the
 run's log skips the eval points already written, so MLflow gets each point once. Only
 task 0 checkpoints (submitit leaves the signal to the other ranks unanswered), and the
 requeue restarts the whole gang.
@@ -37,12 +38,13 @@ import submitit
 from cluster.backend import Backend, BackendError, Done, Job
 from cluster.gang import GANG_GRACE_S, describe_task, run_task
 from cluster.slurm_gang import START_MARK, await_kill, ended_by_slurm, failed_task, rendezvous_env
-from cluster.slurm_states import ENDED, job_states, preflight
+from cluster.slurm_states import ENDED, asked_job_states, preflight
 from trainers.contract.gang import Gang
 
 _ROOT = Path(__file__).resolve().parents[1]
-# How many polls a job may be ended (or unlisted) with no result file before it counts
-# as lost: the worker writes the result just before it exits.
+# How many polls, `poll_s` apart at least, a job may be ended (or unlisted) with no result
+# file before it counts as lost: the worker writes the result just before it exits. Counted
+# in time too: one wait's last poll and the next wait's first come a moment apart.
 _GRACE_POLLS = 3
 
 
@@ -113,11 +115,12 @@ def _environment() -> list[str]:
 class _Out:
     """A job Slurm has: its submitit handle (of every task: `handle.task(n)` is task
     n's result and log), its gang, and how many polls in a row it was seen ended (or
-    unlisted) with no result file."""
+    unlisted) with no result file, since when."""
 
     handle: submitit.Job
     gang: Gang
     lost_polls: int = 0
+    lost_since: float = 0.0
 
     @property
     def reporter(self) -> submitit.Job:
@@ -199,18 +202,24 @@ class SlurmBackend(Backend):
     def _poll(self) -> list[Done]:
         done: list[Done] = []
         states: dict[str, str] | None = None
+        asked = False
         for task_id, out in list(self._jobs.items()):
             if out.reporter.paths.result_pickle.exists():
                 done.append(self._collect(task_id, out))
                 continue
+            if not asked:
+                states, asked = asked_job_states([o.handle.job_id for o in self._jobs.values()]), True
             if states is None:
-                states = job_states([o.handle.job_id for o in self._jobs.values()])
+                continue  # squeue gave no answer: no news of any job
             state = states.get(out.handle.job_id, "UNLISTED").split()[0]
             if state not in ENDED and state != "UNLISTED":
                 out.lost_polls = 0
                 continue
+            now = time.monotonic()
+            if out.lost_polls == 0:
+                out.lost_since = now
             out.lost_polls += 1
-            if out.lost_polls >= _GRACE_POLLS:
+            if out.lost_polls >= _GRACE_POLLS and now - out.lost_since >= (_GRACE_POLLS - 1) * self.poll_s:
                 del self._jobs[task_id]
                 done.append(Done(task_id, error=_lost_error(out, state)))
         self._stop_stragglers()
@@ -237,8 +246,10 @@ class SlurmBackend(Backend):
             return
         for job_id in due:
             del self._finishing[job_id]
-        states = job_states(due)
-        running = [job_id for job_id in due if states.get(job_id, "UNLISTED").split()[0] not in (*ENDED, "UNLISTED")]
+        states = asked_job_states(due)
+        # no answer from squeue: cancel them all (scancel of a job that has ended does nothing)
+        running = due if states is None else [
+            job_id for job_id in due if states.get(job_id, "UNLISTED").split()[0] not in (*ENDED, "UNLISTED")]
         if running:
             subprocess.run(["scancel", *running], capture_output=True, timeout=30)
 

@@ -26,25 +26,35 @@ MAYBE_REQUEUED = "MAYBE_REQUEUED"
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
     """Job id (`123` or `123_4`) -> Slurm state, for the jobs Slurm still lists or its
-    accounting database remembers."""
+    accounting database remembers (all that sacct says where squeue gave no answer)."""
+    answered = asked_job_states(job_ids)
+    if answered is not None:
+        return answered
+    return _settled(sacct_states(sorted({j.split("_")[0] for j in job_ids})), answered=False)
+
+
+def asked_job_states(job_ids: list[str]) -> dict[str, str] | None:
+    """As `job_states`, but None when squeue gave no answer (slurmctld busy or out of
+    reach): a job squeue could not be asked about is not a job Slurm has forgotten."""
     if not job_ids or shutil.which("squeue") is None:
         return {}
     bases = sorted({j.split("_")[0] for j in job_ids})
-    proc = subprocess.run(
-        ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(bases), "-o", "%i|%T"],
-        capture_output=True, text=True, timeout=30,
-    )
+    try:
+        proc = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(bases), "-o", "%i|%T"],
+            capture_output=True, text=True, timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    # squeue -j fails with this line when it lists none of the ids: an answer, not a failure
+    if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
+        return None
     states = _parse(proc.stdout)
     forgotten = sorted({j.split("_")[0] for j in job_ids if j not in states})
     if not forgotten:
         return states
     # squeue is the live view; sacct only answers for what it has dropped.
-    return {**_settled(sacct_states(forgotten), _controller_answered(proc)), **states}
-
-
-def _controller_answered(proc: subprocess.CompletedProcess) -> bool:
-    """squeue reached the controller (it exits 1 when it knows none of the jobs asked)."""
-    return proc.returncode == 0 or "Invalid job id" in proc.stderr
+    return {**_settled(sacct_states(forgotten), answered=True), **states}
 
 
 def _settled(remembered: dict[str, str], answered: bool) -> dict[str, str]:

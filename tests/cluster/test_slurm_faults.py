@@ -12,12 +12,16 @@ import subprocess
 
 import pytest
 
-from sweeps.spec import load_campaign
+from cluster.backend import Job
+from cluster.slurm_states import asked_job_states, job_states
+from orchestrator.backends import make_backend
+from sweeps.spec import load_campaign, parse_campaign
 from tests.cluster.helpers import (
     assert_clean_ledger, mid_run, runs_of, slow_campaign, start_cli, starts, uninterrupted_tokens, wait_for,
 )
 from tests.conftest import run_cli
-from tests.helpers.campaigns import write_campaign
+from tests.helpers import backend_jobs
+from tests.helpers.campaigns import tiny_campaign, write_campaign
 from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY
 
 
@@ -75,3 +79,31 @@ def test_job_at_its_time_limit_is_requeued_and_resumes(slurm, tmp_path):
     assert requeued, "no job reached its time limit"
     for run in requeued:
         _check_resumed(campaign, tokens, run, tmp_path)
+
+
+def test_a_job_squeue_cannot_answer_about_is_not_taken_for_lost(slurm, tmp_path, monkeypatch):
+    """squeue failing for a while (slurmctld busy, a network blip), on a cluster without
+    accounting (sacct failing too): the backend has no news of its job, which is not a job
+    Slurm forgot; it keeps following it."""
+    campaign = parse_campaign(tiny_campaign(backend={"kind": "slurm", "time_min": 15}), tmp_path)
+    backend = make_backend(campaign)
+    try:
+        backend.submit(Job("held", backend_jobs.note_pid_and_sleep, (str(tmp_path), 600.0)))
+        job_id = backend.job_ids()["held"]
+        wait_for(lambda: job_states([job_id]).get(job_id) in ("PENDING", "RUNNING"), "the job listed")
+        real_path = os.environ["PATH"]
+        unanswered = tmp_path / "unanswered"
+        unanswered.mkdir()
+        for tool in ("squeue", "sacct"):
+            (unanswered / tool).write_text("#!/bin/sh\necho 'error: Socket timed out on send/recv operation' >&2\n"
+                                           "exit 1\n")
+            (unanswered / tool).chmod(0o755)
+        monkeypatch.setenv("PATH", f"{unanswered}{os.pathsep}{real_path}")
+        assert asked_job_states([job_id]) is None and job_states([job_id]) == {}
+        # more polls, further apart, than a job ended without a result is given
+        assert [backend.wait(timeout=1.0) for _ in range(4)] == [[]] * 4
+        monkeypatch.setenv("PATH", real_path)
+        assert backend.in_flight() == 1 and job_states([job_id]).get(job_id) in ("PENDING", "RUNNING")
+    finally:
+        backend.cancel()
+        backend.close()

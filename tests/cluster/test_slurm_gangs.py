@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from submitit.core.utils import DelayedSubmission, JobPaths
 
 import cluster.slurm_backend as slurm_backend
 from cluster.backend import Done, Job
@@ -20,12 +21,18 @@ from tests.helpers.processes import alive
 from trainers.contract.gang import Gang
 
 ACROSS = Gang(nodes=2, processes_per_node=1)
+# submitit counts a USR2 as a preemption only in the first min(80 %, limit - 10 min) of
+# the job's time limit, and as a timeout after it (a requeue less, "timed-out" in the
+# log): with 10 minutes or less every USR2 would be a timeout. 15: a USR2 within 5 minutes
+# of the start takes submitit's preemption branch.
+TIME_MIN = 15
+MAX_REQUEUES = 3
 
 
 @pytest.fixture
 def backend(two_node_slurm, tmp_path):
-    campaign = parse_campaign(tiny_campaign(backend={"kind": "slurm", "time_min": 5}, launch={"nodes": 2}),
-                              tmp_path)
+    settings = {"kind": "slurm", "time_min": TIME_MIN, "max_requeues": MAX_REQUEUES}
+    campaign = parse_campaign(tiny_campaign(backend=settings, launch={"nodes": 2}), tmp_path)
     assert campaign.gang == ACROSS
     made = make_backend(campaign)
     try:
@@ -77,15 +84,24 @@ def test_a_preempted_gang_is_requeued_whole_and_resumes(backend, tmp_path):
     backend.submit(Job("preempted", backend_jobs.count_starts_and_hold_the_first, (str(folder), 600.0),
                        on_requeue=backend_jobs.requeue_note, gang=ACROSS))
     job_id = backend.job_ids()["preempted"]
-    wait_for(lambda: all((folder / f"starts{task}").exists() for task in (0, 1)), "both ranks started")
+    # Both first starts logged whole: a USR2 while task 0 is still writing its line would
+    # requeue a start the second one could not count.
+    wait_for(lambda: all(backend_jobs.logged_starts(folder, task) for task in (0, 1)), "both ranks' first starts")
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
     done = _done(backend, limit_s=240)
     assert done.error is None, done.error
-    assert done.value == {"task": "0", "start": 2}  # task 0's second start
+    # task 0's second start, which returns only once rank 1 has logged its own
+    assert done.value == {"task": "0", "start": 2}
     assert (folder / "requeued").read_text().splitlines() == ["requeued"]  # on_requeue ran once, in task 0
     # the requeue restarted the whole gang, each rank in a new process
     for task, pids in backend_jobs.start_pids(folder, tasks=2, starts=2).items():
         assert len(pids) == 2 and pids[0] != pids[1], (task, pids)
+    # submitit took its preemption branch, not its timeout one: the requeue spent none of
+    # the requeues the job has for reaching its time limit
+    task_0 = JobPaths(backend.folder, job_id=job_id, task_id=0)
+    log = task_0.stdout.read_text()
+    assert "this job is preempted" in log and "this job is timed-out" not in log, log
+    assert DelayedSubmission.load(task_0.submitted_pickle)._timeout_countdown == MAX_REQUEUES
 
 
 def test_a_rank_that_raises_is_the_jobs_error_with_its_traceback(backend, tmp_path):

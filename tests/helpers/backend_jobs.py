@@ -49,37 +49,42 @@ def _leave_task_file(folder: str, facts: dict) -> None:
     tmp.rename(Path(folder, f"task{_task()}.json"))
 
 
+# How long a helper waits for a gang's other ranks to leave their files: generous, since
+# a rank may still be starting (another node, a loaded machine) when task 0 returned;
+# the wait ends as soon as the files are there.
+PEERS_WAIT_S = 120.0
+
+
 def task_files(folder: str | Path, tasks: int) -> dict[int, dict]:
     """The `task<N>.json` files of a gang's `tasks` ranks, by rank. A job's value is task
-    0's, reported once task 0 returned; another rank may still be writing its file then (a
-    Slurm gang reports at task 0's result and gives the rest GANG_GRACE_S before it stops
-    them), so this waits for every file within that grace and returns what is there."""
+    0's, reported once task 0 returned; another rank may still be writing its file then,
+    so this waits for every file (within PEERS_WAIT_S) and returns what is there."""
     import json
 
     paths = [Path(folder, f"task{t}.json") for t in range(tasks)]
-    _within_the_gang_grace(lambda: all(p.exists() for p in paths))
+    _within(PEERS_WAIT_S, lambda: all(p.exists() for p in paths))
     return {int(p.stem.removeprefix("task")): json.loads(p.read_text()) for p in Path(folder).glob("task*.json")}
 
 
+def logged_starts(folder: str | Path, task: int | str) -> list[str]:
+    """The pids rank `task` logged in `folder`/starts<task>, one per start (see
+    count_starts_and_hold_the_first). The file exists from the moment a start opens it,
+    before its line is written: only whole lines count."""
+    path = Path(folder, f"starts{task}")
+    text = path.read_text() if path.exists() else ""
+    return text.splitlines()[: text.count("\n")]
+
+
 def start_pids(folder: str | Path, tasks: int, starts: int) -> dict[int, list[str]]:
-    """The pids each of a gang's `tasks` ranks logged in `folder`/starts<task> (see
-    count_starts_and_hold_the_first), by rank, once each has `starts` of them or the
-    gang's grace is over: task 0's second start returns at once, so the job may be
-    reported done before another rank's second start has written its line."""
-
-    def pids(task: int) -> list[str]:
-        path = Path(folder, f"starts{task}")
-        return path.read_text().split() if path.exists() else []
-
-    _within_the_gang_grace(lambda: all(len(pids(t)) >= starts for t in range(tasks)))
-    return {t: pids(t) for t in range(tasks)}
+    """The pids each of a gang's `tasks` ranks logged, by rank, once each has `starts` of
+    them (within PEERS_WAIT_S; then the caller asserts on what is there)."""
+    _within(PEERS_WAIT_S, lambda: all(len(logged_starts(folder, t)) >= starts for t in range(tasks)))
+    return {t: logged_starts(folder, t) for t in range(tasks)}
 
 
-def _within_the_gang_grace(done: Callable[[], bool]) -> None:
-    """Wait until `done()` or the gang's grace is over (then the caller asserts on what is there)."""
-    from cluster.gang import GANG_GRACE_S
-
-    deadline = time.monotonic() + GANG_GRACE_S
+def _within(limit_s: float, done: Callable[[], bool]) -> None:
+    """Wait until `done()` or `limit_s` is over."""
+    deadline = time.monotonic() + limit_s
     while not done() and time.monotonic() < deadline:
         time.sleep(0.1)
 
@@ -153,12 +158,18 @@ def gang_where_only_task_0_returns(folder: str, seconds: float) -> str:
 
 
 def count_starts_and_hold_the_first(folder: str, seconds: float) -> dict:
-    """Each task counts its starts in `folder`/starts<task>; the first start sleeps
-    (a job to preempt while it runs), a later one returns its count at once."""
-    starts = Path(folder, f"starts{_task()}")
-    with open(starts, "a") as log:
+    """Each task logs its pid in `folder`/starts<task> at every start; the first start
+    sleeps (a job to preempt while it runs). At a later start task 0 returns its count
+    once every rank has logged that start too (within PEERS_WAIT_S), the others at once:
+    the job's value comes after the whole gang restarted, so a rank slow to restart is
+    not stopped by the backend's grace for the ranks left after task 0 returned."""
+    task = _task()
+    with open(Path(folder, f"starts{task}"), "a") as log:
         log.write(f"{os.getpid()}\n")
-    count = len(starts.read_text().splitlines())
+    count = len(logged_starts(folder, task))
     if count == 1:
         time.sleep(seconds)
-    return {"task": _task(), "start": count}
+    elif task == "0":
+        tasks = int(os.environ.get("RCPFORGE_GANG_TASKS", "1"))
+        _within(PEERS_WAIT_S, lambda: all(len(logged_starts(folder, t)) >= count for t in range(tasks)))
+    return {"task": task, "start": count}
