@@ -110,7 +110,7 @@ def _fused(
     flat = x.dim() == 2  # the operands of a linear layer: no reshapes (each costs ~1 us)
     x2 = x if flat else x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
-    if scale_mode in ("nvfp4_4over6", "nvfp4_rowscaled") and not x2.is_contiguous():  # row-major tiles only
+    if (scale_mode in FOUR_OVER_SIX or scale_mode == "nvfp4_rowscaled") and not x2.is_contiguous():  # row-major only
         return None
     if scale_mode == "nvfp4_rowscaled" and isinstance(block, tuple):
         return None  # the torch path says why not

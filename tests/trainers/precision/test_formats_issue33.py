@@ -147,6 +147,25 @@ def test_te_4over6_has_te_defaults_and_refuses_hadamard_and_stochastic_rounding(
     assert "TransformerEngine's 4over6)" not in resolve_recipe("nvfp4_4over6").description
 
 
+@pytest.mark.parametrize("mode", [m for m in FOUR_OVER_SIX if m != "nvfp4_4over6"])  # test_qkernel has it
+@pytest.mark.parametrize("tile", [16, (16, 16)], ids=["1x16", "16x16"])
+@pytest.mark.parametrize("rounding", ["rne", "sr"])
+@pytest.mark.parametrize("shape", [(48, 64), (37, 50), (16, 4096)])  # whole blocks, cut blocks, a long row
+def test_4over6_conventions_on_the_fused_kernel_equal_the_torch_path(mode, tile, rounding, shape):
+    x = _spread(shape, seed=hash((mode, str(tile), rounding, shape)) % 2**31)
+    x[:, 5:9] = x[:, :4] * 0.75  # some blocks whose 4-candidate is exact
+    assert kernels.available()
+    runs = []
+    for fused in (True, False):
+        old = kernels.set_enabled(fused)
+        try:
+            runs.append(fake_quant_factored(x, "e2m1", tile, mode, rounding, torch.Generator().manual_seed(3))[0])
+        finally:
+            kernels.set_enabled(old)
+    assert _same(runs[0].dequant(), runs[1].dequant())
+    assert _same(runs[0].core, runs[1].core) and runs[0].multiplier == runs[1].multiplier
+
+
 def test_the_4over6_conventions_in_a_written_recipe():
     nv = {"format": "e2m1", "scaling": "nvfp4", "block": 16, "scale": "nvfp4_4over6_mae_256"}
     d = validate_written("my_te", {"x": nv, "w": {**nv, "block": None, "tile": [16, 16]}, "dy": nv})
