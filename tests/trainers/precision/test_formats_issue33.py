@@ -150,7 +150,7 @@ def test_te_4over6_has_te_defaults_and_refuses_hadamard_and_stochastic_rounding(
 @pytest.mark.parametrize("mode", [m for m in FOUR_OVER_SIX if m != "nvfp4_4over6"])  # test_qkernel has it
 @pytest.mark.parametrize("tile", [16, (16, 16)], ids=["1x16", "16x16"])
 @pytest.mark.parametrize("rounding", ["rne", "sr"])
-@pytest.mark.parametrize("shape", [(48, 64), (37, 50), (16, 4096)])  # whole blocks, cut blocks, a long row
+@pytest.mark.parametrize("shape", [(48, 64), (37, 50), (2, 4352)])  # whole blocks, cut blocks, long rows
 def test_4over6_conventions_on_the_fused_kernel_equal_the_torch_path(mode, tile, rounding, shape):
     x = _spread(shape, seed=hash((mode, str(tile), rounding, shape)) % 2**31)
     x[:, 5:9] = x[:, :4] * 0.75  # some blocks whose 4-candidate is exact
