@@ -110,8 +110,12 @@ def _fused(
     flat = x.dim() == 2  # the operands of a linear layer: no reshapes (each costs ~1 us)
     x2 = x if flat else x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
-    if (scale_mode in FOUR_OVER_SIX or scale_mode == "nvfp4_rowscaled") and not x2.is_contiguous():  # row-major only
-        return None
+    if (scale_mode in FOUR_OVER_SIX or scale_mode == "nvfp4_rowscaled") and not x2.is_contiguous():
+        # row-major tiles only: a transposed copy (a wgrad operand with no Hadamard before
+        # it, as nvfp4_4over6_te's) is made contiguous, as the torch path makes it
+        x2 = x2.contiguous()
+        if flat:
+            x = x2
     if scale_mode == "nvfp4_rowscaled" and isinstance(block, tuple):
         return None  # the torch path says why not
     if block is None and not nvfp4:

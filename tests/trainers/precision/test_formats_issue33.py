@@ -166,6 +166,25 @@ def test_4over6_conventions_on_the_fused_kernel_equal_the_torch_path(mode, tile,
     assert _same(runs[0].core, runs[1].core) and runs[0].multiplier == runs[1].multiplier
 
 
+@pytest.mark.parametrize("mode", [*FOUR_OVER_SIX, "nvfp4_rowscaled"])
+@pytest.mark.parametrize("rounding", ["rne", "sr"])
+def test_a_transposed_copy_takes_the_fused_kernel_with_the_torch_paths_bits(mode, rounding, monkeypatch):
+    """nvfp4_4over6_te's wgrad copies of x and dY are transposed views (no Hadamard makes
+    them contiguous): the kernel takes a contiguous copy, as the torch path does."""
+    x = _spread((64, 48), seed=9).t()
+    runs, calls = [], []
+    real = kernels.fused_quantize
+    monkeypatch.setattr(kernels, "fused_quantize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for fused in (True, False):
+        old = kernels.set_enabled(fused)
+        try:
+            runs.append(fake_quant_factored(x, "e2m1", 16, mode, rounding, torch.Generator().manual_seed(3))[0])
+        finally:
+            kernels.set_enabled(old)
+    assert calls == [1]  # the fused run used the kernel, the torch run did not
+    assert _same(runs[0].dequant(), runs[1].dequant())
+
+
 def test_the_4over6_conventions_in_a_written_recipe():
     nv = {"format": "e2m1", "scaling": "nvfp4", "block": 16, "scale": "nvfp4_4over6_mae_256"}
     d = validate_written("my_te", {"x": nv, "w": {**nv, "block": None, "tile": [16, 16]}, "dy": nv})
