@@ -9,6 +9,7 @@ machine load hits them all alike) and each figure is the median over rounds.
 
     PYTHONPATH=. python benchmarks/recipe_overhead.py            # the quickstart model
     PYTHONPATH=. python benchmarks/recipe_overhead.py --d-model 256 --layers 4
+    PYTHONPATH=. python benchmarks/recipe_overhead.py --only mxfp6 "nvfp4_4over6 mae 256"  # these, bf16, torchao
 
 Targets (issue 3, 2 CPU cores): FP8 recipes <= 1.5x bf16, FP4 recipes <= 2.5x, and no
 recipe slower than torchao's emulation for tensorwise FP8.
@@ -36,10 +37,14 @@ FP8 = ["fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_r
 FP4 = ["mxfp4", "mxfp4_sr_rht", "mxfp4_dethad", "nvfp4"]
 # issue 17's recipes: each has NVFP4 in at least one direction, so FP4-class (<= 2.5x)
 FP4 += ["nvfp4_4over6", "nvfp4_rowscaled", "mxfp8_fwd_nvfp4_bwd", "nvfp4_fwd_mxfp8_bwd"]
+# issue 33's: sub-8-bit elements, so FP4-class (<= 2.5x); MXFP6 (6-bit) is held to it too
+FP4 += ["nvfp4_4over6_te", "mxfp4_dethad16", "mxfp6"]
 # option variants timed beside the defaults: (row label, recipe, options)
 VARIANTS = [("fp8_block use_f32_scales", "fp8_block", {"use_f32_scales": True}),
             ("fp8_tensorwise fp8_attention", "fp8_tensorwise", {"fp8_attention": True})]
 VARIANTS += [(f"nvfp4 backward {b}", "nvfp4", {"backward": b}) for b in ("high_precision", "dequantized")]
+# 4-over-6's conventions (issue 33): the paper's (mse, 256) and TE's (mae, 256) with SR and RHT
+VARIANTS += [(f"nvfp4_4over6 {e} 256", "nvfp4_4over6", {"error": e, "global_scale_max": 256}) for e in ("mse", "mae")]
 TORCHAO = "torchao_float8_emulated"
 
 
@@ -88,6 +93,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="steps per round")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="1: one run per core, as campaigns run")
+    ap.add_argument("--only", nargs="+", metavar="LABEL", help="time these rows only (with bf16 and torchao)")
     ap.add_argument("--default-heap", action="store_true",
                     help="leave glibc's heap settings alone (the trainer keeps freed memory)")
     args = ap.parse_args()
@@ -100,7 +106,13 @@ def main() -> None:
     )
     batches = Batches(cfg.data, cfg.context, 64, seed=0)
     steppers = {}
-    for label, name, options in [(n, n, {}) for n in RECIPES] + VARIANTS:
+    rows = [(n, n, {}) for n in RECIPES] + VARIANTS
+    unknown = set(args.only or ()) - {label for label, _, _ in rows}
+    if unknown:
+        ap.error(f"--only: no row {sorted(unknown)[0]!r}; rows: {', '.join(label for label, _, _ in rows)}")
+    for label, name, options in rows:
+        if args.only and label != "bf16" and label not in args.only:
+            continue
         torch.manual_seed(0)
         recipe = resolve_recipe(name, options)
         model = TinyLM(cfg, batches.vocab, gemm_factory(recipe, cfg.n_layers), per_layer=True,

@@ -136,7 +136,7 @@ def test_a_recipe_without_placement_discloses_its_linear_gemms_lowest_format(nam
     linear = disclosed_precisions(precision_map(recipe, 2))["lowest_numerical_precision_in_linear"]
     assert linear == mlperf_precision(recipe)
     assert linear == ("bfloat16" if recipe.is_reference else "nvfp4" if "nvfp4" in name
-                      else "mxfp4" if "mxfp4" in name else "fp8")
+                      else "mxfp4" if "mxfp4" in name else "mxfp6" if "mxfp6" in name else "fp8")
 
 
 def _spec(recipe):

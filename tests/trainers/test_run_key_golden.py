@@ -138,6 +138,15 @@ PROBES: dict[str, dict[str, Any]] = {
     "command_added_later_at_defaults": _command(start="per_rank", mllog_file=None),
     "command_mllog_file": _command(mllog_file="mllog.txt"),
     "command_per_node": _command(start="per_node"),
+    # issue 33: the new recipes, and 4-over-6's options off their defaults (at them:
+    # "named" above) and TE's recipe with an option off its own defaults
+    "issue33_formats": _probe([
+        "bf16", "mxfp6", "mxfp4_dethad16", "nvfp4_4over6_te",
+        {"nvfp4_4over6": {"error": "mae", "global_scale_max": 256}},
+        {"te_mse": {"base": "nvfp4_4over6_te", "error": "mse"}},
+        {"my_mxfp6": {"x": {"format": "e2m3", "scaling": "mx"}, "w": {"format": "e2m3", "scaling": "mx"},
+                      "dy": {"format": "e3m2", "scaling": "mx"}}},
+    ]),
 }
 
 

@@ -1,4 +1,5 @@
-"""Element formats: rounding already-scaled values onto the E4M3, E5M2 or E2M1 grid.
+"""Element formats: rounding already-scaled values onto the E4M3, E5M2, E2M1, E2M3 or
+E3M2 grid.
 
 Everything here works on float32 tensors and returns float32 values that lie exactly on
 the format's grid, saturated at its largest finite value (NUMERICS.md: torch's E5M2 cast
@@ -31,6 +32,11 @@ FORMATS: dict[str, ElementFormat] = {
     "e5m2": ElementFormat("e5m2", 57344.0, -14, 2, torch.float8_e5m2),
     # torch's float4_e2m1fn_x2 is storage only (every cast raises), so E2M1 is done here.
     "e2m1": ElementFormat("e2m1", 6.0, 0, 1, None),
+    # OCP MX v1.0's FP6 element formats (section 5.3.2): no inf or NaN, so the max is the
+    # all-ones code: E2M3 (bias 1) 1.875 * 2^2 = 7.5, subnormal step 2^-3; E3M2 (bias 3)
+    # 1.75 * 2^4 = 28, subnormal step 2^-4. torch has no FP6 dtype.
+    "e2m3": ElementFormat("e2m3", 7.5, 0, 3, None),
+    "e3m2": ElementFormat("e3m2", 28.0, -2, 2, None),
 }
 
 # Kept for the spine's callers: fmt -> (dtype, max).

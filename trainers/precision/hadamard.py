@@ -1,5 +1,6 @@
 """The Hadamard transforms of the wgrad operands: 16-point with fixed random signs (the
-NVFP4 recipe), 32-point with signs drawn per GEMM (mxfp4_sr_rht) or none (mxfp4_dethad).
+NVFP4 recipe), 32-point with signs drawn per GEMM (mxfp4_sr_rht) or none (mxfp4_dethad; 16-point,
+mxfp4_dethad16).
 
 dW = dY^T X contracts over the token dimension; multiplying both operands by the same
 orthonormal H along that dimension leaves the product unchanged, (dY^T H)(X^T H)^T =

@@ -40,6 +40,7 @@ FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-sh
 MODES = {
     "given": 0, "tensor": 1, "fp32": 2, "pow2": 3, "floor": 4, "rceil": 5,
     "nvfp4": 6, "nvfp4_clamped": 7, "nvfp4_4over6": 8, "nvfp4_rowscaled": 9,
+    "nvfp4_4over6_mae": 10, "nvfp4_4over6_256": 11, "nvfp4_4over6_mae_256": 12,
 }
 # Above this many elements a multi-threaded torch would beat the single-threaded kernel.
 _MAX_SINGLE_THREAD = 1 << 18

@@ -1,15 +1,19 @@
 """The NVFP4 variants of issue 17: Four Over Six (each block scaled to 6 or to 4,
-whichever has less squared error) and row-scaled NVFP4 (one FP32 global scale per row),
+whichever has less error; issue 33: which error, and the global scale's E4M3 max, by
+convention) and row-scaled NVFP4 (one FP32 global scale per row),
 as `quantize`'s scale modes `nvfp4_4over6` and `nvfp4_rowscaled` compute them on the
 torch path."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from trainers.precision.formats import get_format, round_inplace_ok, round_to_format, stochastic_round_with
 from trainers.precision.quantized import Counts, Quantized, counts_of, round_counted
-from trainers.precision.scaling import Grouped, nvfp4_block_scale, nvfp4_global_scale
+from trainers.precision.scaling import Grouped, nvfp4_block_scale
+from trainers.recipes.operands import FOUR_OVER_SIX
 
 
 def _nvfp4_candidate(g: Grouped, s_b: torch.Tensor, s_g: float, fmt: str, rounding: str,
@@ -26,20 +30,29 @@ def _nvfp4_candidate(g: Grouped, s_b: torch.Tensor, s_g: float, fmt: str, roundi
 
 def nvfp4_4over6(
     g: Grouped, amax: torch.Tensor, fmt: str, rounding: str, generator: torch.Generator | None, counts: bool,
+    mode: str = "nvfp4_4over6",
 ) -> tuple[Quantized, Counts | None]:
-    """NVFP4 "Four Over Six" (arXiv 2512.02010): each block (or tile) quantized under the
-    NVFP4 global scale s_g = amax/(448*6) twice, with the E4M3 block scale of plain NVFP4,
-    e4m3_rne(amax_b/6/s_g), and with e4m3_rne(amax_b/4/s_g) (which maps the block amax to
-    4; it saturates at 448 for blocks above 2/3 of the tensor's amax); each block keeps
-    the candidate whose dequantized values (q * s_b * s_g) have the smaller sum of
-    squared error against the input, the 6-candidate on a tie (the paper's reference
-    selection; the errors are summed in float64, as the fused kernel sums them).
-    Stochastic rounding rounds both candidates with the same draws. The
-    6-candidate is plain NVFP4 bit for bit, so no block has more error than under it.
-    Unlike the paper's reference code (fouroversix `quantize_to_fp4`), which takes the
-    global scale as amax/(256*6) so that the 4-candidate's scale (at most 384) always
-    fits E4M3, the global scale here stays plain NVFP4's."""
-    s_g = nvfp4_global_scale(amax.amax())
+    """NVFP4 "Four Over Six" (arXiv 2512.02010): each block (or tile) quantized under one
+    FP32 global scale s_g = amax/(M*6) twice, with the E4M3 block scale mapping the block
+    amax to 6, e4m3_rne(amax_b/6/s_g), and with e4m3_rne(amax_b/4/s_g), mapping it to 4;
+    each block keeps the candidate whose dequantized values (q * s_b * s_g) have the
+    smaller error against the input, summed over the block in float64 (as the fused
+    kernel sums them), the 6-candidate on a tie. Stochastic rounding rounds both
+    candidates with the same draws. `mode` (operands.FOUR_OVER_SIX) sets the error and M:
+
+    - M = 448 (nvfp4_4over6, rcpforge's default): s_g is plain NVFP4's, so the
+      6-candidate is plain NVFP4 bit for bit and no block has more error (of the kind
+      that picks) than under it; the 4-candidate's scale saturates at 448 for blocks
+      above 2/3 of the tensor's amax (then both candidates are the same).
+    - M = 256 (the paper's reference code and TransformerEngine's default): the
+      4-candidate's scale (at most 384) always fits E4M3, but s_g is 448/256 times plain
+      NVFP4's, so the 6-candidate is no longer plain NVFP4 (its block scales are coarser
+      relative to the block amax: at most 256).
+    - error mse: the sum of squared errors (the paper's selection); mae: of absolute
+      errors, TransformerEngine's default (the mean over a block of fixed size picks alike)."""
+    error, top = FOUR_OVER_SIX[mode]
+    a_all = float(amax.amax())
+    s_g = a_all / (top * 6.0) if math.isfinite(a_all) and a_all > 0 else 1.0
     a = torch.nan_to_num(amax, nan=float(torch.finfo(torch.float32).max))
     s6 = nvfp4_block_scale(amax, s_g, clamp=False)
     s4 = round_inplace_ok(a / 4.0 / s_g, "e4m3")
@@ -48,9 +61,12 @@ def nvfp4_4over6(
     dims = g.dims if isinstance(g.dims, tuple) else (-1,)
     q6, y6 = _nvfp4_candidate(g, s6, s_g, fmt, rounding, u)
     q4, y4 = _nvfp4_candidate(g, s4, s_g, fmt, rounding, u)
-    err6 = (q6 * s6 * s_g - g.view).double().square().sum(dims, keepdim=True)
-    err4 = (q4 * s4 * s_g - g.view).double().square().sum(dims, keepdim=True)
-    four = err4 < err6
+
+    def err(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        d = (q * s * s_g - g.view).double()
+        return (d.square() if error == "mse" else d.abs()).sum(dims, keepdim=True)
+
+    four = err(q4, s4) < err(q6, s6)
     core = torch.where(four, q4 * s4, q6 * s6)
     c = counts_of(torch.where(four, y4, y6), fmt, torch.where(four, q4, q6)) if counts else None
     return Quantized(g.restore(core), multiplier=s_g), c

@@ -33,6 +33,11 @@ enum Mode {
     NVFP4_4OVER6 = 8,   /* NVFP4 with s_b to 6 or to 4 per tile, the smaller squared error (nvfp4_variants.nvfp4_4over6) */
     NVFP4_ROWSCALED = 9,  /* 1-D blocks, an encode scale S per row: s_b = e4m3(amax_b / 6 * S), y = x / (s_b / S),
                            * core = q * s_b, S to scales[row] (nvfp4_variants.nvfp4_rowscaled) */
+    /* 4-over-6's other conventions (operands.FOUR_OVER_SIX): the absolute error picks, the
+     * global scale is amax / (256 * 6), or both; run as NVFP4_4OVER6 with Ctx.mae set */
+    NVFP4_4OVER6_MAE = 10,
+    NVFP4_4OVER6_256 = 11,
+    NVFP4_4OVER6_MAE_256 = 12,
 };
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -86,6 +91,7 @@ typedef struct {
     uint32_t emin_bits, offset, mshift;
     float nv_max;  /* the E2M1 value an NVFP4 block scale maps the block amax to: 6 (or 4) */
     float s_row;   /* NVFP4_ROWSCALED: the current row's encode scale S */
+    int mae;       /* 4-over-6: the sum of absolute errors picks (else of squared errors) */
 } Ctx;
 
 /* The scale of one block from its amax bits (block modes): y = x * pre (in 0) or
@@ -157,8 +163,9 @@ static inline __attribute__((always_inline)) void tile(
     }
 }
 
-/* The squared error of one candidate over a tile, in double (nvfp4_variants.nvfp4_4over6:
- * the float32 difference between (q * s_b) * s_g and x, squared and summed in double). */
+/* The squared (or with mae absolute) error of one candidate over a tile, in double
+ * (nvfp4_variants.nvfp4_4over6: the float32 difference between (q * s_b) * s_g and x,
+ * squared or made absolute and summed in double). */
 #define ERR_CHUNK 64
 static double tile_err(const Ctx *k, const float *x, const float *u, int64_t cols, int64_t r0,
                        int64_t r1, int64_t c0, int64_t c1, float pre, float post) {
@@ -179,7 +186,10 @@ static double tile_err(const Ctx *k, const float *x, const float *u, int64_t col
                 for (int64_t t = 0; t < m; t++)
                     d[t] = (rne(xi[t] / pre, k->fmax, k->emin_bits, k->offset) * post) * s_g - xi[t];
             }
-            for (int64_t t = 0; t < m; t++) e += (double)d[t] * (double)d[t];
+            if (k->mae)
+                for (int64_t t = 0; t < m; t++) e += fabs((double)d[t]);
+            else
+                for (int64_t t = 0; t < m; t++) e += (double)d[t] * (double)d[t];
         }
     return e;
 }
@@ -222,6 +232,16 @@ static inline double squares16(const float *d) {
     return ((acc[0] + acc[1]) + acc[2]) + acc[3];
 }
 
+/* The same order for the sum of absolute values (torch's `.double().abs().sum(dims)`). */
+static inline double abs16(const float *d) {
+    f64x4 acc = {0.0, 0.0, 0.0, 0.0};
+    for (int g = 0; g < 16; g += 4) {
+        f64x4 w = {fabs((double)d[g]), fabs((double)d[g + 1]), fabs((double)d[g + 2]), fabs((double)d[g + 3])};
+        acc = g ? acc + w : w;
+    }
+    return ((acc[0] + acc[1]) + acc[2]) + acc[3];
+}
+
 /* 4-over-6 for a tile of at most 256 elements under its two candidates' scales, in one
  * pass: both candidates' cores (q * s_b) and float differences into buffers, their
  * squared errors summed in double, the kept core written out. Returns 1. */
@@ -256,9 +276,17 @@ static inline __attribute__((always_inline)) int four_over_six_pick(
      * (written recipes only) stay in element order, torch's order for them not pinned. */
     double e6 = 0.0, e4 = 0.0;
     for (int64_t m = 0; m < n; m += w) {
-        if (w == 16) {
+        if (w == 16 && k->mae) {
+            e6 += abs16(d6 + m);
+            e4 += abs16(d4 + m);
+        } else if (w == 16) {
             e6 += squares16(d6 + m);
             e4 += squares16(d4 + m);
+        } else if (k->mae) {
+            for (int64_t t = m; t < m + w; t++) {
+                e6 += fabs((double)d6[t]);
+                e4 += fabs((double)d4[t]);
+            }
         } else {
             for (int64_t t = m; t < m + w; t++) {
                 e6 += (double)d6[t] * (double)d6[t];
@@ -303,7 +331,9 @@ static Ctx setup(const float *x, int64_t rows, int64_t cols, int mode, float fma
                  int mbits, int emax_elem, float given, double *info, float *s_tensor) {
     Ctx k = {fmax, 1.0f, (float)((double)fmax / F32_MAX), mode, emax_elem,
              (uint32_t)(emin + 127) << 23, ((uint32_t)(23 - mbits) << 23) + HALF_MANTISSA,
-             (uint32_t)mbits << 23, 6.0f, 1.0f};
+             (uint32_t)mbits << 23, 6.0f, 1.0f, mode == NVFP4_4OVER6_MAE || mode == NVFP4_4OVER6_MAE_256};
+    const double top = mode == NVFP4_4OVER6_256 || mode == NVFP4_4OVER6_MAE_256 ? 256.0 : 448.0;
+    if (mode >= NVFP4_4OVER6_MAE) k.mode = NVFP4_4OVER6;
     float amax_all = mode == GIVEN || mode == TENSOR || mode >= NVFP4
                          ? amax_float(tile_amax(x, cols, 0, rows, 0, cols)) : NAN;
     info[0] = amax_all;
@@ -312,7 +342,7 @@ static Ctx setup(const float *x, int64_t rows, int64_t cols, int mode, float fma
         *s_tensor = (isfinite(amax_all) && amax_all > 0) ? fmax / amax_all : 1.0f;
         info[1] = *s_tensor;
     } else if (mode >= NVFP4) {  /* scaling.nvfp4_global_scale */
-        double s_g = (isfinite(amax_all) && amax_all > 0) ? (double)amax_all / (448.0 * 6.0) : 1.0;
+        double s_g = (isfinite(amax_all) && amax_all > 0) ? (double)amax_all / (top * 6.0) : 1.0;
         info[1] = s_g;
         k.s_g32 = (float)s_g;
     }
@@ -332,6 +362,7 @@ void rcpf_quantize(const float *x, int64_t rows, int64_t cols, int64_t br, int64
                    const float *u, float *core, uint16_t *bf16, double *info, float *scales) {
     float s_tensor;
     Ctx k = setup(x, rows, cols, mode, fmax, emin, mbits, emax_elem, given, info, &s_tensor);
+    mode = k.mode;  /* 4-over-6's conventions as NVFP4_4OVER6 */
     if (mode == GIVEN || mode == TENSOR) br = rows, bc = cols;
     const int64_t tiles_per_row = (cols + bc - 1) / bc;
     for (int64_t r0 = 0; r0 < rows; r0 += br) {

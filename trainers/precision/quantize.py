@@ -20,8 +20,9 @@ from trainers.precision.scaling import (
     nvfp4_global_scale,
     tensor_scale,
 )
+from trainers.recipes.operands import FOUR_OVER_SIX
 
-SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled")
+SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped", *FOUR_OVER_SIX, "nvfp4_rowscaled")
 
 
 def quantize_with_scale(
@@ -78,8 +79,8 @@ def fake_quant_factored(
             tiles = s.view(g.view.shape[0], g.view.shape[-2]) if g.dims == -1 else s.view(s.shape[0], s.shape[2])
             return Quantized(g.restore(q), **tile_factors(tiles, tile, x.shape)), c
         return Quantized(g.restore(q.div_(s)), exact=scale_mode == "pow2"), c
-    if scale_mode == "nvfp4_4over6":
-        return nvfp4_4over6(g, amax, fmt, rounding, generator, counts)
+    if scale_mode in FOUR_OVER_SIX:
+        return nvfp4_4over6(g, amax, fmt, rounding, generator, counts, scale_mode)
     if scale_mode == "nvfp4_rowscaled":
         return nvfp4_rowscaled(x, g, amax, fmt, rounding, generator, counts)
     if nvfp4:
@@ -109,8 +110,12 @@ def _fused(
     flat = x.dim() == 2  # the operands of a linear layer: no reshapes (each costs ~1 us)
     x2 = x if flat else x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
-    if scale_mode in ("nvfp4_4over6", "nvfp4_rowscaled") and not x2.is_contiguous():  # row-major tiles only
-        return None
+    if (scale_mode in FOUR_OVER_SIX or scale_mode == "nvfp4_rowscaled") and not x2.is_contiguous():
+        # row-major tiles only: a transposed copy (a wgrad operand with no Hadamard before
+        # it, as nvfp4_4over6_te's) is made contiguous, as the torch path makes it
+        x2 = x2.contiguous()
+        if flat:
+            x = x2
     if scale_mode == "nvfp4_rowscaled" and isinstance(block, tuple):
         return None  # the torch path says why not
     if block is None and not nvfp4:
@@ -183,7 +188,7 @@ def quantize(
     rounding: str = "rne",
     seed: int | None = None,
 ) -> torch.Tensor:
-    """Quantize `x` to `fmt` (`e4m3`, `e5m2`, `e2m1`) and return the dequantized float32
+    """Quantize `x` to `fmt` (`e4m3`, `e5m2`, `e2m1`, `e2m3`, `e3m2`) and return the dequantized float32
     tensor.
 
     block: None for one tensorwise FP32 current scale (`fmax / amax`); an int for 1-D
@@ -194,7 +199,9 @@ def quantize(
     (per-block `fmax / amax`), `pow2` (that rounded down to a power of two), `nvfp4`
     (two-level: FP32 global, E4M3 block scales, may go subnormal), `nvfp4_clamped`
     (block scales at least 2^-6, as torchao), `nvfp4_4over6` (each block scaled to 6 or to
-    4, whichever has less squared error; arXiv 2512.02010), `nvfp4_rowscaled` (one FP32
+    4, whichever has less squared error; arXiv 2512.02010; `nvfp4_4over6_mae`, `_256` and
+    `_mae_256`: by absolute error, under the global scale amax/(256*6), or both: see
+    trainers/recipes/operands.py FOUR_OVER_SIX), `nvfp4_rowscaled` (one FP32
     global scale per row instead of per tensor; 1-D blocks). With block=None only `pow2`
     changes the tensorwise scale, and the nvfp4 modes use one block scale per row.
     rounding: `rne`, or `sr` (stochastic, seeded by `seed`).

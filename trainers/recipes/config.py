@@ -140,8 +140,9 @@ def parse_options(recipe: RecipeConfig, options: dict[str, Any]) -> RecipeOption
         return recipe.options.model_validate(options)
     except ValidationError as err:
         valid = ", ".join(sorted(recipe.options.model_fields)) or "none"
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        problems = "; ".join(  # a check across options (no loc) names its option itself
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"].removeprefix("Value error, ")
+            for e in err.errors()
         )
         raise RecipeError(f"recipe {recipe.name} options: {problems} (valid options: {valid})") from None
 

@@ -11,14 +11,17 @@ import re
 from dataclasses import replace
 
 from trainers.recipes.config import REFERENCE, HadamardSigns, RecipeConfig, RecipeError
-from trainers.recipes.operands import DELAYED, E4M3, E5M2, MOR, MX4, MX8, NV, NV_TILED, ROW, OperandQuant
+from trainers.recipes.operands import DELAYED, E4M3, E5M2, MOR, MX4, MX6, MX8, NV, NV_TILED, ROW, OperandQuant
 from trainers.recipes.options import (
     BlockOptions,
     DelayedOptions,
+    FourOverSixOptions,
+    FourOverSixTeOptions,
     MorOptions,
     Mxfp4Options,
     Mxfp8FwdNvfp4BwdOptions,
     Mxfp8Options,
+    MxOptions,
     Nvfp4FwdMxfp8BwdOptions,
     Nvfp4Options,
     Nvfp4VariantOptions,
@@ -92,6 +95,25 @@ RECIPES: dict[str, RecipeConfig] = {
             x=MX4, w=MX4, dy=MX4, hadamard_wgrad=True, hadamard_size=32, hadamard_signs=HadamardSigns.NONE,
             options=Mxfp4Options,
         ),
+        # AMD's production MXFP4 recipe of MLPerf Training v6.0 (issue 33): as mxfp4_dethad,
+        # round to nearest everywhere, but the deterministic Hadamard on the wgrad copies
+        # of dY and x is the 16-point Sylvester H / 4 (no signs).
+        RecipeConfig(
+            "mxfp4_dethad16", "MXFP4 with a deterministic 16-point Hadamard on the wgrad copies (AMD's production "
+            "MXFP4 recipe, MLPerf Training v6.0)",
+            x=MX4, w=MX4, dy=MX4, hadamard_wgrad=True, hadamard_size=16, hadamard_signs=HadamardSigns.NONE,
+            options=Mxfp4Options,
+        ),
+        # MXFP6: the OCP Microscaling Formats (MX) Specification v1.0's FP6 elements, E2M3
+        # and E3M2, with E8M0 scales per 1x32 block (FLOOR, the spec's; scale_mode: rceil
+        # as mxfp4). The spec defines the formats, not which tensor takes which: here the
+        # forward operands take E2M3 (one more mantissa bit) and the gradients E3M2 (one
+        # more exponent bit, for their range), the split of FP8 training's E4M3 forward
+        # and E5M2 gradients, as issue 33 asks.
+        RecipeConfig(
+            "mxfp6", "OCP MXFP6: E2M3 elements for x and W, E3M2 for dY, E8M0 scales per 1x32 block",
+            x=MX6["e2m3"], w=MX6["e2m3"], dy=MX6["e3m2"], options=MxOptions,
+        ),
         RecipeConfig(
             "nvfp4", "NVFP4: E2M1, E4M3 scales per 1x16 (W 16x16) under an FP32 global scale",
             x=NV, w=NV_TILED, dy=replace(NV, rounding="sr"),
@@ -100,16 +122,34 @@ RECIPES: dict[str, RecipeConfig] = {
         # --- issue 17: the field's newer NVFP4 recipes (NUMERICS.md terms) ---
         RecipeConfig(
             "nvfp4_4over6",
-            "NVFP4 'Four Over Six' (arXiv 2512.02010; TransformerEngine's 4over6): nvfp4's operands "
-            "(E2M1, x and dY 1x16, W 16x16, SR on dY, Hadamard on wgrad), each block (tile) quantized "
-            "twice under the same FP32 global scale amax/(448*6), with its E4M3 block scale mapping the "
-            "block amax to 6 and to 4 (e4m3_rne(amax_b/4/s_g), saturating at 448); the candidate with "
-            "the smaller sum of squared dequantized error is kept (6 on a tie); the 6-candidate is plain "
-            "NVFP4 bit for bit (the paper's reference code instead lowers the global scale's E4M3 max to 256 "
-            "so the 4-candidate never saturates)",
+            "NVFP4 'Four Over Six' (arXiv 2512.02010) in rcpforge's own convention by default: nvfp4's "
+            "operands (E2M1, x and dY 1x16, W 16x16, SR on dY, Hadamard on wgrad), each block (tile) quantized "
+            "twice under the same FP32 global scale amax/(M*6), with its E4M3 block scale mapping the block "
+            "amax to 6 and to 4 (e4m3_rne(amax_b/4/s_g), saturating at 448); the candidate with the smaller "
+            "error (6 on a tie) is kept. Options: error mse|mae (sum of squared or absolute dequantized error), "
+            "global_scale_max 448|256 (M). Default mse with 448 (rcpforge's): the 6-candidate is plain NVFP4 bit "
+            "for bit. The paper's reference code is mse with 256, TransformerEngine's 4over6 (TE#2972) mae with "
+            "256 (see nvfp4_4over6_te); at 256 the 4-candidate never saturates and the 6-candidate is no longer "
+            "plain NVFP4",
             x=replace(NV, scale_mode="nvfp4_4over6"), w=replace(NV, block=(16, 16), scale_mode="nvfp4_4over6"),
             dy=replace(NV, rounding="sr", scale_mode="nvfp4_4over6"), hadamard_wgrad=True,
-            options=Nvfp4VariantOptions,
+            options=FourOverSixOptions,
+        ),
+        # TransformerEngine's 4over6 (NVIDIA/TransformerEngine#2972, merged): its defaults
+        # select by the mean absolute error under the global scale amax/(256*6), and it
+        # supports 4over6 only without the random Hadamard transform and stochastic
+        # rounding (its options refuse them, as TE does). The 2-D 16x16 weight tiles of
+        # TE's NVFP4 recipe stay.
+        RecipeConfig(
+            "nvfp4_4over6_te",
+            "TransformerEngine's 4over6 (TE#2972): NVFP4 Four Over Six with TE's defaults, each block's "
+            "candidate picked by the absolute error (mae) under the global scale amax/(256*6); x and dY 1x16, "
+            "W 16x16, round to nearest everywhere and no Hadamard on the wgrad copies (TE supports 4over6 only "
+            "without the random Hadamard and stochastic rounding; both are refused)",
+            x=replace(NV, scale_mode="nvfp4_4over6_mae_256"),
+            w=replace(NV, block=(16, 16), scale_mode="nvfp4_4over6_mae_256"),
+            dy=replace(NV, scale_mode="nvfp4_4over6_mae_256"), hadamard_wgrad=False,
+            options=FourOverSixTeOptions,
         ),
         RecipeConfig(
             "nvfp4_rowscaled",

@@ -7,9 +7,9 @@ from dataclasses import replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainers.recipes.operands import MX8, NV, NV_TILED
+from trainers.recipes.operands import MX8, NV, NV_TILED, four_over_six_mode
 
 if TYPE_CHECKING:
     from trainers.recipes.config import RecipeConfig
@@ -58,7 +58,9 @@ class RecipeOptions(BaseModel):
 # options enter its run key only off them (trainers/contract/run_key.py: `keyed`), so its
 # run keys stay what they were (bf16_last_blocks was an FP4 option: always in theirs).
 ADDED_LATER: dict[str, Any] = {"bf16_first_blocks": 0, "bf16_last_blocks": 0, "bf16_layers": [],
-                               "bf16_from_tokens": None, "fp8_attention": False, "backward": "quantized"}
+                               "bf16_from_tokens": None, "fp8_attention": False, "backward": "quantized",
+                               # nvfp4_4over6's convention (issue 33): FourOverSixOptions
+                               "error": "mse", "global_scale_max": 448}
 
 
 def _alike(recipe: RecipeConfig, **change: Any) -> RecipeConfig:
@@ -149,6 +151,50 @@ class Nvfp4VariantOptions(Fp4Options):
             dy=replace(recipe.dy, rounding="sr" if self.stochastic_rounding else "rne"),
             hadamard_wgrad=self.hadamard,
         )
+
+
+class FourOverSixOptions(Nvfp4VariantOptions):
+    """nvfp4_4over6: the NVFP4 variants' options and the 4-over-6 convention (issue 33):
+    `error` picks each block's candidate by the sum of squared (mse) or absolute (mae)
+    errors, `global_scale_max` is the E4M3 max M of the global scale amax/(M*6). The
+    defaults are rcpforge's own convention (mse, 448: the 6-candidate is plain NVFP4);
+    the paper's reference code is mse with 256, TransformerEngine's (TE#2972) mae with
+    256 (the named nvfp4_4over6_te). trainers/recipes/operands.py FOUR_OVER_SIX."""
+
+    error: Literal["mse", "mae"] = "mse"
+    global_scale_max: Literal[448, 256] = 448
+
+    def operands(self, recipe: RecipeConfig) -> RecipeConfig:
+        return _alike(super().operands(recipe), scale_mode=four_over_six_mode(self.error, self.global_scale_max))
+
+
+class FourOverSixTeOptions(Fp4Options):
+    """nvfp4_4over6_te: TransformerEngine's 4over6 (TE#2972) with its defaults, the
+    absolute error and the global scale amax/(256*6), and its constraints: TE supports
+    4over6 only without the random Hadamard transform and stochastic rounding, so dY
+    rounds to nearest, the wgrad copies are not transformed, and asking for either is
+    refused (as TE refuses it)."""
+
+    weight_2d: bool = True  # 16x16 weight blocks, so Q(W)^T == Q(W^T)
+    error: Literal["mse", "mae"] = "mae"
+    global_scale_max: Literal[448, 256] = 256
+
+    @model_validator(mode="before")
+    @classmethod
+    def _te_constraints(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for option in ("hadamard", "stochastic_rounding"):
+                if data.get(option) is not None:
+                    raise ValueError(f"{option}: TransformerEngine's 4over6 runs without the random Hadamard "
+                                     "transform and stochastic rounding; remove it, or use nvfp4_4over6 (error: mae, "
+                                     "global_scale_max: 256) for 4-over-6 with them")
+        return data
+
+    def operands(self, recipe: RecipeConfig) -> RecipeConfig:
+        assert recipe.w is not None
+        mode = four_over_six_mode(self.error, self.global_scale_max)
+        return _alike(replace(recipe, w=replace(recipe.w, block=(16, 16) if self.weight_2d else 16)),
+                      scale_mode=mode, rounding="rne")
 
 
 class Mxfp8FwdNvfp4BwdOptions(Fp4Options):

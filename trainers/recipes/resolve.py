@@ -33,7 +33,11 @@ def options_dump(recipe: RecipeConfig, opts: RecipeOptions) -> dict[str, Any]:
     """A named recipe's options with defaults filled in, less the options added later
     at their defaults (`ADDED_LATER`); refused on the reference, which has nothing to place."""
     always = {"bf16_last_blocks"} if issubclass(recipe.options, Fp4Options) else set()
-    added_later = {k: default for k, default in ADDED_LATER.items() if k not in always}
+    # an option whose default in this recipe is not the added-later one (nvfp4_4over6_te's
+    # error) is always kept: dropped, it would resolve back to the recipe's default
+    defaults = recipe.options.model_validate({}).model_dump(mode="json")
+    added_later = {k: default for k, default in ADDED_LATER.items()
+                   if k not in always and defaults.get(k, default) == default}
     out = keyed(opts.model_dump(mode="json"), added_later)
     placed = sorted(set(out) & set(added_later))
     if recipe.is_reference and placed:

@@ -15,10 +15,11 @@
           # trainers/recipes/switch.py), fp8_attention; amax_history_len and margin
           # (delayed operands); threshold (mor operands)
 
-An operand is `format` (e4m3, e5m2, e2m1), `scaling` (tensorwise, delayed, channelwise,
+An operand is `format` (e4m3, e5m2, e2m1; e2m3, e3m2: OCP MX FP6), `scaling` (tensorwise, delayed, channelwise,
 rowwise, block, mx, nvfp4, mor), `block` (1-D blocks along the GEMM's contraction) or
 `tile` ([rows, cols], 2-D tiles), `scale` (the scale type: fp32, pow2, floor, rceil,
-nvfp4, nvfp4_clamped, nvfp4_4over6, nvfp4_rowscaled; each scaling has a default) and `rounding` (rne, sr). The
+nvfp4, nvfp4_clamped, nvfp4_4over6 (and its conventions nvfp4_4over6_mae, _256, _mae_256),
+nvfp4_rowscaled; each scaling has a default) and `rounding` (rne, sr). The
 definition above is the named `nvfp4` recipe: it trains bit for bit like it. The
 normalized definition (every field, defaults filled in) is the recipe's options, so it
 enters the run key; a named recipe's options are what they always were."""
@@ -44,7 +45,8 @@ _SCALES: dict[str, tuple[str, ...]] = {
     "rowwise": ("pow2", "fp32"),
     "block": ("pow2", "fp32"),
     "mx": ("floor", "rceil"),
-    "nvfp4": ("nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled"),
+    "nvfp4": ("nvfp4", "nvfp4_clamped", "nvfp4_4over6", "nvfp4_rowscaled", "nvfp4_4over6_mae", "nvfp4_4over6_256",
+              "nvfp4_4over6_mae_256"),
     "mor": ("fp32",),
 }
 _DEFAULT_BLOCK = {"mx": 32, "nvfp4": 16}
@@ -146,6 +148,9 @@ def _operand(name: str, which: str, raw: Any) -> OperandSpec:
         raise _fail(name, f"{which}.rounding", f"{spec.scaling} scaling rounds to nearest; remove rounding: sr")
     if spec.format == "e2m1" and spec.scaling not in ("mx", "nvfp4", "block"):
         raise _fail(name, f"{which}.scaling", "E2M1 needs block scales; use scaling: mx, nvfp4 or block")
+    if spec.format in ("e2m3", "e3m2") and spec.scaling not in ("mx", "block"):
+        raise _fail(name, f"{which}.scaling", f"{spec.format.upper()} (FP6) needs block scales; use scaling: mx "
+                    "(MXFP6) or block")
     block = spec.block if spec.block is not None else (None if spec.tile else _DEFAULT_BLOCK.get(spec.scaling))
     return spec.model_copy(update={"scale": spec.scale or scales[0], "block": block})
 
@@ -231,7 +236,8 @@ def grammar_lines() -> list[str]:
         "tensors), and wgrad: {precision: quantized|bf16, transform: none|hadamard, size: 16 (a power of two), "
         "signs: fixed|random|none} (the Hadamard on the wgrad copies of x and dY: fixed random signs as nvfp4's, "
         "random ones drawn per GEMM as mxfp4_sr_rht's, none: deterministic, as mxfp4_dethad's).",
-        "An operand: format e4m3|e5m2|e2m1, scaling (default tensorwise), block: N (1xN along the contraction) or "
+        "An operand: format e4m3|e5m2|e2m1|e2m3|e3m2 (e2m3, e3m2: OCP MX FP6, with mx or block scaling), scaling "
+        "(default tensorwise), block: N (1xN along the contraction) or "
         "tile: [R, C], scale (the first listed is the default), rounding rne|sr (default rne).",
         f"Scalings: {scalings}.",
         "Beside the operands: quantize_residual, placement and schedule (below); amax_history_len and margin "

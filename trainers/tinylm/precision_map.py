@@ -39,10 +39,11 @@ BF16 = "bf16"
 COMM = {"gradients": "fp32"}
 # A GEMM's format name -> MLPerf's value (trainers/command/settings.py MLPERF_PRECISIONS),
 # lowest first: FP4 below FP8 below BF16; NVFP4 ranks below MXFP4 so a run mixing both
-# discloses NVFP4, as `mlperf_precision` did.
-_MLPERF = {"nvfp4": "nvfp4", "mxfp4": "mxfp4", "e2m1": "mxfp4", "e4m3": "fp8", "e5m2": "fp8", "mxfp8": "fp8",
-           "mxfp8_e5m2": "fp8", "e4m3|bf16": "fp8", "bf16": "bfloat16", "fp32": "fp32"}
-_ORDER = ("nvfp4", "mxfp4", "fp8", "bfloat16", "fp32")
+# discloses NVFP4, as `mlperf_precision` did; FP6 between them.
+_MLPERF = {"nvfp4": "nvfp4", "mxfp4": "mxfp4", "e2m1": "mxfp4", "mxfp6": "mxfp6", "e2m3": "mxfp6", "e3m2": "mxfp6",
+           "e4m3": "fp8", "e5m2": "fp8", "mxfp8": "fp8", "mxfp8_e5m2": "fp8", "e4m3|bf16": "fp8",
+           "bf16": "bfloat16", "fp32": "fp32"}
+_ORDER = ("nvfp4", "mxfp4", "mxfp6", "fp8", "bfloat16", "fp32")
 _BLOCK = re.compile(r"blocks\.(\d+)\.")
 _ATTN_FP8 = {"fprop": "e4m3", "dgrad": "e5m2 x e4m3", "wgrad": "e5m2 x e4m3"}
 
@@ -71,6 +72,8 @@ def operand_format(q: OperandQuant | None) -> str:
         return "e4m3|bf16"
     if q.fmt == "e2m1":
         return {"nvfp4": "nvfp4", "mx": "mxfp4"}.get(q.scaling, "e2m1")
+    if q.fmt in ("e2m3", "e3m2"):  # OCP MXFP6 in either element format (MLPerf's one value: mxfp6)
+        return "mxfp6" if q.scaling == "mx" else q.fmt
     if q.scaling == "mx":  # OCP MXFP8 in its E4M3 or E5M2 variant
         return "mxfp8" if q.fmt == "e4m3" else f"mxfp8_{q.fmt}"
     return q.fmt

@@ -93,7 +93,7 @@ def test_stacked_operands_quantize_as_one_at_a_time(name, fused, monkeypatch):
                 assert _same_bits(got.bf16().float(), alone.core.bfloat16().float())
     stackable = {n for n in QUANTIZED if QuantizedGemm(resolve_recipe(n))._stackable("x", "w")}
     assert stackable == {"fp8_rowwise", "fp8_rowwise_gw_hp", "mxfp8", "mxfp4", "mxfp8_fwd_nvfp4_bwd",
-                         "mxfp4_sr_rht", "mxfp4_dethad"}  # per-row x and W
+                         "mxfp4_sr_rht", "mxfp4_dethad", "mxfp4_dethad16", "mxfp6"}  # per-row x and W
 
 
 @pytest.mark.parametrize("name", QUANTIZED)

@@ -26,10 +26,12 @@ LAB_RECIPES = ["mxfp4_sr_rht", "mxfp4_dethad"]
 
 # issue 17's named recipes (test_new_recipes.py tests their numerics)
 ISSUE17_RECIPES = ["nvfp4_4over6", "nvfp4_rowscaled", "mxfp8_fwd_nvfp4_bwd", "nvfp4_fwd_mxfp8_bwd"]
+# issue 33's (test_formats_issue33.py tests their numerics)
+ISSUE33_RECIPES = ["nvfp4_4over6_te", "mxfp6", "mxfp4_dethad16"]
 
 
 def test_every_issue_recipe_is_registered_and_frozen():
-    assert set(ISSUE_RECIPES) | set(LAB_RECIPES) | set(ISSUE17_RECIPES) == set(RECIPES)
+    assert set(ISSUE_RECIPES) | set(LAB_RECIPES) | set(ISSUE17_RECIPES) | set(ISSUE33_RECIPES) == set(RECIPES)
     r = get_recipe("nvfp4")
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.x = None  # type: ignore[misc]
