@@ -140,7 +140,7 @@ PROBES: dict[str, dict[str, Any]] = {
     "command_per_node": _command(start="per_node"),
     # issue 33: the new recipes, and 4-over-6's options off their defaults (at them:
     # "named" above) and TE's recipe with an option off its own defaults
-    "issue33_formats": _probe([
+    "fp6_4over6_dethad16": _probe([
         "bf16", "mxfp6", "mxfp4_dethad16", "nvfp4_4over6_te",
         {"nvfp4_4over6": {"error": "mae", "global_scale_max": 256}},
         {"te_mse": {"base": "nvfp4_4over6_te", "error": "mse"}},

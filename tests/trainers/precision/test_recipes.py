@@ -26,7 +26,7 @@ LAB_RECIPES = ["mxfp4_sr_rht", "mxfp4_dethad"]
 
 # issue 17's named recipes (test_new_recipes.py tests their numerics)
 ISSUE17_RECIPES = ["nvfp4_4over6", "nvfp4_rowscaled", "mxfp8_fwd_nvfp4_bwd", "nvfp4_fwd_mxfp8_bwd"]
-# issue 33's (test_formats_issue33.py tests their numerics)
+# MXFP6, the 4-over-6 conventions and the 16-point Hadamard (test_fp6_and_four_over_six.py tests their numerics)
 ISSUE33_RECIPES = ["nvfp4_4over6_te", "mxfp6", "mxfp4_dethad16"]
 
 
