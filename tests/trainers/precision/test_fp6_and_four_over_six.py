@@ -1,4 +1,4 @@
-"""Issue 33's formats and recipes: the 4-over-6 conventions (the error that picks a block's
+"""The formats and recipes added in 2026: the 4-over-6 conventions (the error that picks a block's
 candidate and the global scale's E4M3 max) against a direct implementation of each, the
 property that holds at 448 and the one at 256; TransformerEngine's 4over6 with its
 constraints; MXFP6's element formats E2M3 and E3M2 at known points of the OCP MX v1.0
@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from tests.trainers.precision.test_new_recipes import _blocks, _e2m1, _e4m3, _same_bits
+from tests.trainers.precision.test_new_recipes import _blocks, _same_bits, ref_4over6
 from tests.trainers.precision.test_qkernel import _data as _spread
 from tests.trainers.precision.test_qkernel import _same
 from trainers.precision import kernels, quantize
@@ -27,30 +27,6 @@ from trainers.recipes.written import validate_written
 from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 
 # --- 1. the 4-over-6 conventions -------------------------------------------------------
-
-
-def ref_4over6(x: torch.Tensor, tile: int | tuple[int, int], error: str, top: float) -> torch.Tensor:
-    """4-over-6 block by block, written from the conventions' definitions: the global
-    scale amax/(top*6), the E4M3 block scales mapping the block amax to 6 and to 4, and
-    the candidate whose dequantized block has the smaller sum of squared (mse) or
-    absolute (mae) error, 6 on a tie."""
-    s_g = float(x.abs().amax()) / (top * 6.0)
-    out = torch.empty_like(x)
-    r, c = (1, tile) if isinstance(tile, int) else tile
-    for i in range(0, x.shape[0], r):
-        for j in range(0, x.shape[1], c):
-            xb = x[i:i + r, j:j + c]
-            a = xb.abs().amax()
-            cands = []
-            for to in (6.0, 4.0):
-                s_b = _e4m3(a / to / s_g)
-                d = s_b * s_g
-                q = _e2m1(xb / torch.where(d == 0, torch.inf, d)) * s_b * s_g
-                e = (q - xb).double()
-                cands.append((q, (e * e if error == "mse" else e.abs()).sum()))
-            (q6, e6), (q4, e4) = cands
-            out[i:i + r, j:j + c] = q4 if e4 < e6 else q6
-    return out
 
 
 @pytest.mark.parametrize("mode", list(FOUR_OVER_SIX))

@@ -53,23 +53,27 @@ def _ref_candidate(xb: torch.Tensor, s_b: torch.Tensor, s_g: float) -> torch.Ten
     return _e2m1(y) * s_b * s_g
 
 
-def ref_4over6(x: torch.Tensor, tile: int | tuple[int, int] = 16) -> torch.Tensor:
-    """NVFP4 4-over-6 block by block: the global scale of plain NVFP4, both E4M3 block
-    scales, and the candidate with the smaller sum of squared error (6 on a tie)."""
-    amax = x.abs().amax()
-    s_g = float(amax) / (448.0 * 6.0)
+def ref_4over6(x: torch.Tensor, tile: int | tuple[int, int] = 16, error: str = "mse",
+               top: float = 448.0) -> torch.Tensor:
+    """NVFP4 4-over-6 block by block, from the conventions' definitions: the global scale
+    amax/(top*6) (448: plain NVFP4's), both E4M3 block scales (the block amax to 6 and to
+    4), and the candidate whose dequantized block has the smaller sum of squared (mse) or
+    absolute (mae) error, 6 on a tie."""
+    s_g = float(x.abs().amax()) / (top * 6.0)
     out = torch.empty_like(x)
     r, c = (1, tile) if isinstance(tile, int) else tile
     for i in range(0, x.shape[0], r):
         for j in range(0, x.shape[1], c):
             xb = x[i:i + r, j:j + c]
             a = xb.abs().amax()
-            q6 = _ref_candidate(xb, _e4m3(a / 6.0 / s_g), s_g)
-            q4 = _ref_candidate(xb, _e4m3(a / 4.0 / s_g), s_g)
-            four = ((q4 - xb).double() ** 2).sum() < ((q6 - xb).double() ** 2).sum()
-            out[i:i + r, j:j + c] = q4 if four else q6
+            cost = []
+            for to in (6.0, 4.0):
+                q = _ref_candidate(xb, _e4m3(a / to / s_g), s_g)
+                e = (q - xb).double()
+                cost.append((q, (e * e if error == "mse" else e.abs()).sum()))
+            (q6, e6), (q4, e4) = cost
+            out[i:i + r, j:j + c] = q4 if e4 < e6 else q6
     return out
-
 
 def ref_rowscaled(x: torch.Tensor) -> torch.Tensor:
     """Row-scaled NVFP4 row by row: S = 448*6/amax(row), s_b = e4m3((amax_b/6) S),
