@@ -310,8 +310,11 @@ class _Launcher:
                 continue
             self.tracking.mark_failed(run_id, why, spec, kind=ErrorKind.cancelled)
             self.summary.cancelled += 1
-            if run_id not in misconfigured:  # the cancelled attempt is free, where its worker had counted it
-                free.append((run_id, attempts - (attempt - 1 - self.free.get(spec.run_key, 0))))
+            if run_id not in misconfigured:
+                # free: every recorded attempt but those the run was charged before this one
+                # (the cancelled attempt counts only where its worker had started it)
+                charged_before = attempt - 1 - self.free.get(spec.run_key, 0)
+                free.append((run_id, attempts - charged_before))
         # every attempt of a misconfigured run was the configuration's
         free += [(run_id, self.tracking.recorded(run_id)[1]) for run_id in misconfigured]
         self.tracking.set_error_kinds(misconfigured, ErrorKind.configuration)
