@@ -18,6 +18,7 @@
                                              # retry_s: 600 (seconds to wait out a store outage)
     tune: {space: {lr: {low: 0.001, high: 0.1, log: true}}, trials: 12}   # sweeps/tune_spec.py
     hparams_from: hparams.bf16.yaml          # a table written by `rcpforge tune`
+    models: [{name: w64, d_model: 64}, ...]  # a model axis: cells per model (sweeps/models_spec.py)
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
+from sweeps.campaign_checks import (
+    check_launch_against_backend,
+    check_schedule_within_budget,
+    check_warmup_within_budget,
+)
 from sweeps.launch import LaunchSpec
+from sweeps.models_spec import ModelChoice, model_forms, resolve_model
 from sweeps.rcp_spec import RcpSpec
 from sweeps.recipe_grid import expand_grid
 from sweeps.tracking_spec import DEFAULT_DB, TrackingSpec
@@ -89,6 +96,8 @@ class Campaign(_Strict):
     # A hyperparameter table written by `rcpforge tune` (`hparams.<recipe>.yaml`): its
     # values override `hparams` per batch size; `hparams` may then be left out.
     hparams_from: str | None = None
+    # The model axis (sweeps/models_spec.py): None, one model, the campaign's `trainer:`.
+    models: list[ModelChoice] | None = Field(None, min_length=1)
     # Where the campaign file lives: relative paths and the default store resolve here.
     base_dir: Path = Field(default=Path("."), exclude=True)
     # The campaign file's name, MLPerf's `config_filename` in every run's MLLOG ("" for a
@@ -115,6 +124,15 @@ class Campaign(_Strict):
         for bs, hp in table.items():
             merged[bs] = {**merged.get(bs, {}), **hp}
         return {**data, "hparams": merged}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_forms(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("models") is None:
+            return data
+        models = model_forms(data["models"], Path(data.get("base_dir", ".")))
+        # models that all have their own hyperparameters need none of the campaign's
+        return {"hparams": {}, **data, "models": models}
 
     @field_validator("recipes", mode="before")
     @classmethod
@@ -192,7 +210,7 @@ class Campaign(_Strict):
                        for r in self.recipes]
             object.__setattr__(self, "recipes", choices)
             missing = [b for b in self.batch_sizes if b not in self.hparams]
-            if missing:
+            if missing and self.models is None:
                 raise ValueError(
                     f"hparams: no entry for batch size {', '.join(map(str, missing))}; "
                     f"every batch size needs at least lr and warmup_tokens"
@@ -201,17 +219,26 @@ class Campaign(_Strict):
                 b: validate_hparams(self.trainer["kind"], hp or {}, f"hparams.{b}")
                 for b, hp in self.hparams.items()
             }
-            check_campaign_fit(self.trainer, hparams, {r.name: r.options for r in choices})
-            check_target_metric(self.trainer, self.target.metric)
-            check_world_size(self.trainer, self.batch_sizes, self.launch.world_size)
+            if self.models is not None:
+                object.__setattr__(self, "models", [resolve_model(m, self.trainer, hparams, self.batch_sizes)
+                                                    for m in self.models])
+            models = {m.name: m.placeholders for m in self.models or []}
+            for trainer, by_bs in self.trainers(hparams):
+                check_campaign_fit(trainer, by_bs, {r.name: r.options for r in choices}, models)
+                check_target_metric(trainer, self.target.metric)
+                check_world_size(trainer, self.batch_sizes, self.launch.world_size)
         except TrainerError as err:
             raise ValueError(str(err)) from None
         object.__setattr__(self, "hparams", hparams)
         if self.trainer["kind"] != "command":  # a program's hyperparameters are its own to read
-            _check_warmup_within_budget(hparams, self.budget.max_tokens)
-            _check_schedule_within_budget(self.recipes, self.budget.max_tokens)
-        _check_launch_against_backend(self.launch, self.backend)
+            for _, by_bs in self.trainers(hparams):
+                check_warmup_within_budget(by_bs, self.budget.max_tokens)
+            check_schedule_within_budget(self.recipes, self.budget.max_tokens)
+        check_launch_against_backend(self.launch, self.backend)
         self.rcp.check_against_checker(self.benchmark)
+        if self.tune is not None and self.models is not None:
+            raise ValueError("tune: tunes one model's hyperparameters; tune each model in a campaign file of its own "
+                             "(no models:) and give its table as models.<name>.hparams_from")
         if self.tune is not None:
             try:
                 self.tune.check_against(self.trainer["kind"], self.hparams)
@@ -220,6 +247,12 @@ class Campaign(_Strict):
         return self
 
     # --- derived settings -------------------------------------------------------------
+
+    def trainers(self, hparams: dict[int, dict[str, Any]] | None = None) -> list[tuple[dict[str, Any], dict]]:
+        """(trainer settings, hyperparameters by batch size) of each model, or the campaign's."""
+        if self.models is None:
+            return [(self.trainer, self.hparams if hparams is None else hparams)]
+        return [(m.trainer, m.hparams or {}) for m in self.models]
 
     def seeds_for(self, recipe: str) -> int:
         """The seeds a cell of `recipe` has: fixed, or at most, in an adaptive campaign."""
@@ -315,50 +348,6 @@ def _check_design(campaign: Campaign) -> None:
         raise ValueError(f"adaptive.max_seeds: required for benchmark {campaign.benchmark}, whose runs per "
                          "submission the checker does not know (the default is 2N); set adaptive.max_seeds "
                          "or rcp.submission_runs")
-
-
-def _check_warmup_within_budget(hparams: dict[int, dict[str, Any]], max_tokens: int) -> None:
-    """A warm-up longer than the budget never reaches the LR the campaign asks for."""
-    for bs, hp in sorted(hparams.items()):
-        warmup = hp.get("warmup_tokens")
-        if isinstance(warmup, (int, float)) and warmup > max_tokens:
-            raise ValueError(
-                f"hparams.{bs}.warmup_tokens: {warmup:,} is above budget.max_tokens ({max_tokens:,}), so the run "
-                "would end before its LR finished warming up; lower warmup_tokens or raise budget.max_tokens"
-            )
-
-
-def _check_schedule_within_budget(recipes: list[RecipeChoice], max_tokens: int) -> None:
-    """A recipe that switches (to BF16, or to its switch_to) after the budget never switches."""
-    for r in recipes:
-        for option in ("bf16_from_tokens", "switch_from_tokens"):
-            at = r.options.get(option)
-            if isinstance(at, int) and at >= max_tokens:
-                switch_to = r.options.get("switch_to")  # normalized: {target: options}; absent for BF16
-                target = next(iter(switch_to)) if isinstance(switch_to, dict) and switch_to else "BF16"
-                raise ValueError(
-                    f"recipes.{r.name}.{option}: {at:,} is not below budget.max_tokens ({max_tokens:,}), so the "
-                    f"run would never switch to {target}; lower it or raise budget.max_tokens"
-                )
-
-
-def _check_launch_against_backend(launch: LaunchSpec, backend: Any) -> None:
-    """The run's shape is `launch:`; a backend setting that also says it must agree."""
-    if backend.kind == "slurm" and backend.nodes != 1:
-        raise ValueError(
-            f"backend.nodes: a run's nodes are set in launch.nodes now (the gang every backend starts); "
-            f"remove backend.nodes and write launch: {{nodes: {backend.nodes}}}"
-        )
-    if backend.kind == "slurm" and backend.gpus_per_node and launch.gpus_per_process:
-        raise ValueError(
-            "backend.gpus_per_node: set either it or launch.gpus_per_process (GPUs per rank), not both; "
-            "remove backend.gpus_per_node"
-        )
-    if backend.kind == "ray" and backend.num_gpus and launch.gpus_per_process:
-        raise ValueError(
-            "backend.num_gpus: set either it or launch.gpus_per_process (GPUs per rank), not both; "
-            "remove backend.num_gpus"
-        )
 
 
 # pydantic's words where the campaign's reader needs the reason

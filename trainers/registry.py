@@ -131,13 +131,33 @@ def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str
 
 
 def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],
-                       recipes: dict[str, dict[str, Any]] | None = None) -> None:
+                       recipes: dict[str, dict[str, Any]] | None = None,
+                       models: dict[str, dict[str, Any]] | None = None) -> None:
     """Checks that need the trainer settings, every batch size's hyperparameters and the
     recipes together (`TrainerSettings.check_campaign`: the `command` kind's placeholders,
-    the tiny LM's layer placement)."""
+    the tiny LM's layer placement), and the models' free settings (`check_models`)."""
     declared = _declared(settings["kind"])
     with _as_trainer_error():
         declared.check_campaign(settings, hparams_by_bs, recipes or {})
+        declared.check_models(settings, models or {})
+
+
+def free_model_settings(kind: str) -> bool:
+    """Whether a model's settings that the trainer does not have are free ones that reach
+    its program (a command trainer's placeholders), not an error."""
+    return bool(_declared(kind).free_model_settings())
+
+
+def settings_fields(kind: str) -> set[str]:
+    """The names of the kind's own settings (none for a kind taken as written)."""
+    model = _model(kind, 0)
+    return set(model.model_fields) if model is not None else set()
+
+
+def model_size(settings: dict[str, Any]) -> tuple[int | None, float | None]:
+    """A model's parameters and training FLOPs per token from its validated trainer
+    settings, where the kind can compute them (`TrainerSettings.model_size`)."""
+    return _declared(settings["kind"]).model_size(settings)
 
 
 def check_target_metric(settings: dict[str, Any], metric: str) -> None:

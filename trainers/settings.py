@@ -63,3 +63,21 @@ class TrainerSettings(BaseModel):
     def campaign_warnings(cls, settings: dict[str, Any], benchmark: str) -> list[str]:
         """What in a valid campaign makes wrong numbers likely. Default: nothing."""
         return []
+
+    @classmethod
+    def check_models(cls, settings: dict[str, Any], models: dict[str, dict[str, Any]]) -> None:
+        """Checks of the settings against the campaign's models (`models:`, by name: each
+        model's free settings, `free_model_settings`); raises ValueError. Default: none."""
+
+    @classmethod
+    def free_model_settings(cls) -> bool:
+        """Whether a model's settings that are not fields of this model are the program's
+        own (placeholders of a command trainer) rather than an error."""
+        return False
+
+    @classmethod
+    def model_size(cls, settings: dict[str, Any]) -> tuple[int | None, float | None]:
+        """A model's parameters and training FLOPs per token from the trainer's validated
+        settings; (None, None) where the trainer cannot know them (the campaign's model
+        entry gives them: `params`, `flops_per_token`)."""
+        return None, None

@@ -86,8 +86,12 @@ class RunStatus(str, Enum):
 OUTCOMES = frozenset({RunStatus.converged, RunStatus.not_converged, RunStatus.diverged})
 
 # RunSpec fields added after run keys existed, with their defaults: a one-process run's
-# key stays what it was before runs could be gangs.
-RUNSPEC_ADDED_LATER = {"world_size": 1}
+# key stays what it was before runs could be gangs, a run of a campaign without a model
+# axis what it was before campaigns had one.
+RUNSPEC_ADDED_LATER: dict[str, Any] = {"world_size": 1, "model": "", "model_settings": {}}
+# What a run records of its model's size without it deciding the result: left out of the
+# run key, so a corrected count or FLOPs convention never re-runs a model's runs.
+MODEL_SIZE_FIELDS = frozenset({"model_params", "model_flops_per_token"})
 
 
 class RunSpec(_Frozen):
@@ -103,6 +107,15 @@ class RunSpec(_Frozen):
     trainer: dict[str, Any]
     # Ranks of the run's gang (the campaign's `launch:`): it decides the result.
     world_size: int = Field(1, ge=1)
+    # The campaign's model (`models:`, sweeps/models_spec.py): its name ("" without the
+    # axis); its settings are in `trainer` where they are the trainer's own (the tiny LM's
+    # d_model), and in `model_settings` where they are free ones (a command trainer's
+    # placeholders {model_<setting>}).
+    model: str = ""
+    model_settings: dict[str, Any] = Field(default_factory=dict)
+    # Its parameter count and training FLOPs per token (None: unknown), recorded as tags.
+    model_params: int | None = None
+    model_flops_per_token: float | None = None
 
     @property
     def trainer_kind(self) -> str:
@@ -110,14 +123,16 @@ class RunSpec(_Frozen):
 
     @property
     def run_name(self) -> str:
-        return f"{self.recipe}-bs{self.batch_size}-s{self.seed}"
+        cell = f"{self.recipe}-bs{self.batch_size}-s{self.seed}"
+        return f"{self.model}-{cell}" if self.model else cell
 
     @property
     def run_key(self) -> str:
         """Hash of all that decides the result (trainers/contract/run_key.py says what
         enters). The campaign name and the role are left out: they say where a run is
         filed, not what it computes."""
-        decisive = keyed(self.model_dump(mode="json", exclude={"campaign", "role"}), RUNSPEC_ADDED_LATER)
+        decisive = keyed(self.model_dump(mode="json", exclude={"campaign", "role", *MODEL_SIZE_FIELDS}),
+                         RUNSPEC_ADDED_LATER)
         # a variant of a named recipe under the campaign's own name (`base:`, a `grid:`
         # variant) has that recipe's numerics revision
         base = self.recipe_options.get("base")

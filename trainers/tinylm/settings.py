@@ -173,6 +173,12 @@ class TinyLMSettings(TrainerSettings):
                         "*.fc2 match several)"
                     )
 
+    @classmethod
+    def model_size(cls, settings: dict[str, Any]) -> tuple[int | None, float | None]:
+        from trainers.tinylm.size import model_size  # a leaf: it imports no settings
+
+        return model_size(settings)
+
     @model_serializer(mode="wrap")
     def _drop_defaults_added_later(self, handler):
         # Settings added after the first campaigns are left out of the dump (the run
@@ -191,7 +197,8 @@ class TinyLMSettings(TrainerSettings):
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyLMSettings:
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise ValueError(f"d_model: {self.d_model} is not divisible by n_heads ({self.n_heads}); give a d_model "
+                             f"that is a multiple of n_heads, or n_heads that divides d_model")
         return self
 
 
