@@ -25,6 +25,9 @@ from trainers.contract.schema import (
     METRIC_WALL_S,
     TAG_BATCH_SIZE,
     TAG_ERROR,
+    TAG_MODEL,
+    TAG_MODEL_FLOPS_PER_TOKEN,
+    TAG_MODEL_PARAMS,
     TAG_PREFIX,
     TAG_RECIPE,
     TAG_ROLE,
@@ -47,13 +50,19 @@ RUN_SCHEMA = pa.schema(
         ("wall_s", pa.float64()),
         ("error", pa.string()),
         ("hparams", pa.map_(pa.string(), pa.string())),
+        # A campaign's model axis (docs/models.md): the run's model ("" without one), its
+        # parameter count and training FLOPs per token (null where unknown).
+        ("model", pa.string()),
+        ("model_params", pa.int64()),
+        ("model_flops_per_token", pa.float64()),
     ]
 )
 
 
 # Runs-table column -> the tag or the metric it is read from, on both load paths.
 TAG_COLUMNS = {"run_key": TAG_RUN_KEY, "recipe": TAG_RECIPE, "batch_size": TAG_BATCH_SIZE, "seed": TAG_SEED,
-               "status": TAG_STATUS, "error": TAG_ERROR}
+               "status": TAG_STATUS, "error": TAG_ERROR, "model": TAG_MODEL, "model_params": TAG_MODEL_PARAMS,
+               "model_flops_per_token": TAG_MODEL_FLOPS_PER_TOKEN}
 METRIC_COLUMNS = {"tokens_to_target": METRIC_TOKENS_TO_TARGET, "samples_to_target": METRIC_SAMPLES_TO_TARGET,
                   "tokens_trained": METRIC_TOKENS_TRAINED, "wall_s": METRIC_WALL_S}
 
@@ -125,12 +134,22 @@ def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Ta
             rows[column].append(metrics.get(name))
         rows["error"].append(tags.get(TAG_ERROR))
         rows["hparams"].append(sorted((k, v) for k, v in run.data.params.items() if not k.startswith(TAG_PREFIX)))
+        rows["model"].append(tags.get(TAG_MODEL, ""))
+        rows["model_params"].append(model_number(tags.get(TAG_MODEL_PARAMS), int))
+        rows["model_flops_per_token"].append(model_number(tags.get(TAG_MODEL_FLOPS_PER_TOKEN), float))
     return sort_runs(pa.table(rows, schema=RUN_SCHEMA))
+
+
+def model_number(text: str | None, kind: type) -> Any:
+    """A model size tag's value as a number (an int's tag may read 1200000000 or 1.2e9)."""
+    if text is None or text == "":
+        return None
+    return int(float(text)) if kind is int else float(text)
 
 
 def sort_runs(table: pa.Table) -> pa.Table:
     """The one row order of a runs table, whichever path loaded it."""
-    keys = ("recipe", "batch_size", "seed", "run_id")
+    keys = ("model", "recipe", "batch_size", "seed", "run_id")
     return table.sort_by([(k, "ascending") for k in keys])
 
 

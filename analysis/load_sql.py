@@ -25,6 +25,7 @@ from analysis.load import (
     TAG_COLUMNS,
     NoSuchCampaign,
     load_runs,
+    model_number,
     no_such_campaign,
     sort_runs,
 )
@@ -167,6 +168,9 @@ def _to_table(rows: list[tuple], params: tuple[pa.Array, pa.Array, pa.Array]) ->
     columns: dict[str, Any] = {n: raw[n] for n in ("run_id", *TAG_COLUMNS)}
     for col in ("batch_size", "seed"):
         columns[col] = pa.array(raw[col], pa.string()).cast(pa.int64())
+    columns["model"] = [m or "" for m in raw["model"]]
+    columns["model_params"] = [model_number(v, int) for v in raw["model_params"]]
+    columns["model_flops_per_token"] = [model_number(v, float) for v in raw["model_flops_per_token"]]
     for col in METRIC_COLUMNS:  # MLflow stores NaN as is_nan with a placeholder value
         values, nans = raw[col], raw[f"{col}_is_nan"]
         columns[col] = [math.nan if n else v for v, n in zip(values, nans)] if any(nans) else values

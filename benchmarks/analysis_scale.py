@@ -102,6 +102,7 @@ def table_from_search_runs(uri: str) -> pa.Table:
         "error": [None if v != v else v for v in col(f"tags.{ts.TAG_ERROR}")],
         "hparams": [sorted((p[len("params."):], v) for p, v in zip(params, row) if v is not None and v == v)
                     for row in zip(*(df[p].tolist() for p in params))] if params else [[] for _ in range(len(df))],
+        "model": [""] * len(df), "model_params": [None] * len(df), "model_flops_per_token": [None] * len(df),
     }
     return sort_runs(pa.table(columns, schema=RUN_SCHEMA))
 

@@ -198,7 +198,7 @@ class _Launcher:
         made = self.tracking.create_runs(self.experiment_id, specs)
         for spec in specs:
             self.ledger[spec.run_key] = LedgerEntry(made[spec.run_key], spec.run_key, RunStatus.pending, 0,
-                                                    recipe=spec.recipe, batch_size=spec.batch_size)
+                                                    recipe=spec.recipe, batch_size=spec.batch_size, model=spec.model)
 
     def fill(self) -> None:
         while self.waiting and self.has_room():

@@ -30,10 +30,10 @@ RENDEZVOUS = {
 
 def dry_run(campaign: Campaign) -> list[dict[str, Any]]:
     """One entry per distinct configuration: its first run's launch, and each gang task's."""
-    shown: dict[tuple[str, int], dict[str, Any]] = {}
-    counts: dict[tuple[str, int], int] = {}
+    shown: dict[tuple[str, str, int], dict[str, Any]] = {}
+    counts: dict[tuple[str, str, int], int] = {}
     for spec in expand(campaign):
-        cell = (spec.recipe, spec.batch_size)
+        cell = (spec.model, spec.recipe, spec.batch_size)
         counts[cell] = counts.get(cell, 0) + 1
         if cell not in shown:
             shown[cell] = describe(campaign, spec)
@@ -50,6 +50,7 @@ def describe(campaign: Campaign, spec: RunSpec) -> dict[str, Any]:
              for task in range(gang.tasks)]
     first = tasks[0]
     return {
+        **({"model": spec.model} if spec.model else {}),
         "recipe": spec.recipe, "batch_size": spec.batch_size, "seed": spec.seed, "run_name": spec.run_name,
         "run_key": spec.run_key, "backend": campaign.backend.kind, "trainer": spec.trainer_kind,
         "output_dir": str(run_dir), "result_file": str(run_dir / RESULT_FILE),
@@ -75,7 +76,7 @@ def _task(campaign: Campaign, spec: RunSpec, folder: Path, variables: dict[str, 
                 "target": spec.target.model_dump(mode="json"), "world_size": spec.world_size}
     from trainers.command.trainer import command_settings, launch_of
 
-    launch = launch_of(spec, command_settings(spec), folder, campaign.base_dir.resolve(), campaign.benchmark,
-                       env=variables)
+    launch = launch_of(spec, command_settings(spec), folder, campaign.base_dir.resolve(),
+                       campaign.benchmark_of(spec.model), env=variables)
     return {"variables": variables, "argv": launch.argv, "env": launch.env, "workdir": str(launch.workdir),
             "mllog_file": str(launch.mllog_file) if launch.mllog_file else None}

@@ -113,7 +113,7 @@ def assignment_for(campaign: Campaign, spec: RunSpec, run_id: str, attempt: int,
     """The assignment of a campaign's run (a tune trial's runs give their own folder)."""
     return RunAssignment(
         spec.model_dump_json(), campaign.tracking_uri, run_id, attempt, str(output_dir or campaign.run_dir(spec)),
-        campaign.benchmark, str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
+        campaign.benchmark_of(spec.model), str(campaign.base_dir.resolve()), campaign.backend.stall_timeout_s,
         campaign.tracking.retry_s, campaign.launch.world_size, campaign.launch.gpus_per_process, fresh,
         artifact_uri, unlogged, campaign.config_filename,
     )

@@ -35,6 +35,7 @@ class LedgerEntry:
     backend_job: str | None = None
     recipe: str = ""
     batch_size: int = 0
+    model: str = ""  # the run's model ("" without a model axis): its cell is (model, recipe, batch size)
     # False for a run made just before the store went away: its hyperparameters were
     # never logged, and the launcher logs them when it takes the run up again
     has_params: bool = True

@@ -143,6 +143,10 @@ def export_package(tracking_uri: str, campaign: str, benchmark: str, package_dir
     `config_filename`: the campaign file's name, for result files that lack it."""
     earlier = _earlier_package(package_dir)
     chosen = _chosen_cells(campaign_cells(tracking_uri, campaign), request, campaign)
+    if any(c.model for c in chosen):
+        raise PackageError(f"campaign {campaign} has a model axis (models:): each model is a benchmark of its own "
+                           f"({benchmark}_<model>) and a package holds one; export --results DIR for now "
+                           "(docs/models.md)")
     with_outcome = [c for c in chosen if c.done]
     if not with_outcome:
         cells = ", ".join(f"{c.recipe} bs {c.batch_size}" for c in chosen)

@@ -71,7 +71,7 @@ class RunProgress:
             TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
             console=self.console,
         )
-        per_cell = Counter((s.recipe, s.batch_size) for s in plan.launch)
+        per_cell = Counter(_cell(s) for s in plan.launch)
         self.cell_total.update(per_cell)
         for cell, n in sorted(per_cell.items()):
             self.tasks[cell] = self.progress.add_task(f"{cell[0]} bs{cell[1]}", total=n, counts="")
@@ -92,7 +92,7 @@ class RunProgress:
         waiting = len(plan.launch) + len(plan.elsewhere)
         if self.looked_once:  # the first look's runs are in on_plan's count
             self.total += waiting
-            per_cell = Counter((s.recipe, s.batch_size) for s in plan.launch)
+            per_cell = Counter(_cell(s) for s in plan.launch)
             self.cell_total.update(per_cell)
             for cell, n in sorted(per_cell.items()):
                 if self.progress is not None and cell not in self.tasks:
@@ -109,7 +109,7 @@ class RunProgress:
     def on_event(self, kind: str, spec: RunSpec, result: RunResult | None) -> None:
         if kind == "start" or result is None:
             return  # queued, not yet running: only completions are worth a line
-        cell = (spec.recipe, spec.batch_size)
+        cell = _cell(spec)
         if kind == "retry":  # a failed attempt is launched again: one more run to wait for
             self.total += 1
             self.cell_total[cell] += 1
@@ -140,3 +140,8 @@ class RunProgress:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+def _cell(spec: RunSpec) -> tuple[str, int]:
+    """A run's progress bar: its recipe (model/recipe on a model axis) and batch size."""
+    return (f"{spec.model}/{spec.recipe}" if spec.model else spec.recipe), spec.batch_size

@@ -2,7 +2,8 @@
 one directory per (recipe, batch size), and import existing results directories (a
 published submission, another campaign's export) into the tracking store as runs.
 
-Export layout: `<DIR>/<recipe>/bs<batch size>/result_<i>.txt`, i in seed order, from
+Export layout: `<DIR>/<recipe>/bs<batch size>/result_<i>.txt` (`<DIR>/<model>/<recipe>/...`
+on a model axis: a cell is then (model, recipe, batch size)), i in seed order, from
 every run with an outcome (a not-converged or diverged run's file ends with
 `run_stop aborted`, which the checker counts as infinite). The files are the runs'
 `result.txt` MLflow artifacts (the run folder when the artifact is missing). The cells, the
@@ -68,33 +69,35 @@ class ExportedCell:
     folder: Path
     files: int
     left_out: int  # runs of the cell without an outcome
+    model: str = ""  # "" without a model axis
 
 
 @dataclass
 class Cell:
-    """One (recipe, batch size) of a campaign's tracked runs."""
+    """One (model, recipe, batch size) of a campaign's tracked runs (model "" without the axis)."""
 
     recipe: str
     batch_size: int
     done: list[dict]  # the runs with an outcome, in seed order
     left_out: int  # runs without an outcome
+    model: str = ""
 
 
-def cell_folder(results_dir: Path, recipe: str, batch_size: int) -> Path:
-    return results_dir / recipe / f"bs{batch_size}"
+def cell_folder(results_dir: Path, recipe: str, batch_size: int, model: str = "") -> Path:
+    return (results_dir / model if model else results_dir) / recipe / f"bs{batch_size}"
 
 
 def campaign_cells(tracking_uri: str, campaign: str) -> list[Cell]:
-    """The campaign's cells in (recipe, batch size) order, those without an outcome too."""
+    """The campaign's cells in (model, recipe, batch size) order, those without an outcome too."""
     from analysis.load import load_runs
 
-    cells: dict[tuple[str, int], list[dict]] = {}
+    cells: dict[tuple[str, str, int], list[dict]] = {}
     for run in load_runs(tracking_uri, campaign).to_pylist():
-        cells.setdefault((run["recipe"], run["batch_size"]), []).append(run)
+        cells.setdefault((run["model"], run["recipe"], run["batch_size"]), []).append(run)
     found = []
-    for (recipe, bs), runs in sorted(cells.items()):
+    for (model, recipe, bs), runs in sorted(cells.items()):
         done = sorted((r for r in runs if r["status"] in OUTCOME_VALUES), key=lambda r: r["seed"])
-        found.append(Cell(recipe, bs, done, len(runs) - len(done)))
+        found.append(Cell(recipe, bs, done, len(runs) - len(done), model))
     return found
 
 
@@ -130,10 +133,11 @@ def export_results(tracking_uri: str, campaign: str, results_dir: Path, run_dir_
         for cell in campaign_cells(tracking_uri, campaign):
             if not cell.done:
                 continue
-            folder = cell_folder(results_dir, cell.recipe, cell.batch_size)
+            folder = cell_folder(results_dir, cell.recipe, cell.batch_size, cell.model)
             write_result_files(folder, fetch_result_files(tracking_uri, cell.done, Path(tmp), run_dir_of),
                                config_filename)
-            exported.append(ExportedCell(cell.recipe, cell.batch_size, folder, len(cell.done), cell.left_out))
+            exported.append(ExportedCell(cell.recipe, cell.batch_size, folder, len(cell.done), cell.left_out,
+                                         cell.model))
     return exported
 
 

@@ -1,7 +1,8 @@
 """Where a campaign stands, read back from the tracking store (and from Slurm, for runs
 whose attempt is a Slurm job): per (recipe, batch size), how many runs are pending,
 running, converged, not converged, diverged, failed. Works while a detached campaign is
-on the cluster and from any machine that reaches the tracking store."""
+on the cluster and from any machine that reaches the tracking store. A campaign with a
+model axis has a cell per (model, recipe, batch size)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ class CellStatus:
     # Runs of the cell in the store that this campaign file does not plan (imported, or
     # made by an earlier version of the file), by status: `analyze` counts them.
     outside: Counter = field(default_factory=Counter)
+    model: str = ""  # "" without a model axis
 
     def as_dict(self) -> dict:
-        return {"recipe": self.recipe, "batch_size": self.batch_size, "runs": self.runs,
+        return {"model": self.model, "recipe": self.recipe, "batch_size": self.batch_size, "runs": self.runs,
                 **{c: self.counts[c] for c in COLUMNS}, "slurm": dict(sorted(self.slurm.items())),
                 "outside_plan": dict(sorted(self.outside.items())), **self.estimate, **self.adaptive}
 
@@ -56,7 +58,8 @@ class CampaignStatus:
 
 
 def failure_of(run_name: str, entry: LedgerEntry) -> dict:
-    return {"run": run_name, "run_key": entry.run_key, "recipe": entry.recipe, "batch_size": entry.batch_size,
+    return {"run": run_name, "run_key": entry.run_key, "model": entry.model, "recipe": entry.recipe,
+            "batch_size": entry.batch_size,
             "attempts": entry.attempts, "kind": entry.error_kind, "reason": reason_line(entry.error)}
 
 
@@ -78,7 +81,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
     ledger = tracking.campaign_ledger(campaign.name)
     states = slurm_states(ledger)
-    cells: dict[tuple[str, int], CellStatus] = {}
+    cells: dict[tuple[str, str, int], CellStatus] = {}
     running = 0
     failures: list[dict] = []
     specs, stops = expand(campaign), {}
@@ -86,8 +89,8 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
         looked = campaign_looks(campaign, ledger)
         specs, stops = look_specs(campaign, looked), stop_facts(looked)
     for spec in specs:
-        cell = cells.setdefault((spec.recipe, spec.batch_size),
-                                CellStatus(spec.recipe, spec.batch_size,
+        cell = cells.setdefault((spec.model, spec.recipe, spec.batch_size),
+                                CellStatus(spec.recipe, spec.batch_size, model=spec.model,
                                            adaptive=stops.get((spec.recipe, spec.batch_size), {})))
         cell.runs += 1
         entry = ledger.get(spec.run_key)
@@ -112,9 +115,9 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
             cell.cost.to_do.append(0.0)
     for key in outside_plan(campaign, ledger):
         entry = ledger[key]
-        cells.setdefault((entry.recipe, entry.batch_size),
-                         CellStatus(entry.recipe, entry.batch_size)).outside[entry.status.value] += 1
-    listed = sorted(cells.values(), key=lambda c: (c.recipe, c.batch_size)) if any(
+        cells.setdefault((entry.model, entry.recipe, entry.batch_size),
+                         CellStatus(entry.recipe, entry.batch_size, model=entry.model)).outside[entry.status.value] += 1
+    listed = sorted(cells.values(), key=lambda c: (c.model, c.recipe, c.batch_size)) if any(
         c.outside for c in cells.values()) else list(cells.values())
     slots = running or (campaign.backend.workers if campaign.backend.kind == "local" else 1)
     per_cell, totals = estimates([c.cost for c in listed], campaign.budget.max_tokens, slots)

@@ -311,6 +311,10 @@ class Campaign(_Strict):
     def benchmark(self) -> str:
         return self.rcp.benchmark or name_as_benchmark(self.name)
 
+    def benchmark_of(self, model: str) -> str:
+        """The benchmark of a model's runs (their MLLOG, their RCPs): one per model of the axis."""
+        return f"{self.benchmark}_{model}" if model else self.benchmark
+
     @property
     def checker_runs(self) -> int | None:
         """The MLCommons checker's N for this campaign's benchmark; None where it does not know it."""

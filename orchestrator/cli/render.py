@@ -121,8 +121,9 @@ def status_table(campaign, found, compute: str, outside: int) -> Table:
     from orchestrator.status import COLUMNS
 
     view = Table(title=f"campaign {campaign.name}")
-    adaptive = campaign.adaptive is not None
-    for col in ("recipe", "batch size", "runs", *(c.replace("_", " ") for c in COLUMNS), "slurm jobs",
+    adaptive, models = campaign.adaptive is not None, campaign.models is not None
+    for col in (*(("model",) if models else ()), "recipe", "batch size", "runs",
+                *(c.replace("_", " ") for c in COLUMNS), "slurm jobs",
                 compute.replace("_", "-"), "ETA", *(("stopped",) if adaptive else ()),
                 *(("not in this file",) if outside else ())):
         # a recipe's name is never cut (grid variants differ at their ends: ...-sr_on, ...-sr_off)
@@ -134,7 +135,8 @@ def status_table(campaign, found, compute: str, outside: int) -> Table:
                    if c.adaptive.get("stop_reason") else "goes on",) if adaptive else ()
         listed = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(c.outside.items())) or "-"
         others = (listed,) if outside else ()
-        view.add_row(c.recipe, str(c.batch_size), str(c.runs), *(str(c.counts[k]) for k in COLUMNS), slurm,
+        view.add_row(*((c.model,) if models else ()), c.recipe, str(c.batch_size), str(c.runs),
+                     *(str(c.counts[k]) for k in COLUMNS), slurm,
                      f"{c.estimate[compute]:.3g}", duration(c.estimate["eta_s"]), *stopped, *others)
     return view
 

@@ -122,9 +122,11 @@ def _export_results(campaign, campaign_file: Path, results: Path) -> None:
     if not cells:
         fail(f"campaign {campaign.name} has no run with an outcome yet; run `rcpforge run {campaign_file}` first")
     for cell in cells:
-        console.print(f"{cell.folder}: {cell.files} result files ({cell.recipe}, batch size {cell.batch_size})")
+        model = f"model {cell.model}, " if cell.model else ""
+        console.print(f"{cell.folder}: {cell.files} result files ({model}{cell.recipe}, batch size {cell.batch_size})")
         if cell.left_out:
-            err_console.print(f"note: {cell.recipe} bs {cell.batch_size}: {cell.left_out} runs without an outcome left out")
+            err_console.print(f"note: {model}{cell.recipe} bs {cell.batch_size}: {cell.left_out} runs without an "
+                              "outcome left out")
     console.print(
         f"check one with: rcpforge check DIR --rcps RCP_FILE --submission-runs {campaign.submission_runs}, or "
         f"python -m mlperf_logging.rcp_checker DIR --rcp_usage training --custom_rcps RCP_FILE "

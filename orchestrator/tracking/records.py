@@ -20,6 +20,9 @@ from trainers.contract.schema import (
     TAG_ATTEMPTS,
     TAG_BATCH_SIZE,
     TAG_CAMPAIGN,
+    TAG_MODEL,
+    TAG_MODEL_FLOPS_PER_TOKEN,
+    TAG_MODEL_PARAMS,
     TAG_RECIPE,
     TAG_ROLE,
     TAG_RUN_KEY,
@@ -64,7 +67,16 @@ def spec_tags(spec: RunSpec) -> dict[str, str]:
         TAG_STATUS: RunStatus.pending.value,
         TAG_ATTEMPTS: "0",
         TAG_WORLD_SIZE: str(spec.world_size),
+        **model_tags(spec),
     }
+
+
+def model_tags(spec: RunSpec) -> dict[str, str]:
+    """The run's model, and its size where known (none without a model axis)."""
+    if not spec.model:
+        return {}
+    sizes = {TAG_MODEL_PARAMS: spec.model_params, TAG_MODEL_FLOPS_PER_TOKEN: spec.model_flops_per_token}
+    return {TAG_MODEL: spec.model, **{k: repr(v) for k, v in sizes.items() if v is not None}}
 
 
 def run_params(spec: RunSpec) -> dict[str, str]:
@@ -81,7 +93,8 @@ def run_params(spec: RunSpec) -> dict[str, str]:
 def run_identity(spec: RunSpec) -> dict[str, str | int]:
     """What a run is, logged as MLflow params beside its hyperparameters (named as its
     tags, so the loaders tell them from hyperparameters)."""
-    return {TAG_RECIPE: spec.recipe, TAG_BATCH_SIZE: spec.batch_size, TAG_SEED: spec.seed}
+    model: dict[str, str | int] = {TAG_MODEL: spec.model} if spec.model else {}
+    return {**model, TAG_RECIPE: spec.recipe, TAG_BATCH_SIZE: spec.batch_size, TAG_SEED: spec.seed}
 
 
 def flat_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:

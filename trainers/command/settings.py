@@ -44,6 +44,8 @@ PLACEHOLDERS: dict[str, str] = {
     "python": "the Python interpreter rcpforge runs under",
     "recipe": "the run's recipe label",
     "recipe_<option>": "an option of the run's recipe ({recipe_block} for `block: 16`)",
+    "model": "the run's model (its name in models:; empty in a campaign without models:)",
+    "model_<setting>": "a setting of the run's model ({model_layers} for `layers: 32`; also params, flops_per_token)",
     "batch_size": "the global batch size, in samples",
     "seed": "the run's seed",
     "output_dir": "the run's own folder (absolute), the same on every attempt",
@@ -60,6 +62,7 @@ PLACEHOLDERS: dict[str, str] = {
 }
 FIXED_FIELDS = tuple(name for name in PLACEHOLDERS if "<" not in name)
 RECIPE_OPTION_PREFIX = "recipe_"
+MODEL_SETTING_PREFIX = "model_"
 # The values MLPerf allows for the lowest_numerical_precision_in_* disclosure keys
 # (mlperf_logging 4.1.68, compliance_checker/training_6.1.0/common.yaml).
 MLPERF_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "fp8", "mxfp6", "nvfp4", "mxfp4", "bfloat16",
@@ -203,6 +206,15 @@ class CommandSettings(TrainerSettings):
         return value
 
     @classmethod
+    def free_model_settings(cls) -> bool:
+        """A model's settings other than these reach the program as {model_<setting>}."""
+        return True
+
+    @classmethod
+    def check_models(cls, settings: dict[str, Any], models: dict[str, dict[str, Any]]) -> None:
+        _check_model_placeholders(settings, models)
+
+    @classmethod
     def campaign_warnings(cls, settings: dict[str, Any], benchmark: str) -> list[str]:
         """The unit the checker reads for the campaign's benchmark against `unit`: the
         first eval line of a run fails where they disagree, so say it before any run."""
@@ -232,7 +244,7 @@ class CommandSettings(TrainerSettings):
         _refuse_placeholder_clashes(hparams_by_bs, recipes)
         for where, text in _located_texts(settings):
             for name in placeholders(text):
-                if name in FIXED_FIELDS:
+                if name in FIXED_FIELDS or name.startswith(MODEL_SETTING_PREFIX):  # models: `check_models`
                     continue
                 if name.startswith(RECIPE_OPTION_PREFIX) and recipes:
                     option = name[len(RECIPE_OPTION_PREFIX):]
@@ -259,6 +271,23 @@ class CommandSettings(TrainerSettings):
                 raise ValueError(
                     f"trainer.{where}: placeholder {{{name}}} names no field; valid placeholders: {', '.join(known)}"
                 )
+
+
+def _check_model_placeholders(settings: dict[str, Any], models: dict[str, dict[str, Any]]) -> None:
+    """Every {model_<setting>} placeholder is a setting of every model of the campaign."""
+    for where, text in _located_texts(settings):
+        for name in placeholders(text):
+            if not name.startswith(MODEL_SETTING_PREFIX):
+                continue
+            setting = name[len(MODEL_SETTING_PREFIX):]
+            if not models:
+                raise ValueError(f"trainer.{where}: placeholder {{{name}}} is a model's setting, but the campaign "
+                                 "has no models: section; add one (docs/models.md) or remove the placeholder")
+            lacking = [m for m, values in models.items() if setting not in values]
+            if lacking:
+                raise ValueError(f"trainer.{where}: placeholder {{{name}}} is not a setting of model "
+                                 f"{', '.join(lacking)}; give every model {setting}: (or read {env_name(name)} "
+                                 "from the environment, set only where the model has it)")
 
 
 def _refuse_placeholder_clashes(hparams_by_bs: dict[int, dict[str, Any]], recipes: dict[str, dict[str, Any]]) -> None:

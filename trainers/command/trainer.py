@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
-from trainers.command.settings import RECIPE_OPTION_PREFIX, CommandSettings, env_name, label_disclosure, substitute
+from trainers.command.settings import (
+    MODEL_SETTING_PREFIX,
+    RECIPE_OPTION_PREFIX,
+    CommandSettings,
+    env_name,
+    label_disclosure,
+    substitute,
+)
 from trainers.contract import ErrorKind, EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 from trainers.contract.gang import gang_task
 from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
@@ -56,6 +63,9 @@ def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: s
     default this process's environment)."""
     values: dict[str, Any] = {name: value for name, value in spec.hparams.items()}
     values.update({RECIPE_OPTION_PREFIX + k: _text(v) for k, v in spec.recipe_options.items()})
+    size = {"params": spec.model_params, "flops_per_token": spec.model_flops_per_token}
+    model = {**spec.model_settings, **{k: v for k, v in size.items() if v is not None}}
+    values.update({MODEL_SETTING_PREFIX + k: _text(v) for k, v in model.items()})
     env = os.environ if env is None else env
     world = int(env.get("WORLD_SIZE", spec.world_size) or 1)
     per_node = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
@@ -65,7 +75,7 @@ def run_values(spec: RunSpec, output_dir: Path, campaign_dir: Path, benchmark: s
         node_rank=env.get("NODE_RANK", "0"),
     )
     values.update(
-        python=sys.executable, recipe=spec.recipe, batch_size=spec.batch_size, seed=spec.seed,
+        python=sys.executable, recipe=spec.recipe, model=spec.model, batch_size=spec.batch_size, seed=spec.seed,
         output_dir=output_dir, campaign_dir=campaign_dir, benchmark=benchmark,
         max_tokens=spec.budget.max_tokens, eval_every_tokens=spec.budget.eval_every_tokens,
         target_metric=spec.target.metric, target_mode=spec.target.mode, target_value=spec.target.value,

@@ -10,6 +10,11 @@ TAG_CAMPAIGN = "rcpforge.campaign"
 TAG_ROLE = "rcpforge.role"
 TAG_RUN_KEY = "rcpforge.run_key"
 TAG_RECIPE = "rcpforge.recipe"
+# A campaign's model axis (`models:`): the run's model, its parameter count and its training
+# FLOPs per token (docs/models.md); all three absent for a run of a campaign without one.
+TAG_MODEL = "rcpforge.model"
+TAG_MODEL_PARAMS = "rcpforge.model_params"
+TAG_MODEL_FLOPS_PER_TOKEN = "rcpforge.model_flops_per_token"
 TAG_BATCH_SIZE = "rcpforge.batch_size"
 TAG_SEED = "rcpforge.seed"
 TAG_STATUS = "rcpforge.status"
