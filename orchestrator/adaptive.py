@@ -11,7 +11,8 @@ the comparisons it serves, the reference serving all of its batch size).
 Where the looks stand (`AdaptiveState`) is a pure function of the outcomes recorded so
 far: `replay_looks` replays every look from the first, so an orchestrator killed anywhere
 and restarted decides the same, runs no seed twice and drops none. A cell's seeds are
-always 0..k-1, as MLPerf scores runs.
+always 0..k-1, as MLPerf scores runs. On a model axis a cell's recipe is `<model>/<recipe>`
+(`arm_of`) and each model's candidates are compared with that model's reference.
 """
 
 from __future__ import annotations
@@ -94,11 +95,13 @@ Outcomes = dict[Cell, list["Outcome | GaveUp | None"]]  # by seed; None: no outc
 
 
 def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[int], outcomes: Outcomes, *,
-                 max_seeds: int, trim: int = 1) -> AdaptiveState:
+                 max_seeds: int, trim: int = 1, references: dict[str, str] | None = None) -> AdaptiveState:
+    """`references`: each recipe's reference (a model's own, on a model axis); default the campaign's."""
     reference = settings.reference or recipes[0]
     cells = [(r, b) for r in recipes for b in batch_sizes]
     state = AdaptiveState(reference, {c: settings.min_seeds for c in cells}, {})
-    comparisons = {(r, b): (reference, b) for r in recipes if r != reference for b in batch_sizes}
+    ref_of = references or {r: reference for r in recipes}
+    comparisons = {(r, b): (ref_of[r], b) for r in recipes if r != ref_of[r] for b in batch_sizes}
     open_ = dict(comparisons)  # candidate cell -> its reference cell
     times: dict[Cell, list[float]] = {c: [] for c in comparisons}
     full = information(max_seeds, max_seeds, trim)
@@ -294,7 +297,7 @@ def campaign_outcomes(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_
     outcomes: Outcomes = {}
     for spec in expand(campaign):
         entry = ledger.get(spec.run_key)
-        outcomes.setdefault((spec.recipe, spec.batch_size), []).append(
+        outcomes.setdefault((arm_of(spec.model, spec.recipe), spec.batch_size), []).append(
             _outcome(entry, campaign, retry_failed) if entry is not None else None)
     return outcomes
 
@@ -313,14 +316,29 @@ def _outcome(entry: LedgerEntry, campaign: Campaign, retry_failed: bool) -> Outc
 
 def campaign_looks(campaign: Campaign, ledger: dict[str, LedgerEntry], retry_failed: bool = False) -> AdaptiveState:
     assert campaign.adaptive is not None
-    return replay_looks(campaign.adaptive, [r.name for r in campaign.recipes], campaign.batch_sizes,
-                        campaign_outcomes(campaign, ledger, retry_failed), max_seeds=campaign.adaptive_max_seeds,
-                        trim=trimmed_count(campaign.benchmark))
+    models = [m.name for m in campaign.models or []] or [""]
+    references = {arm_of(m, r.name): arm_of(m, campaign.reference) for m in models for r in campaign.recipes}
+    state = replay_looks(campaign.adaptive, list(references), campaign.batch_sizes,
+                         campaign_outcomes(campaign, ledger, retry_failed), max_seeds=campaign.adaptive_max_seeds,
+                         trim=trimmed_count(campaign.benchmark), references=references)
+    state.reference = campaign.reference
+    return state
+
+
+def arm_of(model: str, recipe: str) -> str:
+    """A cell's recipe in the looks: the recipe, or `<model>/<recipe>` on a model axis."""
+    return f"{model}/{recipe}" if model else recipe
+
+
+def _split(label: str, key: str = "recipe") -> dict[str, str]:
+    """An arm's model (on a model axis only) and recipe, as a record names them."""
+    model, _, recipe = label.rpartition("/")
+    return {"model": model, key: recipe} if model else {key: recipe}
 
 
 def look_specs(campaign: Campaign, state: AdaptiveState) -> list[RunSpec]:
     """The runs the looks ask for so far: seeds 0..k-1 of every cell."""
-    return [s for s in expand(campaign) if s.seed < state.seeds[(s.recipe, s.batch_size)]]
+    return [s for s in expand(campaign) if s.seed < state.seeds[(arm_of(s.model, s.recipe), s.batch_size)]]
 
 
 def stop_facts(state: AdaptiveState) -> dict[Cell, dict]:
@@ -343,9 +361,9 @@ def adaptive_record(campaign: Campaign, state: AdaptiveState) -> dict:
     """An adaptive campaign's looks and stops as plain values, for the analysis package
     (factors.json, summary.md, the report), which reads no campaign file."""
     assert campaign.adaptive is not None
-    cells = [{"recipe": r, "batch_size": b, **{k: v for k, v in facts.items() if k != "sequential"}}
+    cells = [{**_split(r), "batch_size": b, **{k: v for k, v in facts.items() if k != "sequential"}}
              for (r, b), facts in stop_facts(state).items()]
-    looks = [{"look": e.look, "candidate": e.candidate, "batch_size": e.batch_size,
+    looks = [{"look": e.look, **_split(e.candidate, "candidate"), "batch_size": e.batch_size,
               "runs_candidate": e.interval.runs_candidate, "runs_reference": e.interval.runs_reference,
               "factor": e.interval.factor, "low": e.interval.low, "high": e.interval.high,
               "level": e.interval.level, "half_width": e.interval.half_width, "decision": e.decision,

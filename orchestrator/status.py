@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from orchestrator.adaptive import campaign_looks, look_specs, stop_facts
+from orchestrator.adaptive import arm_of, campaign_looks, look_specs, stop_facts
 from orchestrator.backends import slurm_states
 from orchestrator.cost import CellCost, estimates
 from orchestrator.failfast import reason_line
@@ -91,7 +91,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     for spec in specs:
         cell = cells.setdefault((spec.model, spec.recipe, spec.batch_size),
                                 CellStatus(spec.recipe, spec.batch_size, model=spec.model,
-                                           adaptive=stops.get((spec.recipe, spec.batch_size), {})))
+                                           adaptive=stops.get((arm_of(spec.model, spec.recipe), spec.batch_size), {})))
         cell.runs += 1
         entry = ledger.get(spec.run_key)
         if entry is None:
