@@ -9,7 +9,8 @@ from trainers.contract import RunSpec
 
 def expand(campaign: Campaign) -> list[RunSpec]:
     specs = []
-    for model in campaign.models or [None]:
+    models: list[ModelChoice | None] = [*campaign.models] if campaign.models else [None]
+    for model in models:
         for recipe in campaign.recipes:
             for bs in campaign.batch_sizes:
                 for seed in range(campaign.seeds_for(recipe.name)):
