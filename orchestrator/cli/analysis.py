@@ -46,20 +46,30 @@ def analyze(
     raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None
     runs = load_runs_or_fail(campaign)
     request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference)
-    result = analyze_runs(runs, request, out)
-    table = result.table
-    _print_table(table, f"RCP table: {campaign.name} (benchmark {campaign.benchmark}, N = {campaign.submission_runs}, "
-                        "samples to converge)", campaign.submission_runs)
-    for path in result.written:
-        console.print(f"wrote {path}")
-    for note in result.notes:
-        err_console.print(f"note: {note}", highlight=False, markup=False)
+    if campaign.models is None:
+        _report(campaign, analyze_runs(runs, request, out), campaign.benchmark)
+    else:
+        from orchestrator.models_analysis import analyze_models
+
+        for model, result in analyze_models(campaign, runs, request, out):  # one analysis per model, in out/<model>/
+            _report(campaign, result, campaign.benchmark_of(model))
     from orchestrator.status import outside_plan
 
     if outside := outside_plan(campaign, runs["run_key"].to_pylist()):
         err_console.print(f"note: {len(outside)} runs in the store are not runs of this campaign file (imported, or "
                           "made by an earlier version of it with other settings) and are counted in their cells; "
                           "`rcpforge status` lists them", highlight=False, markup=False)
+
+
+def _report(campaign, result, benchmark: str) -> None:
+    """What `analyze` prints of one analysis: the RCP table, the files written, the notes."""
+    table = result.table
+    _print_table(table, f"RCP table: {campaign.name} (benchmark {benchmark}, N = {campaign.submission_runs}, "
+                        "samples to converge)", campaign.submission_runs)
+    for path in result.written:
+        console.print(f"wrote {path}")
+    for note in result.notes:
+        err_console.print(f"note: {note}", highlight=False, markup=False)
     for r in table.to_pylist():
         if r["converged"] < r["runs"]:
             err_console.print(

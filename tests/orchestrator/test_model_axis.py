@@ -9,13 +9,17 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from mlflow import MlflowClient
 
+from analysis.load import RUN_SCHEMA
 from analysis.load_sql import load_campaign_runs
 from orchestrator.adaptive import campaign_looks, look_specs
 from orchestrator.campaign import run_campaign
+from orchestrator.cli.analysis import analysis_request
 from orchestrator.ledger import LedgerEntry
+from orchestrator.models_analysis import analyze_models
 from orchestrator.results_dirs import export_results
 from orchestrator.status import campaign_status
 from sweeps.expand import expand
@@ -202,3 +206,25 @@ def test_a_campaign_with_the_axis_runs_once_resumes_and_shows_its_models(tmp_pat
     files = sorted(str(p.relative_to(out)) for p in out.rglob("result_*.txt"))
     assert files == sorted(f"{m}/bf16/bs{b}/result_0.txt" for m in ("small", "large") for b in (16, 64))
     assert '"value": "axis_bench_large"' in Path(out / "large" / "bf16" / "bs16" / "result_0.txt").read_text()
+
+
+def test_analyze_writes_each_models_rcps_and_factors_apart(tmp_path):
+    """Synthetic runs: small's fp8 needs twice the samples of its bf16, large's the same;
+    each model's RCP files carry its benchmark and its own hyperparameters."""
+    campaign = parse_campaign(_axis_campaign())
+    slow = {("small", "bf16"): 100, ("small", "fp8"): 200, ("large", "bf16"): 50, ("large", "fp8"): 50}
+    rows = [{"run_id": f"r{i}", "run_key": f"k{i}", "recipe": s.recipe, "batch_size": s.batch_size, "seed": seed,
+             "status": "converged", "tokens_to_target": None, "wall_s": 1.0, "tokens_trained": 1.0, "error": None,
+             "samples_to_target": float(slow[(s.model, s.recipe)] + seed), "hparams": [], "model": s.model,
+             "model_params": s.model_params, "model_flops_per_token": s.model_flops_per_token}
+            for i, (s, seed) in enumerate((s, seed) for s in expand(campaign) for seed in range(4))]
+    table = pa.Table.from_pylist(rows, schema=RUN_SCHEMA)
+    done = dict(analyze_models(campaign, table, analysis_request(campaign, None, 0, resamples=200), tmp_path))
+    assert list(done) == ["small", "large"]
+    records = json.loads((tmp_path / "large" / "rcps_axis_bf16.json").read_text())
+    assert {(r["Benchmark"], r["BS"], r["Hyperparams"]["lr"]) for r in records.values()} == {
+        ("axis_bench_large", 16, 0.05), ("axis_bench_large", 64, 0.07)}
+    factors = {m: {(f["candidate"], f["batch_size"]): f["factor"] for f in
+                   json.loads((tmp_path / m / "factors.json").read_text())["factors"]} for m in done}
+    assert factors["small"][("fp8", 16)] == pytest.approx(2.0, rel=0.02)
+    assert factors["large"][("fp8", 64)] == pytest.approx(1.0, rel=0.02)
