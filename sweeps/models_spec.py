@@ -83,8 +83,7 @@ def model_forms(value: Any, base_dir: Path) -> Any:
             raise ValueError(f"models[{i}].name: {entry['name']!r}: use letters, digits, '_', '.', '+', '-' "
                              "(at most 64, starting with a letter or digit): it names runs and RCP files")
         entry["settings"] = {k: v for k, v in item.items() if k not in OWN_KEYS}
-        if isinstance(entry.get("params"), float) and float(entry["params"]).is_integer():
-            entry["params"] = int(entry["params"])  # 1.2e9 as YAML reads it
+        entry["params"] = _whole(entry.get("params"))
         if item.get("hparams_from"):
             entry["hparams"] = _with_table(item, base_dir)
         out.append(entry)
@@ -93,6 +92,16 @@ def model_forms(value: Any, base_dir: Path) -> Any:
     if dupes:
         raise ValueError(f"models: two models are named {', '.join(dupes)}; give each model its own name")
     return out
+
+
+def _whole(value: Any) -> Any:
+    """A parameter count as written, 1.2e9 included (YAML reads it as a float, or as text:
+    PyYAML's floats need a '.' and a signed exponent), as a whole number where it is one."""
+    try:
+        number = float(value) if isinstance(value, (str, float)) else value
+    except ValueError:
+        return value  # the field's own validation names it
+    return int(number) if isinstance(number, float) and number.is_integer() else number
 
 
 def _with_table(item: dict[str, Any], base_dir: Path) -> dict[Any, dict[str, Any]]:
