@@ -23,7 +23,8 @@ def check_backend(campaign: Campaign) -> None:
         from trainers.registry import TrainerError, check_local_host
 
         try:
-            check_local_host(campaign.trainer)
+            for trainer, _ in campaign.trainers():  # each model's settings (a model may ask for a GPU)
+                check_local_host(trainer)
         except TrainerError as err:
             raise BackendError(str(err)) from None
     elif spec.kind == "slurm":
