@@ -115,6 +115,10 @@ def test_created_runs_are_pending_in_the_ledger_with_their_names_and_tags(store,
         ts.TAG_ROLE: "tune", ts.TAG_TUNE_STUDY: "s1", ts.TAG_TUNE_TRIAL: "3"}
 
 
+# The model axis' columns of a run of a campaign without one (docs/models.md).
+NO_MODEL = {"model": "", "model_params": None, "model_flops_per_token": None}
+
+
 def test_a_whole_attempt_reads_back_the_same_through_both_loaders(store, tmp_path):
     tracking, exp, (done, waiting) = _opened(store, tmp_path)
     ids = {spec.run_key: tracking.create_run(exp, spec) for spec in (done, waiting)}
@@ -132,11 +136,12 @@ def test_a_whole_attempt_reads_back_the_same_through_both_loaders(store, tmp_pat
     assert rows == {
         done.run_key: {"run_id": run_id, "run_key": done.run_key, "recipe": "bf16", "batch_size": 16, "seed": 0,
                        "status": "converged", "tokens_to_target": 16384.0, "samples_to_target": 2048.0,
-                       "tokens_trained": 16384.0, "wall_s": 2.5, "error": None, "hparams": _params(done)},
+                       "tokens_trained": 16384.0, "wall_s": 2.5, "error": None, "hparams": _params(done),
+                       **NO_MODEL},
         waiting.run_key: {"run_id": ids[waiting.run_key], "run_key": waiting.run_key, "recipe": "bf16",
                           "batch_size": 64, "seed": 0, "status": "pending", "tokens_to_target": None,
                           "samples_to_target": None, "tokens_trained": None, "wall_s": None, "error": None,
-                          "hparams": _params(waiting)},
+                          "hparams": _params(waiting), **NO_MODEL},
     }
     curves = load_curves(store.uri, [run_id], ["eval_excess_loss", "samples"]).to_pylist()
     assert [(c["metric"], c["tokens"], c["value"]) for c in curves] == (

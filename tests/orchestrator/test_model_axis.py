@@ -18,6 +18,7 @@ from analysis.load_sql import load_campaign_runs
 from orchestrator.adaptive import campaign_looks, look_specs
 from orchestrator.campaign import run_campaign
 from orchestrator.cli.analysis import analysis_request
+from orchestrator.cli.render import status_table
 from orchestrator.ledger import LedgerEntry
 from orchestrator.models_analysis import analyze_models
 from orchestrator.results_dirs import export_results
@@ -196,8 +197,12 @@ def test_a_campaign_with_the_axis_runs_once_resumes_and_shows_its_models(tmp_pat
     assert rows[("small", "bf16", 16)]["model_flops_per_token"] == 7.4e9
     assert str(table.schema.field("model_params").type) == "int64"
 
+    found = campaign_status(campaign)
     cells = {(c["model"], c["recipe"], c["batch_size"]): c["converged"]
-             for c in (cell.as_dict() for cell in campaign_status(campaign).cells)}  # as `status --json` prints them
+             for c in (cell.as_dict() for cell in found.cells)}  # as `status --json` prints them
+    view = status_table(campaign, found, "core_hours", 0)
+    assert [c.header for c in view.columns][:3] == ["model", "recipe", "batch size"]
+    assert sorted(view.columns[0]._cells) == ["large", "large", "small", "small"]
     assert cells == {(m, "bf16", b): 1 for m in ("small", "large") for b in (16, 64)}
 
     out = tmp_path / "results"
@@ -228,3 +233,17 @@ def test_analyze_writes_each_models_rcps_and_factors_apart(tmp_path):
                    json.loads((tmp_path / m / "factors.json").read_text())["factors"]} for m in done}
     assert factors["small"][("fp8", 16)] == pytest.approx(2.0, rel=0.02)
     assert factors["large"][("fp8", 64)] == pytest.approx(1.0, rel=0.02)
+
+
+def test_a_model_reads_its_own_tune_table(tmp_path):
+    (tmp_path / "hparams.w64.yaml").write_text(
+        "# written by `rcpforge tune`\nhparams:\n  16: {lr: 0.003, warmup_tokens: 512}\n  64: {lr: 0.006}\n")
+    data = tiny_campaign(models=[{"name": "w32"}, {"name": "w64", "d_model": 64, "hparams_from": "hparams.w64.yaml",
+                                                   "hparams": {64: {"lr": 0.1, "warmup_tokens": 256}}}])
+    campaign = parse_campaign(data, base_dir=tmp_path)
+    hparams = {(s.model, s.batch_size): (s.hparams["lr"], s.hparams["warmup_tokens"]) for s in expand(campaign)}
+    assert hparams[("w64", 16)] == (0.003, 512) and hparams[("w64", 64)] == (0.006, 256)  # the table wins
+    assert hparams[("w32", 64)] == (0.02, 8192)  # the campaign's
+    data["models"][1]["hparams_from"] = "no-such-table.yaml"
+    with pytest.raises(CampaignError, match=r"models.w64.hparams_from: cannot read .*no-such-table.yaml"):
+        parse_campaign(data, base_dir=tmp_path)
