@@ -124,6 +124,8 @@ def resolve_model(model: ModelChoice, trainer: dict[str, Any], hparams: dict[int
     own hyperparameters, else the campaign's): its trainer settings, free settings, size
     and hyperparameters filled in. Raises ValueError naming models.<name>.<field>."""
     kind, where = trainer["kind"], f"models.{model.name}"
+    if "kind" in model.settings:
+        raise ValueError(f"{where}.kind: a model varies the settings of the campaign's trainer ({kind}); remove kind")
     free_kind = free_model_settings(kind)
     own = settings_fields(kind) if free_kind else set(model.settings)
     free = {k: v for k, v in model.settings.items() if k not in own}

@@ -118,6 +118,7 @@ WRONG_AXES = [
      "models.a.hparams: no entry for batch size 64 of model a; give every batch size its hyperparameters"),
     ([{"d_model": 32}], "models[0]: the model has no name; give it name:"),
     ([{"name": "a", "params": 1000}], "models.a.params: the tinylm trainer computes it from the model's shapes"),
+    ([{"name": "a", "kind": "command"}], "models.a.kind: a model varies the settings of the campaign's trainer"),
 ]
 
 
