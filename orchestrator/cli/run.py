@@ -117,7 +117,8 @@ def _dry_run(campaign, as_json: bool) -> None:
     out = [f"campaign {campaign.name}: dry run on backend {campaign.backend.kind}, nothing launched or written; "
            f"{runs} runs in {len(configs)} configurations, one run of each shown"]
     for config in configs:
-        out += [f"{config['recipe']}, batch size {config['batch_size']} ({config['runs']} runs; shown: seed "
+        model = f"model {config['model']}, " if config.get("model") else ""
+        out += [f"{model}{config['recipe']}, batch size {config['batch_size']} ({config['runs']} runs; shown: seed "
                 f"{config['seed']}, run {config['run_name']})", f"  folder:      {config['output_dir']}"]
         if "argv" in config:
             out += [f"  argv:        {shlex.join(config['argv'])}", f"  workdir:     {config['workdir']}",

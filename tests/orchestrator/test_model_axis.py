@@ -19,6 +19,7 @@ from orchestrator.adaptive import campaign_looks, look_specs
 from orchestrator.campaign import run_campaign
 from orchestrator.cli.analysis import analysis_request
 from orchestrator.cli.render import status_table
+from orchestrator.dryrun import dry_run
 from orchestrator.ledger import LedgerEntry
 from orchestrator.models_analysis import analyze_models
 from orchestrator.results_dirs import export_results
@@ -248,3 +249,12 @@ def test_a_model_reads_its_own_tune_table(tmp_path):
     data["models"][1]["hparams_from"] = "no-such-table.yaml"
     with pytest.raises(CampaignError, match=r"models.w64.hparams_from: cannot read .*no-such-table.yaml"):
         parse_campaign(data, base_dir=tmp_path)
+
+
+def test_the_dry_run_shows_one_configuration_per_model_with_its_placeholders_filled(tmp_path):
+    shown = dry_run(parse_campaign(_axis_campaign(), base_dir=tmp_path))
+    assert [(c["model"], c["recipe"], c["batch_size"]) for c in shown][:3] == [
+        ("small", "bf16", 16), ("small", "bf16", 64), ("small", "fp8", 16)]
+    large = next(c for c in shown if c["model"] == "large")
+    assert large["argv"][-4:] == ["large", "8", "8000000000", "0.05"]
+    assert large["env"]["RCPFORGE_MODEL_FLOPS_PER_TOKEN"] == "48000000000.0"
