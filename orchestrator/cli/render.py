@@ -56,12 +56,14 @@ def rcp_stats_table(rcps: str, rows: list[dict]) -> Table:
     """`rcp-stats`: per RCP record, its statistics and whether each pruning keeps it."""
     view = Table(title=f"RCP statistics: {rcps}")
     for col in ("benchmark", "batch size", "runs", "mean", "stdev", "min acc. mean", "max speedup", "pruned",
-                "envelope"):
-        view.add_column(col, justify="left" if col == "benchmark" else "right")
+                "envelope", "honest rejected", "eval grid"):
+        view.add_column(col, justify="left" if col in ("benchmark", "eval grid") else "right")
     for r in rows:
+        rate = r.get("honest_rejected")
         view.add_row(r["benchmark"], str(r["batch_size"]), str(r["runs"]), number(r["mean"]), number(r["stdev"]),
                      number(r["min_acceptable_mean"]), number(r["max_speedup"], 6),
-                     "kept" if r["kept_by_pruning"] else "dropped", "kept" if r["kept_by_envelope"] else "dropped")
+                     "kept" if r["kept_by_pruning"] else "dropped", "kept" if r["kept_by_envelope"] else "dropped",
+                     "-" if rate is None else f"{rate:.1%}", r.get("coarse") or "")
     return view
 
 
