@@ -58,9 +58,15 @@ def ruleset_cases(ruleset: str, benchmark: str, batch_sizes: Sequence[int] | Non
         shipped = sorted(p.stem[5:] for p in ruleset_folder(ruleset).glob("rcps_*.json"))
         raise PolicyError(f"--benchmark {benchmark!r}: ruleset {ruleset} ships no RCPs for it; "
                           f"give one of {', '.join(shipped)}") from None
+    return rcp_set_cases(rcp_set, batch_sizes, ruleset, sims, f"ruleset {ruleset}'s {benchmark}")
+
+
+def rcp_set_cases(rcp_set: RcpSet, batch_sizes: Sequence[int] | None, ruleset: str | None, sims: int,
+                  where: str = "the RCP set") -> list[Case]:
+    """The cases of a set of RCP records: each batch size's runs are the candidate's
+    distribution at factor 1, and the factor's baseline runs too."""
     dists = rcp_distributions(rcp_set)
-    chosen = _chosen(list(dists), batch_sizes, f"ruleset {ruleset}'s {benchmark}")
-    return _cases(rcp_set, dists, dists, chosen, ruleset, sims)
+    return _cases(rcp_set, dists, dists, _chosen(list(dists), batch_sizes, where), ruleset, sims)
 
 
 def campaign_cases(table, benchmark: str, submission_runs: int, reference: str, candidate: str,
