@@ -38,13 +38,18 @@ def rcp_health(rcp_set: RcpSet, ruleset: str | None, sims: int = 10_000, seed: i
     out = {}
     for name, record in rcp_set.full.items():
         entry: dict = {"honest_rejected": None, "honest_rejected_se": None, "coarse": None}
-        try:
-            values = [float(v) for v in record.epochs]
-            entry["coarse"] = coarse_mark(values) if values else None
-            if all(math.isfinite(v) for v in values) and rcp_set.submission_runs > 2 * trimmed_count(rcp_set.benchmark):
-                entry["honest_rejected"], entry["honest_rejected_se"] = honest_rejection(
-                    values, rcp_set, record.bs, ruleset, sims, seed)
+        try:  # fuzzed or huge run values: no warnings, a rate of nan at worst
+            with np.errstate(all="ignore"):
+                _entry(entry, record, rcp_set, ruleset, sims, seed)
         except (TypeError, ValueError, OverflowError, ZeroDivisionError):
             pass  # a record the checker itself could not test: its statistics row says so
         out[name] = entry
     return out
+
+
+def _entry(entry: dict, record, rcp_set: RcpSet, ruleset: str | None, sims: int, seed: int) -> None:
+    values = [float(v) for v in record.epochs]
+    entry["coarse"] = coarse_mark(values) if values else None
+    if all(math.isfinite(v) for v in values) and rcp_set.submission_runs > 2 * trimmed_count(rcp_set.benchmark):
+        entry["honest_rejected"], entry["honest_rejected_se"] = honest_rejection(
+            values, rcp_set, record.bs, ruleset, sims, seed)

@@ -100,7 +100,6 @@ def policy_cmd(
     brief: Path | None = typer.Option(None, "--brief", help="also write a one-page Markdown brief per benchmark"),
 ) -> None:
     """Simulate honest and cherry-picking submitters under today's RCP rule and four proposals."""
-    from analysis.policy.cases import PolicyError, ruleset_cases
     from analysis.policy.policies import FactorSettings
     from analysis.policy.simulate import PolicySettings, simulate_case
     from analysis.round.groups import FlagSettings
@@ -109,17 +108,7 @@ def policy_cmd(
         if path is not None:
             output_path_or_fail(path, flag, folder=False)
     _checked_numbers(factor, pick, m0, group, sims, factor_bound, factor_confidence)
-    if (campaign_file is None) == (rcps is None):
-        fail("give either --rcps RULESET --benchmark B, or a campaign file with --reference and --candidate")
-    try:
-        if rcps is not None:
-            if benchmark is None:
-                fail("--benchmark is missing: give the benchmark whose RCPs to simulate, e.g. --benchmark llama31_8b")
-            cases, source = ruleset_cases(rcps, benchmark, batch_size, sims), f"the RCPs of ruleset {rcps}"
-        else:
-            cases, source = _campaign_cases(campaign_file, reference, candidate, batch_size, sims)  # type: ignore[arg-type]
-    except PolicyError as err:
-        fail(escape(str(err)))
+    cases, source = _cases_or_fail(campaign_file, rcps, benchmark, batch_size, reference, candidate, sims)
     n = cases[0].n
     if m is not None and m <= n:
         fail(f"--m {m}: the M > N policy submits more runs than N = {n}; give {n + 1} or more (default 2N = {2 * n})")
@@ -135,6 +124,23 @@ def policy_cmd(
         return
     title = f"{cases[0].benchmark}: {source} (means over batch sizes {', '.join(str(c.batch_size) for c in cases)})"
     console.print(_table(rows, title))
+
+
+def _cases_or_fail(campaign_file: Path | None, rcps: str | None, benchmark: str | None, batch_size: list[int],
+                   reference: str | None, candidate: str | None, sims: int):
+    """The cases of the ruleset form or of the campaign form, and a line naming the source."""
+    from analysis.policy.cases import PolicyError, ruleset_cases
+
+    if (campaign_file is None) == (rcps is None):
+        fail("give either --rcps RULESET --benchmark B, or a campaign file with --reference and --candidate")
+    try:
+        if rcps is not None:
+            if benchmark is None:
+                fail("--benchmark is missing: give the benchmark whose RCPs to simulate, e.g. --benchmark llama31_8b")
+            return ruleset_cases(rcps, benchmark, batch_size, sims), f"the RCPs of ruleset {rcps}"
+        return _campaign_cases(campaign_file, reference, candidate, batch_size, sims)  # type: ignore[arg-type]
+    except PolicyError as err:
+        fail(escape(str(err)))
 
 
 def _write(rows: list[dict], source: str, settings, html: Path | None, brief: Path | None) -> None:
