@@ -29,10 +29,11 @@ def draw(values: np.ndarray, rng: np.random.Generator, shape: tuple[int, ...]) -
 
 
 def olympic(runs: np.ndarray, trim: int) -> np.ndarray:
-    """Olympic means over the last axis; a set with more non-converged runs (inf) than
-    the trim drops is infinite (an invalid result)."""
+    """Olympic means over the last axis; a set with more than one non-converged run (inf)
+    is infinite: an invalid result (training rules, Benchmark Results)."""
     with np.errstate(invalid="ignore"):
-        return olympic_means(runs, trim)
+        means = olympic_means(runs, trim)
+    return np.where(np.isinf(runs).sum(axis=-1) > 1, np.inf, means)
 
 
 def kept_olympic(sets: np.ndarray, k: int, mode: str, trim: int) -> np.ndarray:

@@ -171,3 +171,11 @@ def test_eval_grid_and_rounding_up_to_it():
     assert list(on_grid(np.array([159744.0, 172032.0]), 1.08, 12288.0, 159744.0)) == [184320.0, 196608.0]
     assert coarse_mark([1.0, 2.0, 2.0, 3.0]) == "3 distinct values" and coarse_mark([4.0] * 6) == "zero spread"
     assert coarse_mark([1.0, 2.0, 3.0, 4.0]) is None
+
+
+def test_failed_runs_count_as_infinite_time_and_two_make_a_result_invalid():
+    from analysis.policy.submitters import olympic, window_scores
+
+    assert list(olympic(np.array([[1.0, 2.0, 3.0, np.inf], [1.0, 2.0, np.inf, np.inf]]), 1)) == [2.5, np.inf]
+    # windows of 3: 2, 3, inf, inf, 5 (olympic means); the median one scores 5
+    assert window_scores(np.array([1.0, 2.0, 3.0, np.inf, np.inf, 4.0, 5.0]), 3, 1) == 5.0
