@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
+from sweeps.cost_spec import PricedCost
 from sweeps.launch import LaunchSpec
 from sweeps.rcp_spec import RcpSpec
 from sweeps.recipe_grid import expand_grid
@@ -83,6 +84,7 @@ class Campaign(_Strict):
     hparams: dict[int, dict[str, Any]]
     backend: BackendSpec = Field(default_factory=LocalBackendSpec)
     launch: LaunchSpec = Field(default_factory=LaunchSpec)
+    cost: PricedCost = None  # prices of the compute (sweeps/cost_spec.py); after launch, which it reads
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rcp: RcpSpec = Field(default_factory=RcpSpec)
     tune: TuneSpec | None = None
