@@ -74,6 +74,36 @@ def estimates(cells: list[CellCost], max_tokens: int, concurrency: int) -> tuple
     return per_cell, totals
 
 
+def compute_unit(campaign) -> str:
+    """What the campaign's runs spend: GPU-hours when they hold GPUs, else CPU core-hours."""
+    return "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
+
+
+def usd_per_hour(campaign) -> float | None:
+    """The price of an hour of the campaign's compute unit (its `cost:` section,
+    sweeps/cost_spec.py); None without prices."""
+    if campaign.cost is None:
+        return None
+    return campaign.cost.price(campaign.launch.gpus_per_process, campaign.launch.gpu_type)
+
+
+def add_dollars(per_cell: list[dict], totals: dict, unit: str, price: float) -> None:
+    """`cost_usd` beside the hours: each cell's `unit` spent x the price, and the
+    campaign's, the sum of its cells'."""
+    for figures in per_cell:
+        figures["cost_usd"] = figures[unit] * price
+    totals["cost_usd"] = sum(f["cost_usd"] for f in per_cell)
+
+
+def plan_dollars(rows: list[dict], totals: dict[str, dict], price: float) -> None:
+    """`plan`'s predictions in US dollars: per precision, each comparison's and the
+    campaign's predicted compute x the price (None where the precision is out of reach)."""
+    for row in rows:
+        row["cost_usd"] = {goal: None if h is None else h * price for goal, h in row["hours"].items()}
+    for total in totals.values():
+        total["cost_usd"] = None if total["hours"] is None else total["hours"] * price
+
+
 def _figures(gpu_hours: float, core_hours: float, wall_s: float, remaining_s: float | None,
              concurrency: int) -> dict:
     return {
