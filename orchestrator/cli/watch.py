@@ -6,6 +6,7 @@ latest eval point; elsewhere (a pipe, a log file) one plain line per refresh."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,22 +44,51 @@ def plain_line(campaign: Campaign, found: CampaignStatus, unit: str, at: datetim
 
 
 def watch(campaign: Campaign, interval: float, console: Console, unit: str,
-          read: Callable[[Campaign], CampaignStatus] = campaign_status) -> CampaignStatus:
+          read: Callable[[Campaign], CampaignStatus] = campaign_status) -> None:
     """Refresh every `interval` seconds until the campaign has no run left to do, or until
-    Ctrl-C; the last status read."""
-    found = read(campaign)
+    Ctrl-C."""
+    pressed: list[bool] = []
+    found = None
     try:
-        with _shown(campaign, console, unit, interval) as show:
+        with _ctrl_c(pressed), _shown(campaign, console, unit, interval) as show:
+            found = read(campaign)
             show(found)
-            while not finished(found):
-                time.sleep(interval)
+            while not finished(found) and not _waited(interval, pressed):
                 found = read(campaign)
                 show(found)
-    except KeyboardInterrupt:  # the operator has seen enough: not an error
-        console.print(f"stopped watching; {found.totals['runs_to_do']} runs still to do", highlight=False)
-        return found
-    console.print(f"campaign {campaign.name}: no run left to do", highlight=False)
-    return found
+    except KeyboardInterrupt:  # a second Ctrl-C, in the middle of a read
+        pressed.append(True)
+    if pressed:  # the operator has seen enough: not an error
+        left = "" if found is None else f"; {found.totals['runs_to_do']} runs still to do"
+        console.print(f"stopped watching{left}", highlight=False)
+    else:
+        console.print(f"campaign {campaign.name}: no run left to do", highlight=False)
+
+
+@contextmanager
+def _ctrl_c(pressed: list[bool]) -> Iterator[None]:
+    """Ctrl-C (SIGINT) as a note in `pressed` that the loop reads between two refreshes,
+    so it never cuts a refresh short in the middle of drawing it; a second one interrupts
+    whatever runs."""
+
+    def note(signum, frame) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(True)
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _waited(interval: float, pressed: list[bool]) -> bool:
+    """Wait `interval` seconds, or less if Ctrl-C comes first; whether it came."""
+    until = time.monotonic() + interval
+    while not pressed and (left := until - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))
+    return bool(pressed)
 
 
 @contextmanager
