@@ -2,7 +2,7 @@
 and for the campaign, the compute spent (GPU-hours, or CPU core-hours for runs without
 GPUs), the wall time of its runs, and an ETA that counts the progress of running runs.
 
-The ETA's arithmetic (docs/clusters.md, "Cost and ETA", says it in words):
+The ETA's arithmetic (docs/clusters.md, "Cost and ETA", and docs/monitoring.md say it in words):
 - a run's *typical tokens* is the median tokens trained by the cell's finished runs (the
   campaign's when the cell has none yet, the token budget when nothing has finished);
 - its *seconds per token* is the cell's finished runs' wall time over their tokens (the

@@ -43,18 +43,17 @@ def plain_line(campaign: Campaign, found: CampaignStatus, unit: str, at: datetim
     return f"{at.strftime('%Y-%m-%dT%H:%M:%SZ')} " + " ".join(f"{k}={v}" for k, v in fields.items())
 
 
-def watch(campaign: Campaign, interval: float, console: Console, unit: str,
-          read: Callable[[Campaign], CampaignStatus] = campaign_status) -> None:
+def watch(campaign: Campaign, interval: float, console: Console, unit: str) -> None:
     """Refresh every `interval` seconds until the campaign has no run left to do, or until
     Ctrl-C."""
     pressed: list[bool] = []
     found = None
     try:
         with _ctrl_c(pressed), _shown(campaign, console, unit, interval) as show:
-            found = read(campaign)
+            found = campaign_status(campaign)
             show(found)
             while not finished(found) and not _waited(interval, pressed):
-                found = read(campaign)
+                found = campaign_status(campaign)
                 show(found)
     except KeyboardInterrupt:  # a second Ctrl-C, in the middle of a read
         pressed.append(True)
@@ -103,7 +102,10 @@ def _shown(campaign: Campaign, console: Console, unit: str, interval: float) -> 
 
 
 def _view(campaign: Campaign, found: CampaignStatus, unit: str, interval: float) -> Group:
+    """The status table with each running run's latest eval, the failed runs' reasons,
+    the campaign's totals, and when this was read."""
     outside = sum(sum(c.outside.values()) for c in found.cells)
     said = f"{_now().strftime('%H:%M:%S')} UTC, every {interval:g} s; Ctrl-C stops watching (not the campaign)"
     return Group(render.status_table(campaign, found, unit, outside, live=True),
+                 *(Text(line) for line in render.failure_lines(found.failures)),
                  Text(render.totals_line(found, unit)), Text(said, style="dim"))
