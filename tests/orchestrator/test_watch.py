@@ -89,7 +89,7 @@ def held(tmp_path):
     path = write_campaign(tmp_path, data)
     runner = _cli("run", str(path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while run_statuses(tmp_path / "rcpforge-mlflow.db")["running"] < 2:  # both runs started
+    while not run_statuses(tmp_path / "rcpforge-mlflow.db"):  # until the store holds the campaign
         assert runner.poll() is None and time.monotonic() < deadline, "the campaign did not start"
         time.sleep(0.2)
     yield path, hold, runner
@@ -112,7 +112,10 @@ def test_watch_shows_runs_go_from_running_to_converged_then_exits(held):
     running = live.read_until(_row("1 0 1 0"))
     for bs in (16, 64):
         live.read_until(rf"bf16-bs{bs}-s0: eval_accuracy 0\.6667 at [\d,]+ tokens")
-    lines = [piped.stdout.readline()]  # the piped watcher has read once too: both runs running
+    lines = [piped.stdout.readline()]  # the piped watcher too has seen both runs running
+    while " running=2 " not in lines[-1]:
+        lines.append(piped.stdout.readline())
+        assert lines[-1], lines
     hold.touch()  # let the runs finish
     converged = live.read_until(_row("1 0 0 1"))
     done = live.read_until("campaign tiny: no run left to do")
@@ -131,9 +134,10 @@ def test_watch_shows_runs_go_from_running_to_converged_then_exits(held):
     assert lines[-1] == "stopped watching; 2 runs still to do", lines
     fields = [PLAIN.match(line.rstrip("\n")) for line in lines[:-1]]
     assert all(fields), lines  # one plain line per refresh, in one format
-    first, last = fields[0], fields[-1]
-    # runs, pending, running, converged, runs to do: first the two running, then done
-    assert [first.group(i) for i in (1, 2, 3, 4, 7)] == ["4", "2", "2", "0", "4"], lines[0]
+    running_line = next(f for f in fields if f.group(3) == "2")
+    last = fields[-1]
+    # runs, pending, running, converged, runs to do: the two running, then done
+    assert [running_line.group(i) for i in (1, 2, 3, 4, 7)] == ["4", "2", "2", "0", "4"], lines
     assert [last.group(i) for i in (1, 2, 3, 4, 7)] == ["4", "2", "0", "2", "2"], lines[-2]
     # what the runs cost: their core-hours at the price
     assert float(last.group(6)) == pytest.approx(float(last.group(5)) * PRICE, rel=1e-5)
