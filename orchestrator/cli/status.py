@@ -65,7 +65,6 @@ def status(
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
 
 
-
 def _watch(campaign, interval: float) -> None:
     from orchestrator.cli.watch import watch
     from orchestrator.tracking import TrackingUnavailable
