@@ -29,7 +29,8 @@ class CampaignFacts:
     target_value: float
     batch_sizes: list[int]
     # Per cell: recipe, batch_size, runs, gpu_hours, core_hours, run_wall_hours, eta_s
-    # (what `rcpforge status --json` reports), and the campaign's totals; None: left out.
+    # (what `rcpforge status --json` reports; cost_usd too with prices), and the
+    # campaign's totals; None: left out.
     cost_rows: list[dict] | None = None
     cost_totals: dict | None = None
 
@@ -139,9 +140,13 @@ def cost_section(rows: list[dict], totals: dict) -> Section:
              f"over {totals.get('run_wall_hours', 0.0):.4g} run wall-hours")
     eta = totals.get("eta_s")
     left = f"; {totals.get('runs_to_do', 0)} runs to do, ETA {eta:.0f} s" if eta else ""
+    # with the campaign's prices (its cost: section), the money beside the hours; without, as before
+    priced = "cost_usd" in totals
+    money = f" That compute cost {totals['cost_usd']:,.2f} US dollars at the campaign's prices." if priced else ""
+    columns = COST_COLUMNS + (["cost_usd"] if priced else [])
     return Section("cost", "Compute spent", text=f"The campaign's finished runs spent {spent}{left}. "
-                   "A run's cost is its wall time x its processes (x GPUs per process).",
-                   columns=COST_COLUMNS, rows=[{k: r.get(k) for k in COST_COLUMNS} for r in rows])
+                   f"A run's cost is its wall time x its processes (x GPUs per process).{money}",
+                   columns=columns, rows=[{k: r.get(k) for k in columns} for r in rows])
 
 
 def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:

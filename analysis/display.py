@@ -22,6 +22,7 @@ _HEADERS = {
     "core_hours": "core-hours",
     "run_wall_hours": "run wall-hours",
     "eta_s": "ETA (s)",
+    "cost_usd": "cost (US$)",
     "vs_rcp_pct": "vs RCP %",
     "vs_rcp_evals": "vs RCP (evals)",
     "rcp_mean": "RCP mean",
@@ -65,7 +66,8 @@ def fixed(value: float | None, digits: int = 4) -> str:
 # Digits of the statistics that summary.md and the report both show; others get `_number`.
 _DIGITS = {"olympic_mean": 1, "stdev": 1, "min_acceptable_mean": 1, "max_speedup": 4, "factor": 4,
            "ci_low": 4, "ci_high": 4, "p_candidate_faster": 3, "honest_mean": 1, "honest_stdev": 1, "pass_prob": 3,
-           "eta_s": 0, "robust_z": 2, "vs_rcp_pct": 1, "vs_rcp_evals": 2, "spread_pct": 1, "norm_factor": 4}
+           "eta_s": 0, "robust_z": 2, "vs_rcp_pct": 1, "vs_rcp_evals": 2, "spread_pct": 1, "norm_factor": 4,
+           "cost_usd": 2}
 _SIGNIFICANT = {"mann_whitney_p", "p_value", "p_value_rcp", "p_value_pooled"}  # shown to 3 significant digits
 
 

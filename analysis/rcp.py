@@ -1,5 +1,5 @@
 """RCP arithmetic exactly as the MLCommons reference checker does it
-(`mlperf_logging.rcp_checker`, RCP_RULES.md): olympic mean, population stdev over all
+(`mlperf_logging.rcp_checker`, docs/rcp-rules.md): olympic mean, population stdev over all
 runs, the minimum acceptable submission mean by bisection on a one-sided pooled t-test,
 and the max speedup."""
 

@@ -1,6 +1,6 @@
 """A set of RCP records as the MLCommons checker sees it: loaded from an RCP JSON file
 or a shipped ruleset, with the checker's statistics per record, its pruning, its
-interpolation and its lookups (RCP_RULES.md).
+interpolation and its lookups (docs/rcp-rules.md).
 
 Every step keeps the checker's order of operations and number types (numpy float64),
 because its verdicts depend on them at the last digit: records sorted by batch size with

@@ -1,4 +1,4 @@
-"""Statistics beside the checker (RCP_RULES.md, "Statistics worth having"): olympic means
+"""Statistics beside the checker (docs/rcp-rules.md, the section of that name): olympic means
 of many resampled sets at once, stratified bootstrap intervals, probability of
 improvement, and order statistics of the best of K draws, exact where a closed form
 exists. Every Monte Carlo takes an explicit seed."""

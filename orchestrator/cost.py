@@ -2,7 +2,7 @@
 and for the campaign, the compute spent (GPU-hours, or CPU core-hours for runs without
 GPUs), the wall time of its runs, and an ETA that counts the progress of running runs.
 
-The ETA's arithmetic (the README's `rcpforge status --json` section says it in words):
+The ETA's arithmetic (docs/clusters.md, "Cost and ETA", and docs/monitoring.md say it in words):
 - a run's *typical tokens* is the median tokens trained by the cell's finished runs (the
   campaign's when the cell has none yet, the token budget when nothing has finished);
 - its *seconds per token* is the cell's finished runs' wall time over their tokens (the
@@ -72,6 +72,36 @@ def estimates(cells: list[CellCost], max_tokens: int, concurrency: int) -> tuple
     totals["runs_to_do"] = sum(len(c.to_do) for c in cells)
     totals["concurrency"] = concurrency
     return per_cell, totals
+
+
+def compute_unit(campaign) -> str:
+    """What the campaign's runs spend: GPU-hours when they hold GPUs, else CPU core-hours."""
+    return "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
+
+
+def usd_per_hour(campaign) -> float | None:
+    """The price of an hour of the campaign's compute unit (its `cost:` section,
+    sweeps/cost_spec.py); None without prices."""
+    if campaign.cost is None:
+        return None
+    return campaign.cost.price(campaign.launch.gpus_per_process, campaign.launch.gpu_type)
+
+
+def add_dollars(per_cell: list[dict], totals: dict, unit: str, price: float) -> None:
+    """`cost_usd` beside the hours: each cell's `unit` spent x the price, and the
+    campaign's, the sum of its cells'."""
+    for figures in per_cell:
+        figures["cost_usd"] = figures[unit] * price
+    totals["cost_usd"] = sum(f["cost_usd"] for f in per_cell)
+
+
+def plan_dollars(rows: list[dict], totals: dict[str, dict], price: float) -> None:
+    """`plan`'s predictions in US dollars: per precision, each comparison's and the
+    campaign's predicted compute x the price (None where the precision is out of reach)."""
+    for row in rows:
+        row["cost_usd"] = {goal: None if h is None else h * price for goal, h in row["hours"].items()}
+    for total in totals.values():
+        total["cost_usd"] = None if total["hours"] is None else total["hours"] * price
 
 
 def _figures(gpu_hours: float, core_hours: float, wall_s: float, remaining_s: float | None,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.adaptive import arm_of, campaign_looks, look_specs, stop_facts
 from orchestrator.backends import slurm_states
-from orchestrator.cost import CellCost, estimates
+from orchestrator.cost import CellCost, add_dollars, compute_unit, estimates, usd_per_hour
 from orchestrator.failfast import reason_line
 from orchestrator.ledger import LedgerEntry
 from orchestrator.tracking import Tracking
@@ -38,6 +38,9 @@ class CellStatus:
     # Runs of the cell in the store that this campaign file does not plan (imported, or
     # made by an earlier version of the file), by status: `analyze` counts them.
     outside: Counter = field(default_factory=Counter)
+    # Its running runs' latest eval point: (run name, tokens, target metric's value or
+    # None before the first eval); what `status --watch` shows, not in the JSON.
+    latest: list[tuple[str, float, float | None]] = field(default_factory=list)
     model: str = ""  # "" without a model axis
 
     def as_dict(self) -> dict:
@@ -109,7 +112,9 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
             cell.cost.add_finished(entry.metrics)
         if column == "running":
             running += 1
-            cell.cost.to_do.append(_tokens_so_far(tracking, entry.run_id, campaign.target.metric))
+            tokens, value = _last_point(tracking, entry.run_id, campaign.target.metric)
+            cell.latest.append((spec.run_name, tokens, value))
+            cell.cost.to_do.append(tokens)
         elif not entry.status.is_outcome and not (
                 column == "failed" and entry.charged >= campaign.backend.max_attempts):
             cell.cost.to_do.append(0.0)
@@ -121,6 +126,8 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
         c.outside for c in cells.values()) else list(cells.values())
     slots = running or (campaign.backend.workers if campaign.backend.kind == "local" else 1)
     per_cell, totals = estimates([c.cost for c in listed], campaign.budget.max_tokens, slots)
+    if (price := usd_per_hour(campaign)) is not None:
+        add_dollars(per_cell, totals, compute_unit(campaign), price)
     for cell, figures in zip(listed, per_cell, strict=True):
         cell.estimate = figures
     return CampaignStatus(listed, totals, campaign.launch.world_size, failures)
@@ -134,6 +141,7 @@ def outside_plan(campaign: Campaign, run_keys) -> list[str]:
     return sorted(set(run_keys) - planned)
 
 
-def _tokens_so_far(tracking: Tracking, run_id: str, metric: str) -> float:
-    """A running run's progress: the step (tokens) of its last eval point."""
-    return float(max((m.step for m in tracking.client.get_metric_history(run_id, metric)), default=0))
+def _last_point(tracking: Tracking, run_id: str, metric: str) -> tuple[float, float | None]:
+    """A running run's progress: the step (tokens) and value of its last eval point."""
+    last = max(tracking.client.get_metric_history(run_id, metric), key=lambda m: m.step, default=None)
+    return (0.0, None) if last is None else (float(last.step), float(last.value))

@@ -83,7 +83,7 @@ class SlurmBackendSpec(_Common):
     # Shell lines run before the worker starts: module loads, environment.
     setup: list[str] = Field(default_factory=list)
     # Requeues at a time limit (a preemption's requeue is not counted, unless submitit takes
-    # its USR2 for the time limit: see README); the run resumes from its checkpoint.
+    # its USR2 for the time limit: see docs/clusters.md); the run resumes from its checkpoint.
     max_requeues: int = Field(3, ge=0, le=100)
     # Seconds before the time limit at which Slurm signals the job to checkpoint.
     signal_delay_s: int = Field(60, ge=0)

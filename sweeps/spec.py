@@ -36,6 +36,7 @@ from sweeps.campaign_checks import (
     check_schedule_within_budget,
     check_warmup_within_budget,
 )
+from sweeps.cost_spec import PricedCost
 from sweeps.launch import LaunchSpec
 from sweeps.models_spec import ModelChoice, model_forms, resolve_model
 from sweeps.rcp_spec import RcpSpec
@@ -90,6 +91,7 @@ class Campaign(_Strict):
     hparams: dict[int, dict[str, Any]]
     backend: BackendSpec = Field(default_factory=LocalBackendSpec)
     launch: LaunchSpec = Field(default_factory=LaunchSpec)
+    cost: PricedCost = None  # prices of the compute (sweeps/cost_spec.py); after launch, which it reads
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     rcp: RcpSpec = Field(default_factory=RcpSpec)
     tune: TuneSpec | None = None

@@ -108,17 +108,28 @@ def p_lognormal(observed: float, m: int, trim: int, mean: float, stdev: float, r
     log-mean and log-sd are themselves uncertain: each simulated submission first draws
     them from their posterior (Jeffreys prior: sigma^2 = (n - 1) s^2 / chi2(n - 1),
     mu ~ N(mu_hat, sigma^2 / n)), then its m runs: the posterior predictive."""
-    if m <= 2 * trim or not (mean > 0) or not math.isfinite(observed) or not math.isfinite(stdev) or stdev < 0:
+    if not math.isfinite(observed):
+        return None
+    olympics = lognormal_olympics(m, trim, mean, stdev, rcp_runs, draws, seed)
+    return None if olympics is None else _p(olympics, observed)
+
+
+def lognormal_olympics(m: int, trim: int, mean: float, stdev: float, rcp_runs: int | None = None,
+                       draws: int = 50_000, seed: int = 0) -> np.ndarray | None:
+    """The `draws` olympic means of honest m-run submissions that `p_lognormal` counts
+    (None where it models nothing); `analysis.policy` flags whole arrays of submissions
+    against them."""
+    if m <= 2 * trim or not (mean > 0) or not math.isfinite(stdev) or stdev < 0:
         return None
     sigma2 = math.log1p((stdev / mean) ** 2)
     mu, sigma = math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
     _, normal = _sorted_uniforms(m, trim, draws, seed)
     if rcp_runs is None or rcp_runs < 2:
-        return _p(np.exp(mu + sigma * normal).mean(axis=1), observed)
+        return np.exp(mu + sigma * normal).mean(axis=1)
     rng = np.random.default_rng([seed, m, trim, rcp_runs, 1])
     sigmas = sigma * np.sqrt((rcp_runs - 1) / rng.chisquare(rcp_runs - 1, draws))
     mus = mu + sigmas * rng.standard_normal(draws) / math.sqrt(rcp_runs)
-    return _p(np.exp(mus[:, None] + sigmas[:, None] * normal).mean(axis=1), observed)
+    return np.exp(mus[:, None] + sigmas[:, None] * normal).mean(axis=1)
 
 
 def p_pooled(observed: float, m: int, trim: int, pool: Sequence[float],

@@ -7,7 +7,7 @@ import sys
 
 from orchestrator.cli.app import app
 # each module registers its commands on `app`
-from orchestrator.cli import analysis, plan, recipes, report, results, round, run, status, tune  # noqa: F401,E402
+from orchestrator.cli import analysis, plan, policy, recipes, report, results, round, run, status, tune  # noqa: F401,E402
 
 __all__ = ["app", "main"]
 

@@ -195,7 +195,8 @@ def rcp_stats_cmd(
         help="runs per submission (N) of a benchmark the checker does not know; rcpforge's own RCP files carry it",
     ),
 ) -> None:
-    """Per RCP record: mean, stdev, min acceptable mean, max speedup, kept by pruning."""
+    """Per RCP record: mean, stdev, min acceptable mean, max speedup, kept by pruning, today's honest
+    rejection rate (seeded Monte Carlo, 10,000 submissions) and a mark for coarse RCPs."""
     from analysis.rcp_set import RcpError, load_rcp_sets, stats_rows
     from trainers.contract.submission import SUBMISSION_RUNS
 
@@ -208,6 +209,13 @@ def rcp_stats_cmd(
         rows = [row for s in sets for row in stats_rows(s)]
     except RcpError as err:
         fail(str(err))
+    from analysis.policy.health import rcp_health
+    from analysis.rcp_set import RULESETS
+
+    health = {(s.benchmark, name): entry for s in sets
+              for name, entry in rcp_health(s, rcps if rcps in RULESETS else "6.0.0").items()}
+    for row in rows:
+        row.update(health[(row["benchmark"], row["record"])])
     if as_json:
         print(json.dumps(rows))
         return
@@ -216,3 +224,8 @@ def rcp_stats_cmd(
     for r in differ:
         console.print(f"pruning modes differ at {r['record']}: mlperf {'keeps' if r['kept_by_pruning'] else 'drops'} it, "
                       f"the convex envelope {'keeps' if r['kept_by_envelope'] else 'drops'} it", highlight=False)
+    coarse = [r for r in rows if r["coarse"]]
+    if coarse:
+        console.print(f"eval grid: {len(coarse)} RCP(s) whose runs take 3 or fewer distinct values or have zero "
+                      f"spread ({', '.join(escape(str(r['record'])) + ': ' + r['coarse'] for r in coarse)}); their "
+                      "statistics rest on a few evals", highlight=False)

@@ -16,7 +16,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Precision-vs
 console = Console() if Console().is_terminal else Console(width=160, soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
-# The exit codes scripts can rely on (README "Exit codes"). A run that failed and then
+# The exit codes scripts can rely on (docs/commands.md, "Exit codes"). A run that failed and then
 # succeeded on a retry is a success.
 EXIT_FAILED_CHECK = 1  # `rcpforge check`: the submission fails against the RCPs
 EXIT_USAGE = 2  # bad input: a flag, a campaign file, a tracking URI; one line says which and the fix

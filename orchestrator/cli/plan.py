@@ -45,21 +45,29 @@ def plan(
             ledger = Tracking(campaign.tracking_uri, campaign.tracking.retry_s).campaign_ledger(campaign.name)
     except TrackingUnavailable as err:
         fail(escape(str(err)))
+    from orchestrator.cost import compute_unit, plan_dollars, usd_per_hour
+
     rows = size_comparisons(campaign, ledger, reference, precisions or PRECISIONS)
     totals = campaign_totals(rows, reference)
-    unit = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
+    unit = compute_unit(campaign)
     design = "adaptive" if campaign.adaptive is not None else "fixed"
+    cells, price = [r.as_dict() for r in rows], usd_per_hour(campaign)
+    if price is not None:
+        plan_dollars(cells, totals, price)
     if as_json:
         print(json.dumps({"campaign": campaign.name, "reference": reference, "design": design,
-                          "hours_unit": unit, "cells": [r.as_dict() for r in rows], "totals": totals}, indent=2))
+                          "hours_unit": unit, "cells": cells, "totals": totals}, indent=2))
         return
     _print_sizes(rows, totals, [f"{p:g}" for p in (precisions or PRECISIONS)], unit, design, reference, campaign)
 
 
 def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, reference: str, campaign) -> None:
     """The sizing table, each comparison's reason where it has no prediction, the
-    campaign's totals per precision."""
-    console.print(render.sizes_table(rows, goals, unit, design, reference, campaign))
+    campaign's totals per precision (in US dollars too, with a `cost:` section)."""
+    from orchestrator.cost import usd_per_hour
+
+    price = usd_per_hour(campaign)
+    console.print(render.sizes_table(rows, goals, unit, design, reference, campaign, price))
     for r in rows:
         if r.reason:
             console.print(f"{r.candidate} bs{r.batch_size}: {r.reason}", highlight=False, markup=False)
@@ -67,8 +75,9 @@ def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, r
         if t["runs"] is None:
             console.print(f"campaign at +-{float(goal):.0%}: out of reach for some comparison", highlight=False)
         else:
+            money = f" ({render.usd(t['cost_usd'])})" if "cost_usd" in t else ""
             console.print(f"campaign at +-{float(goal):.0%}: {t['runs']} runs (each batch size's {reference} runs "
-                          f"once), about {t['hours']:.3g} {unit.replace('_', '-')}", highlight=False)
+                          f"once), about {t['hours']:.3g} {unit.replace('_', '-')}{money}", highlight=False)
     console.print("predictions from the spread of the runs so far; compute: both recipes' runs at their mean cost "
                   "so far", highlight=False)
 

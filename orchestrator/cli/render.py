@@ -56,17 +56,21 @@ def rcp_stats_table(rcps: str, rows: list[dict]) -> Table:
     """`rcp-stats`: per RCP record, its statistics and whether each pruning keeps it."""
     view = Table(title=f"RCP statistics: {rcps}")
     for col in ("benchmark", "batch size", "runs", "mean", "stdev", "min acc. mean", "max speedup", "pruned",
-                "envelope"):
-        view.add_column(col, justify="left" if col == "benchmark" else "right")
+                "envelope", "honest rejected", "eval grid"):
+        view.add_column(col, justify="left" if col in ("benchmark", "eval grid") else "right")
     for r in rows:
+        rate = r.get("honest_rejected")
         view.add_row(r["benchmark"], str(r["batch_size"]), str(r["runs"]), number(r["mean"]), number(r["stdev"]),
                      number(r["min_acceptable_mean"]), number(r["max_speedup"], 6),
-                     "kept" if r["kept_by_pruning"] else "dropped", "kept" if r["kept_by_envelope"] else "dropped")
+                     "kept" if r["kept_by_pruning"] else "dropped", "kept" if r["kept_by_envelope"] else "dropped",
+                     "-" if rate is None else f"{rate:.1%}", r.get("coarse") or "")
     return view
 
 
-def sizes_table(rows, goals: list[str], unit: str, design: str, reference: str, campaign) -> Table:
-    """`plan`: the runs per recipe and compute each comparison needs for each precision."""
+def sizes_table(rows, goals: list[str], unit: str, design: str, reference: str, campaign,
+                price: float | None = None) -> Table:
+    """`plan`: the runs per recipe and compute each comparison needs for each precision
+    (and what that compute costs at `price`, US dollars an hour)."""
     view = Table(title=f"runs per recipe to reach each precision ({design} design, against {reference})")
     for col in ("candidate", "batch size", "runs so far", "factor", "spread (cand, ref)",
                 *(f"+-{float(g):.0%}" for g in goals)):
@@ -76,7 +80,8 @@ def sizes_table(rows, goals: list[str], unit: str, design: str, reference: str, 
             view.add_row(r.candidate, str(r.batch_size), f"{r.runs_candidate}, {r.runs_reference}", "-", "-",
                          *(["-"] * len(goals)))
             continue
-        needs = [f"{r.runs[g]} ({r.hours[g]:.3g} {unit.replace('_', '-')})" if r.runs[g] is not None
+        money = {g: "" if price is None or r.hours[g] is None else f", {usd(r.hours[g] * price)}" for g in goals}
+        needs = [f"{r.runs[g]} ({r.hours[g]:.3g} {unit.replace('_', '-')}{money[g]})" if r.runs[g] is not None
                  else _beyond(r, g, campaign) for g in goals]
         view.add_row(r.candidate, str(r.batch_size), f"{r.runs_candidate}, {r.runs_reference}",
                      f"{r.factor:.4f}" if r.factor is not None else "n/a",
@@ -115,17 +120,26 @@ def placeholders_table(placeholders: dict[str, str]) -> Table:
     return view
 
 
-def status_table(campaign, found, compute: str, outside: int) -> Table:
+def usd(amount: float) -> str:
+    """US dollars as a person reads them, to the cent (`--json` has them exactly)."""
+    return f"${amount:,.2f}" if amount >= 0.01 or amount == 0 else "<$0.01"
+
+
+def status_table(campaign, found, compute: str, outside: int, live: bool = False) -> Table:
     """`status`: per (recipe, batch size), the runs in each state, Slurm's job states, the
-    compute spent and an ETA; an adaptive campaign's stops; runs not of this file."""
+    compute spent (and its price, with a `cost:` section) and an ETA; an adaptive
+    campaign's stops; runs not of this file; with `live` (`--watch`), each running run's
+    latest eval point."""
     from orchestrator.status import COLUMNS
 
     view = Table(title=f"campaign {campaign.name}")
-    adaptive, models = campaign.adaptive is not None, campaign.models is not None
+    adaptive, priced = campaign.adaptive is not None, "cost_usd" in found.totals
+    models = campaign.models is not None
     for col in (*(("model",) if models else ()), "recipe", "batch size", "runs",
                 *(c.replace("_", " ") for c in COLUMNS), "slurm jobs",
-                compute.replace("_", "-"), "ETA", *(("stopped",) if adaptive else ()),
-                *(("not in this file",) if outside else ())):
+                compute.replace("_", "-"), *(("cost",) if priced else ()), "ETA",
+                *(("stopped",) if adaptive else ()), *(("not in this file",) if outside else ()),
+                *(("running: latest eval",) if live else ())):
         # a recipe's name is never cut (grid variants differ at their ends: ...-sr_on, ...-sr_off)
         view.add_column(col, overflow="fold",
                         min_width=max((len(c.recipe) for c in found.cells), default=6) if col == "recipe" else None)
@@ -135,10 +149,25 @@ def status_table(campaign, found, compute: str, outside: int) -> Table:
                    if c.adaptive.get("stop_reason") else "goes on",) if adaptive else ()
         listed = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(c.outside.items())) or "-"
         others = (listed,) if outside else ()
+        cost = (usd(c.estimate["cost_usd"]),) if priced else ()
+        latest = ("\n".join(_latest_eval(p, campaign.target.metric) for p in c.latest) or "-",) if live else ()
         view.add_row(*((c.model,) if models else ()), c.recipe, str(c.batch_size), str(c.runs),
                      *(str(c.counts[k]) for k in COLUMNS), slurm,
-                     f"{c.estimate[compute]:.3g}", duration(c.estimate["eta_s"]), *stopped, *others)
+                     f"{c.estimate[compute]:.3g}", *cost, duration(c.estimate["eta_s"]), *stopped, *others, *latest)
     return view
+
+
+def _latest_eval(point: tuple[str, float, float | None], metric: str) -> str:
+    name, tokens, value = point
+    return f"{name}: no eval yet" if value is None else f"{name}: {metric} {value:.4g} at {tokens:,.0f} tokens"
+
+
+def totals_line(found, compute: str) -> str:
+    """`status`: the campaign's compute spent (and its price), runs to do and ETA."""
+    t = found.totals
+    price = f" ({usd(t['cost_usd'])})" if "cost_usd" in t else ""
+    return (f"campaign: {t[compute]:.3g} {compute.replace('_', '-')} spent{price}, {t['runs_to_do']} runs to do, "
+            f"ETA {duration(t['eta_s'])} at {t['concurrency']} runs at once")
 
 
 def failure_lines(failures: list[dict], names: int = 3) -> list[str]:

@@ -64,7 +64,8 @@ def report(
         from analysis.analyze import comparisons
 
         found, pairs, selections = comparisons(runs, table, request)
-    settings = campaign.model_dump(mode="json", exclude={"base_dir"})
+    # without prices the settings read as before the cost: section existed
+    settings = campaign.model_dump(mode="json", exclude={"base_dir", *(() if campaign.cost else ("cost",))})
     settings["tracking"] = {"uri": redact_uri(campaign.tracking_uri)}
     from orchestrator.status import campaign_status
 

@@ -10,17 +10,29 @@ from rich.markup import escape
 
 from orchestrator.cli import render
 from orchestrator.cli.app import app, console, fail, stored_campaign_or_fail
+from orchestrator.cost import compute_unit
 
 
 @app.command()
 def status(
     campaign_file: Path = typer.Argument(..., help="the campaign YAML file"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    watch: bool = typer.Option(False, "--watch", help="follow the campaign live until no run is left to do "
+                                                      "(or Ctrl-C); plain lines when not on a terminal"),
+    interval: float = typer.Option(5.0, "--interval", help="seconds between two refreshes of --watch"),
 ) -> None:
     """Per (recipe, batch size): runs pending, running, converged, not converged,
     diverged, failed, the Slurm job states of runs on Slurm, the compute spent (GPU- or
-    core-hours) and an ETA; the same for the whole campaign."""
+    core-hours, and US dollars with a cost: section) and an ETA; the same for the whole
+    campaign."""
+    if watch and as_json:
+        fail("--watch and --json: choose one (--watch without a terminal prints one plain line per refresh)")
+    if not interval > 0:
+        fail(f"--interval: the seconds between two refreshes, more than 0; got {interval:g}")
     campaign = stored_campaign_or_fail(campaign_file)
+    if watch:
+        _watch(campaign, interval)
+        return
     from orchestrator.status import campaign_status
     from orchestrator.tracking import TrackingUnavailable
     from trainers.contract.uri import redact_uri
@@ -34,7 +46,7 @@ def status(
                           "world_size": found.world_size, "cells": [c.as_dict() for c in found.cells],
                           "totals": found.totals, "failed_runs": found.failures}, indent=2))
         return
-    compute = "gpu_hours" if campaign.launch.gpus_per_process else "core_hours"
+    compute = compute_unit(campaign)
     outside = sum(sum(c.outside.values()) for c in found.cells)
     console.print(render.status_table(campaign, found, compute, outside))
     if outside:
@@ -42,9 +54,7 @@ def status(
                       "earlier version of it): `rcpforge analyze` counts them in their cells", highlight=False)
     for line in render.failure_lines(found.failures):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    t = found.totals
-    console.print(f"campaign: {t[compute]:.3g} {compute.replace('_', '-')} spent, {t['runs_to_do']} runs to do, "
-                  f"ETA {render.duration(t['eta_s'])} at {t['concurrency']} runs at once")
+    console.print(render.totals_line(found, compute))
     pending = sum(c.counts["pending"] for c in found.cells)
     if pending and not any(c.counts["running"] for c in found.cells):
         # Nothing in the store runs, so unless an orchestrator is between two launches,
@@ -54,3 +64,12 @@ def status(
                       "an adaptive campaign)", highlight=False, markup=False)
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
 
+
+def _watch(campaign, interval: float) -> None:
+    from orchestrator.cli.watch import watch
+    from orchestrator.tracking import TrackingUnavailable
+
+    try:
+        watch(campaign, interval, console, compute_unit(campaign))
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))

@@ -110,7 +110,7 @@ def test_http_tracking_server_goes_through_the_api_and_gives_the_same_table(stor
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no huey job runners
     try:
-        for _ in range(240):  # ready in 6-13 s on these machines (INFRA.md); poll, no timing assertion
+        for _ in range(240):  # ready in 6-13 s on these machines (docs/dev-clusters.md); poll, no timing assertion
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
                 break

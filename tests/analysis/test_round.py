@@ -24,7 +24,7 @@ def test_every_v50_submission_gets_the_checkers_verdict(round_v50):
             assert row["vs_rcp_pct"] == pytest.approx((row["olympic_mean"] / row["rcp_mean"] - 1) * 100)
     messages = [r["message"] for r in rows]
     assert (messages.count("RCP found"), messages.count("RCP Interpolation")) == (128, 64)
-    # like with like (the README's figures): default keys, nothing flagged
+    # like with like (docs/check-a-round.md's figures): default keys, nothing flagged
     assert len({r["group"] for r in rows}) == 151 and not any(r["flagged"] for r in rows)
     lowest = min((r for r in rows if r["p_value"] is not None), key=lambda r: r["p_value"])
     assert lowest["dir"] == "NVIDIA/results/eos-dfw_n1024_ngc25.01_nemo/llama31_405b" and lowest["p_value"] > 0.005

@@ -27,7 +27,7 @@ TYPOS = [((), "sedes", "seeds"), (("budget",), "eval_every_tokns", "eval_every_t
 
 
 def test_the_commands_that_take_a_campaign_file_are_all_here():
-    assert COMMANDS == ["analyze", "export", "plan", "report", "run", "status", "tune"]
+    assert COMMANDS == ["analyze", "export", "plan", "policy", "report", "run", "status", "tune"]
 
 
 @pytest.mark.parametrize(("where", "typo", "meant"), TYPOS, ids=[t[1] for t in TYPOS])

@@ -24,14 +24,14 @@ def test_help_lists_every_command(cli):
         assert f" {command} " in proc.stdout
 
 
-def test_the_readme_synopses_list_every_command_and_flag():
-    """The README's Commands block: each command's synopsis (its line and the indented
-    lines after it) names every flag the command takes."""
+def test_the_synopses_of_docs_commands_list_every_command_and_flag():
+    """The Synopsis block of docs/commands.md: each command's synopsis (its line and the
+    indented lines after it) names every flag the command takes."""
     from typer.main import get_command
 
     from orchestrator.cli import app
 
-    block = (ROOT / "README.md").read_text().split("## Commands", 1)[1].split("```", 2)[1]
+    block = (ROOT / "docs" / "commands.md").read_text().split("## Synopsis", 1)[1].split("```", 2)[1]
     synopses: dict[str, str] = {}
     current = None
     for line in block.splitlines():
@@ -40,7 +40,7 @@ def test_the_readme_synopses_list_every_command_and_flag():
         if current:
             synopses[current] = synopses.get(current, "") + line.split("#")[0] + "\n"
     for name, command in get_command(app).commands.items():
-        assert name in synopses, f"README Commands lacks `rcpforge {name}`"
+        assert name in synopses, f"docs/commands.md Synopsis lacks `rcpforge {name}`"
         flags = [opt for param in command.params for opt in param.opts if opt.startswith("--") and opt != "--help"]
         missing = [flag for flag in flags if flag not in synopses[name]]
-        assert not missing, f"README synopsis of `rcpforge {name}` lacks {missing}"
+        assert not missing, f"docs/commands.md synopsis of `rcpforge {name}` lacks {missing}"

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from orchestrator.adaptive import COST_CAP, MAX_SEEDS
 from orchestrator.cli import app
+from orchestrator.cli.render import usd
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import paced_campaign, runs_of
 from tests.conftest import run_cli
@@ -55,6 +56,27 @@ def test_a_gang_with_gpus_records_gpu_hours_of_every_rank(tmp_path, monkeypatch)
     assert status["totals"]["gpu_hours"] == pytest.approx(sum(r.data.metrics[METRIC_GPU_HOURS] for r in runs))
     assert status["totals"]["core_hours"] == 0.0
     assert sum(c["gpu_hours"] for c in status["cells"]) == pytest.approx(status["totals"]["gpu_hours"])
+    _priced(tmp_path, data, path, status)
+
+
+def _priced(folder, data: dict, path, status: dict) -> None:
+    """Prices (issue 34) for the same runs (they are not in the run key): each cell's
+    GPU-hours at the price of the file's GPU type, else at the default; nothing else
+    that status says changes, and without prices it shows no money."""
+    prices = {"usd_per_gpu_hour": {"h100": 2.5, "default": 2.0}}
+    for gpu_type, price in (("H100", 2.5), ("A100", 2.0)):
+        launch = dict(data["launch"], gpu_type=gpu_type)
+        priced = write_campaign(folder, dict(data, launch=launch, cost=prices), filename=f"{gpu_type}.yaml")
+        shown = _status(priced)
+        assert [c.pop("cost_usd") for c in shown["cells"]] == pytest.approx(
+            [c["gpu_hours"] * price for c in status["cells"]])
+        assert shown["totals"].pop("cost_usd") == pytest.approx(status["totals"]["gpu_hours"] * price)
+        assert shown == status
+    table = CliRunner().invoke(app, ["status", str(priced)])
+    assert table.exit_code == 0 and "cost" in table.stdout
+    assert f"gpu-hours spent ({usd(status['totals']['gpu_hours'] * 2.0)})" in table.stdout
+    plain = CliRunner().invoke(app, ["status", str(path)])
+    assert plain.exit_code == 0 and "$" not in plain.stdout and "cost" not in plain.stdout
 
 
 def _capped(gpu_hours: float | None) -> dict:

@@ -96,7 +96,7 @@ def test_exported_tiny_lm_files_pass_the_61_disclosure_rules(tiny, exported):
 
 
 def _expected_verdict(rcp_values: list[float], subm_values: list[float], bs: int, n: int):
-    """What the checker should say for an 'RCP found' cell: RCP_RULES.md's test and
+    """What the checker should say for an 'RCP found' cell: docs/rcp-rules.md's test and
     normalization, from the tracked samples to converge."""
     stats = rcp_stats(rcp_values, bs, "rcpforge_tiny", n)
     subm = olympic_mean(sorted(subm_values))

@@ -1,4 +1,4 @@
-"""A newcomer's first hour, as the README's Commands section walks it: every command on
+"""A newcomer's first hour, as docs/commands.md and the README's tour walk it: every command on
 one small campaign (an instant command trainer, two recipes, two batch sizes), then the
 project's own files round-tripped: export's results directories imported into a new
 campaign, checked against the RCP file analyze wrote and read by rcp-stats. Every step

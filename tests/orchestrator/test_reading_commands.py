@@ -16,8 +16,9 @@ import pytest
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
 
-READERS = [("status",), ("analyze", "--out", "{tmp}/analysis"), ("report", "--out", "{tmp}/report.html"),
-           ("export", "--parquet", "{tmp}/runs.parquet"), ("export", "--results", "{tmp}/results")]
+READERS = [("status",), ("status", "--watch"), ("analyze", "--out", "{tmp}/analysis"),
+           ("report", "--out", "{tmp}/report.html"), ("export", "--parquet", "{tmp}/runs.parquet"),
+           ("export", "--results", "{tmp}/results")]
 STORES = {
     "none yet": None,  # the default store beside the campaign file, not made yet
     "mistyped": "sqlite:///{tmp}/stores/rcpforge-mlfow.db",  # a folder that does not exist either

@@ -57,7 +57,7 @@ def test_status_of_a_finished_and_of_a_half_finished_campaign(finished, cli):
 
 def test_status_counts_each_cells_compute_and_eta_from_the_runs_own_records(finished, cli):
     """Core-hours and the ETA of `status --json`, recomputed here from each run's own
-    recorded wall time and tokens (README: `rcpforge status --json`)."""
+    recorded wall time and tokens (docs/clusters.md, "Cost and ETA")."""
     import statistics
 
     from tests.cluster.helpers import runs_of

@@ -193,10 +193,10 @@ def test_rcpforge_run_refuses_a_bad_switch_with_exit_2(tmp_path):
     one_line_usage_error(invoke("run", str(path)), "recipes.nvfp4.switch_to: unknown recipe 'mxfp9'")
 
 
-def test_the_readme_and_rcpforge_recipes_examples_of_a_switch_hold():
+def test_the_docs_and_rcpforge_recipes_examples_of_a_switch_hold():
     from trainers.recipes.written import grammar_lines
 
-    text = (Path(__file__).parents[2] / "README.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "recipes.md").read_text()
     block = text[text.index("`switch_to` with `switch_from_tokens` switches to any recipe"):]
     block = block[block.index("```yaml\n") + 8:]
     examples = [yaml.safe_load(block[:block.index("```")])["recipes"]]

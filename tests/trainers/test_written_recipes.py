@@ -240,9 +240,9 @@ def test_rcpforge_recipes_lists_every_named_recipe_and_a_grammar_whose_examples_
     assert sorted(_short(_example([grid]))) == sorted(["bf16", *names])
 
 
-def test_the_readme_example_of_a_written_recipe_holds():
-    text = (ROOT / "README.md").read_text()
-    block = text[text.index("**A recipe written in the campaign file.**"):]
+def test_the_docs_example_of_a_written_recipe_holds():
+    text = (ROOT / "docs" / "recipes.md").read_text()
+    block = text[text.index("## A recipe written in the campaign file"):]
     block = block[block.index("```yaml\n") + 8:]
     specs = _short(_example(block[:block.index("```")].splitlines()))
     assert same_gemms(resolve_recipe("my_nvfp4", specs["my_nvfp4"].recipe_options), resolve_recipe("nvfp4"))

@@ -39,7 +39,7 @@ from trainers.contract.run_key import keyed
 from trainers.settings import TrainerSettings
 
 # Placeholders every run has, besides its hyperparameters and its recipe's options (see
-# `run_values`), with what each stands for: `rcpforge recipes` and the README list them.
+# `run_values`), with what each stands for: `rcpforge recipes` and docs/bring-your-own-code.md list them.
 PLACEHOLDERS: dict[str, str] = {
     "python": "the Python interpreter rcpforge runs under",
     "recipe": "the run's recipe label",

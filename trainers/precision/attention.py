@@ -1,6 +1,6 @@
 """FP8 attention matmuls (the `fp8_attention` option): S = Q K^T and O = P V with E4M3
 operands and E5M2 output gradients, each tensor under one current scale (fmax / amax),
-as the FP8 hybrid recipe quantizes its GEMMs (NUMERICS.md, `fp8_tensorwise`) and as
+as the FP8 hybrid recipe quantizes its GEMMs (docs/numerics.md, `fp8_tensorwise`) and as
 TransformerEngine's FP8 DotProductAttention keeps one scale per tensor (Q, K, V, S, dO,
 dP). The products accumulate in FP32; softmax, its scale, the causal mask and the
 logit cap run in FP32 between them."""

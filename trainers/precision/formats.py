@@ -2,7 +2,7 @@
 E3M2 grid.
 
 Everything here works on float32 tensors and returns float32 values that lie exactly on
-the format's grid, saturated at its largest finite value (NUMERICS.md: torch's E5M2 cast
+the format's grid, saturated at its largest finite value (docs/numerics.md: torch's E5M2 cast
 does not saturate, so every value is clamped before any cast). NaN stays NaN."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class Quantized:
     With `exact`, `core` is representable in BF16 (grid values times power-of-two or
     E4M3 block scales), and the FP32 factors that are constant along a GEMM's
     contraction (per tensor, or per row: `row_div`) can be applied to the GEMM's output
-    instead (NUMERICS.md, "emulating without losing anything"); `col_div` (per column)
+    instead (docs/numerics.md, "why emulation loses nothing"); `col_div` (per column)
     is constant along the contraction only after a transpose. Otherwise `core` is the
     FP32 dequantized tensor and the factors are 1."""
 

@@ -1,6 +1,6 @@
 """Scales: how a tensor is cut into scaling groups and what each group's scale is.
 
-Conventions (NUMERICS.md): an FP32 scale `s` multiplies (`y = x * s`, dequant `q / s`);
+Conventions (docs/numerics.md): an FP32 scale `s` multiplies (`y = x * s`, dequant `q / s`);
 an E8M0 (MX) or NVFP4 scale `d` divides (`y = x / d`, dequant `q * d`). Groups whose
 amax is 0, inf or NaN never turn finite inputs into NaN. The scale arithmetic works on
 the float32 bit patterns where it can: on small tensors the number of torch ops, not

@@ -119,7 +119,7 @@ RECIPES: dict[str, RecipeConfig] = {
             x=NV, w=NV_TILED, dy=replace(NV, rounding="sr"),
             hadamard_wgrad=True, options=Nvfp4Options,
         ),
-        # --- issue 17: the field's newer NVFP4 recipes (NUMERICS.md terms) ---
+        # --- issue 17: the field's newer NVFP4 recipes (docs/numerics.md terms) ---
         RecipeConfig(
             "nvfp4_4over6",
             "NVFP4 'Four Over Six' (arXiv 2512.02010) in rcpforge's own convention by default: nvfp4's "

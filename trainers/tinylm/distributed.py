@@ -10,7 +10,7 @@ What each rank does, and why the run is deterministic for a given world size:
   the same sums every time), with the step's loss riding along, so every rank takes the
   same divergence decision; every rank evaluates the whole eval set (its quantized
   GEMMs take part in the same collectives on every rank), and the replicas agree;
-- numerics under a recipe (NUMERICS.md), where a scale could come from the local shard or
+- numerics under a recipe (docs/numerics.md), where a scale could come from the local shard or
   be reduced over ranks: delayed scaling's amax is reduced (max) over the ranks before it
   enters the history, as TransformerEngine's `DelayedScaling(reduce_amax=True)` does over
   its FP8 group, so every rank holds the same history and scale; current (tensorwise,

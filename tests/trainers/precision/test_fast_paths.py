@@ -118,7 +118,7 @@ def test_training_processes_keep_freed_memory():
 
 
 def test_per_row_fp32_scales_are_applied_to_the_gemm_output():
-    """NUMERICS.md: per-row FP32 factors move to the GEMM output, so the GEMM runs on the
+    """docs/numerics.md: per-row FP32 factors move to the GEMM output, so the GEMM runs on the
     BF16-exact grid values: channelwise weights (one scale per output channel), 1x128
     blocks that span a row, and 128x128 tiles that span the rows or the columns (the
     latter after the transpose that the dgrad GEMM takes)."""

@@ -16,7 +16,7 @@ from trainers.recipes.named import RECIPES
 from trainers.recipes.resolve import resolve_recipe
 
 QUANTIZED = [n for n, r in RECIPES.items() if not r.is_reference]
-# max relative rounding error of one element, 2^-(m+1) (NUMERICS.md line 4)
+# max relative rounding error of one element, 2^-(m+1) (docs/numerics.md, check 4)
 UNIT = {"e4m3": 2.0**-4, "e5m2": 2.0**-3, "e2m1": 2.0**-2, "e2m3": 2.0**-4, "e3m2": 2.0**-3}  # 2^-(mantissa bits + 1)
 
 

@@ -1,4 +1,4 @@
-"""The table of checks of NUMERICS.md (its "Conformance table"), one test per line: the
+"""The checks of docs/numerics.md ("The checks every quantizer passes"), one test per line: the
 formats' rounding and saturation, the scaling schemes, the Hadamard transform and
 stochastic rounding (line 11, the torchao cross-check, is in test_torchao.py). Expected
 values are the specification's numbers."""

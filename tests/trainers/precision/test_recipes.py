@@ -40,7 +40,7 @@ def test_every_issue_recipe_is_registered_and_frozen():
 
 
 def test_recipe_table_of_numerics_md():
-    """Formats and granularities as NUMERICS.md's recipe table names them."""
+    """Formats and granularities as docs/numerics.md's recipe table names them."""
     def fmts(name):
         r = get_recipe(name).resolve()
         return (r.x.fmt, r.w.fmt, r.dy.fmt) if r.x else None

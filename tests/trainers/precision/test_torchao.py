@@ -1,4 +1,4 @@
-"""Line 11 of NUMERICS.md's table of checks: the MX quantizers agree bit for bit with torchao
+"""Line 11 of docs/numerics.md's list of checks: the MX quantizers agree bit for bit with torchao
 0.18's emulated MXTensor (FLOOR and RCEIL), on random data across many magnitudes."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The tiny LM under every recipe: it trains to target, reports numeric telemetry with its
 evals, takes recipe options and stability options, and shows the expected order of
-recipes on a fixed seed set (NUMERICS.md, "a measured precision effect")."""
+recipes on a fixed seed set (docs/numerics.md, "a measured precision effect")."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_recipe_and_stability_options_change_the_run_reproducibly():
         assert points[-1].metrics["eval_loss"] != curve[-1].metrics["eval_loss"], (recipes, trainer)
 
 
-# NVFP4 in its plain 1x16 form, as in NUMERICS.md's calibration experiment
+# NVFP4 in its plain 1x16 form, as in docs/numerics.md's calibration experiment
 PLAIN_NVFP4 = {"nvfp4": {"stochastic_rounding": False, "hadamard": False, "weight_2d": False}}
 
 

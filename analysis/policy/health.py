@@ -1,0 +1,55 @@
+"""Per RCP record, what `rcp-stats` adds (issue 32): today's honest rejection rate (the
+share of honest N-run submissions drawn from the record's own runs that the checker's
+pruned pass rejects at its batch size; seeded Monte Carlo) and a mark for RCPs whose
+runs the eval grid has squeezed: 3 or fewer distinct values, or zero spread."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from analysis.policy.submitters import draw, olympic
+from analysis.policy.thresholds import today
+from analysis.rcp import trimmed_count
+from analysis.rcp_set import RcpSet
+
+COARSE_DISTINCT = 3
+
+
+def coarse_mark(values) -> str | None:
+    distinct = len(set(values))
+    if distinct <= 1 or float(np.std(values)) == 0:
+        return "zero spread"
+    return f"{distinct} distinct values" if distinct <= COARSE_DISTINCT else None
+
+
+def honest_rejection(values, rcp_set: RcpSet, bs, ruleset: str | None, sims: int, seed: int) -> tuple[float, float]:
+    threshold = today(rcp_set, bs, ruleset)
+    runs = draw(np.asarray(values, float), np.random.default_rng([seed, int(bs)]), (sims, rcp_set.submission_runs))
+    rejected = ~(olympic(runs, trimmed_count(rcp_set.benchmark)) >= threshold.minimum)
+    p = float(rejected.mean())
+    return p, math.sqrt(p * (1 - p) / sims)
+
+
+def rcp_health(rcp_set: RcpSet, ruleset: str | None, sims: int = 10_000, seed: int = 0) -> dict[str, dict]:
+    """Per record name: honest_rejected (and _se; None where the record's runs or batch
+    size are not numbers the checker's test can use) and coarse (the mark, or None)."""
+    out = {}
+    for name, record in rcp_set.full.items():
+        entry: dict = {"honest_rejected": None, "honest_rejected_se": None, "coarse": None}
+        try:  # fuzzed or huge run values: no warnings, a rate of nan at worst
+            with np.errstate(all="ignore"):
+                _entry(entry, record, rcp_set, ruleset, sims, seed)
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            pass  # a record the checker itself could not test: its statistics row says so
+        out[name] = entry
+    return out
+
+
+def _entry(entry: dict, record, rcp_set: RcpSet, ruleset: str | None, sims: int, seed: int) -> None:
+    values = [float(v) for v in record.epochs]
+    entry["coarse"] = coarse_mark(values) if values else None
+    if all(math.isfinite(v) for v in values) and rcp_set.submission_runs > 2 * trimmed_count(rcp_set.benchmark):
+        entry["honest_rejected"], entry["honest_rejected_se"] = honest_rejection(
+            values, rcp_set, record.bs, ruleset, sims, seed)
