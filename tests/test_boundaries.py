@@ -166,7 +166,8 @@ def test_importing_the_api_loads_no_torch_and_no_orchestrator():
     ({"trainers.contract.run": {"mlflow"}}, "free of heavy dependencies"),
     ({"cluster.local": {"orchestrator.execute"}, "orchestrator.execute": set()}, "cluster.local imports orchestrator"),
     ({"analysis.x": {"rcpforge.campaign"}, "rcpforge.campaign": set()}, "analysis.x imports rcpforge"),
-    ({"rcpforge.campaign": {"orchestrator.adaptive"}, "orchestrator.adaptive": set()}, "rcpforge.campaign imports orchestrator"),
+    ({"rcpforge.campaign": {"orchestrator.adaptive"}, "orchestrator.adaptive": set()},
+     "rcpforge.campaign imports orchestrator"),
     ({"orchestrator.status": {"rcpforge"}, "rcpforge": set()}, "only the command line"),
 ])
 def test_the_rules_catch_a_breach(source, expected):

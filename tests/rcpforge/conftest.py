@@ -64,7 +64,8 @@ def demo(tmp_path_factory) -> Demo:
     ran = run_cli("run", str(path))
     assert ran.returncode == 0, ran.stderr
     demo = Demo(folder, path)
-    for args in (("analyze", "--out", demo.analysis), ("export", "--parquet", demo.runs_file, "--results", demo.results)):
+    for args in (("analyze", "--out", demo.analysis),
+                 ("export", "--parquet", demo.runs_file, "--results", demo.results)):
         done = run_cli(args[0], str(path), *map(str, args[1:]))
         assert done.returncode == 0, done.stderr
     return demo
