@@ -98,3 +98,14 @@ def test_bad_input_is_one_line(demo, call, fragment):
         call(demo)
     assert fragment in str(err.value) and "\n" not in str(err.value)
     assert not (demo.folder / "other.db").exists()  # asking made no store
+
+
+def test_an_imported_campaign_opens_with_the_benchmark_its_files_name(demo, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'imported.db'}"
+    imported = invoke("import", str(demo.results), "--campaign", "imported", "--tracking-uri", uri)
+    assert imported.exit_code == 0, imported.output
+    campaign = rcpforge.load(tracking_uri=uri, campaign="imported")
+    assert (campaign.benchmark, campaign.recipes) == ("rcpforge_demo", ("bf16", "fp8_like"))  # recipes: the folders
+    trained = rcpforge.load(demo.campaign_file).rcp_table()
+    columns = ["recipe", "batch_size", "runs", "converged", "olympic_mean", "min_acceptable_mean"]
+    pd.testing.assert_frame_equal(campaign.rcp_table()[columns], trained[columns])
