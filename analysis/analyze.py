@@ -121,17 +121,20 @@ def comparisons(runs: pa.Table, table: pa.Table,
     factors against the reference recipe (none when the campaign lacks it), the other
     recipes against each other (an ablation grid's variants, in campaign order) and every
     cell's selection statistics."""
-    found = []
-    if req.reference in req.recipes:
-        found = factors(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples,
-                        seed=req.seed)
+    found = reference_factors(runs, req) if req.reference in req.recipes else []
     candidates = [r for r in req.recipes if r != req.reference]
     pairs = pairwise_factors(runs, candidates, req.benchmark, confidence=req.confidence, resamples=req.resamples,
                              seed=req.seed)
-    return found, pairs, _selections(runs, table, req)
+    return found, pairs, cell_selections(runs, table, req)
 
 
-def _selections(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> list[Selection]:
+def reference_factors(runs: pa.Table, req: AnalysisRequest) -> list[Factor]:
+    """Every candidate's convergence factors against the request's reference recipe."""
+    return factors(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples,
+                   seed=req.seed)
+
+
+def cell_selections(runs: pa.Table, table: pa.Table, req: AnalysisRequest) -> list[Selection]:
     """Per cell, tested against the reference recipe's RCP at the same batch size (what
     a submission in the candidate precision would be checked against)."""
     trim = trimmed_count(req.benchmark)

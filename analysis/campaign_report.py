@@ -162,6 +162,31 @@ def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
     )
 
 
+def rcp_health_section(req: AnalysisRequest, runs: pa.Table) -> Section:
+    """Per RCP of the campaign, today's honest rejection rate and the eval grid's mark
+    (analysis/policy/health.py, as `rcp-stats` shows for shipped RCPs)."""
+    from analysis.policy.health import REPORT_SIMS, campaign_health
+
+    found = campaign_health(runs, req.recipes, req.benchmark, req.hparams, req.submission_runs, REPORT_SIMS, req.seed)
+    rows = [{"recipe": h["recipe"], "batch_size": h["batch_size"], "runs": h["runs"],
+             "honest_rejected": _share(h["honest_rejected"]), "honest_rejected_se": _share(h["honest_rejected_se"]),
+             "eval_grid": h["coarse"] or "-"} for h in found]
+    return Section(
+        "rcp-health", "Today's check on honest submissions",
+        text=(f"Per RCP record (each recipe's complete cells), the share of honest N = {req.submission_runs}-run "
+              f"submissions drawn from its own runs that today's checker rejects at its batch size (its pruned "
+              f"pass), from {REPORT_SIMS:,} seeded simulated submissions (seed {req.seed}), with the Monte Carlo "
+              "standard error; eval grid: marked where the runs take 3 or fewer distinct values or have zero "
+              "spread, so the RCP's statistics rest on a few evals. rcpforge policy simulates more "
+              "(docs/policy.md)."),
+        columns=["recipe", "batch_size", "runs", "honest_rejected", "honest_rejected_se", "eval_grid"], rows=rows,
+    )
+
+
+def _share(value: float | None) -> Shown | None:
+    return None if value is None else Shown(value, f"{value:.1%}")
+
+
 def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves: pa.Table,
                    telemetry_names: list[str], found: list | None = None,
                    selections: list | None = None, layer_maps: dict | None = None,
@@ -181,6 +206,7 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
     sections.append(rcp_table_section(req, table))
     if selections is not None:
         sections.append(selection_section(selections, req.selection))
+    sections.append(rcp_health_section(req, runs))
     metric = facts.target_metric
     sections.append(Section(
         "curves", "Eval curves",

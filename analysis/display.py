@@ -32,6 +32,7 @@ _HEADERS = {
     "mad": "MAD",
     "group_no": "group",
     "flag_reason": "why",
+    "honest_rejected_se": "MC s.e.",
 }
 
 

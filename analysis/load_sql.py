@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,23 @@ def campaign_in_store(tracking_uri: str, campaign: str) -> bool:
     except NoSuchCampaign:
         return False
     return True
+
+
+def absent_sqlite_store(uri: str) -> Path | None:
+    """The database file of a SQLite URI that names no store yet (no file, or an empty one
+    that an earlier failed open left); None for a store that exists or is no SQLite file.
+    The commands that only read ask first: opening it through MLflow would make it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        return None
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    db = Path(url.database)
+    return db if not db.exists() or (db.is_file() and db.stat().st_size == 0) else None
 
 
 def _experiment_id(conn, campaign: str, uri: str) -> int:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("analysis", "cluster", "orchestrator", "sweeps", "trainers")
+PACKAGES = ("analysis", "cluster", "orchestrator", "sweeps", "trainers", "rcpforge")
+API = "rcpforge"  # the Python API: above sweeps and analysis; of the rest, only the command line imports it
 VOCABULARY = "trainers.contract"
 
 # package -> the packages (or third-party roots) it must never import
@@ -19,8 +20,11 @@ FORBIDDEN = {
     "analysis": {"cluster", "orchestrator", "sweeps", "torch"},
     "sweeps": {"orchestrator", "cluster", "analysis"},
     "trainers": {"orchestrator", "analysis", "sweeps", "cluster"},
-    "cluster": {"analysis", "sweeps", "orchestrator"},
+    "cluster": {"analysis", "sweeps", "orchestrator", "rcpforge"},
+    "rcpforge": {"orchestrator", "cluster", "torch"},
 }
+for _below in ("analysis", "sweeps", "trainers"):
+    FORBIDDEN[_below] = FORBIDDEN[_below] | {API}
 
 
 def _module_name(path: Path) -> str:
@@ -104,6 +108,9 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 name == VOCABULARY or name.startswith(VOCABULARY + ".")
             ):
                 found.append(f"{module} imports {name}: the vocabulary imports nothing else of rcpforge")
+            if root == API and top == "orchestrator" and not module.startswith("orchestrator.cli"):
+                found.append(f"{module} imports {name}: of orchestrator, only the command line (orchestrator.cli) "
+                             "may use the API")
             if in_vocabulary and root in ("torch", "mlflow", "ray", "submitit", "optuna"):
                 found.append(f"{module} imports {name}: the vocabulary stays free of heavy dependencies")
     return found
@@ -137,6 +144,20 @@ def test_importing_analysis_loads_nothing_it_must_not_import():
     assert bad == []
 
 
+def test_importing_the_api_loads_no_torch_and_no_orchestrator():
+    """`import rcpforge` in a fresh interpreter: the public names are there, and neither
+    torch nor anything of the orchestrator or the clusters was loaded (the API is for
+    notebooks on machines without a GPU stack)."""
+    code = "import sys, rcpforge\nprint(' '.join(rcpforge.__all__))\nprint('\\n'.join(sorted(sys.modules)))\n"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    names, *loaded = proc.stdout.splitlines()
+    assert {"load", "check", "round", "Campaign"} <= set(names.split())
+    assert "rcpforge.campaign" in loaded
+    assert [m for m in loaded if m.split(".")[0] in FORBIDDEN[API] | {"mlflow"}] == []
+
+
 @pytest.mark.parametrize("source, expected", [
     # each rule catches its own breach
     ({"analysis.x": {"sweeps.spec"}, "sweeps.spec": set()}, "analysis.x imports sweeps.spec"),
@@ -144,6 +165,10 @@ def test_importing_analysis_loads_nothing_it_must_not_import():
     ({"trainers.contract.run": {"trainers.recipes"}, "trainers.recipes": set()}, "imports nothing else"),
     ({"trainers.contract.run": {"mlflow"}}, "free of heavy dependencies"),
     ({"cluster.local": {"orchestrator.execute"}, "orchestrator.execute": set()}, "cluster.local imports orchestrator"),
+    ({"analysis.x": {"rcpforge.campaign"}, "rcpforge.campaign": set()}, "analysis.x imports rcpforge"),
+    ({"rcpforge.campaign": {"orchestrator.adaptive"}, "orchestrator.adaptive": set()},
+     "rcpforge.campaign imports orchestrator"),
+    ({"orchestrator.status": {"rcpforge"}, "rcpforge": set()}, "only the command line"),
 ])
 def test_the_rules_catch_a_breach(source, expected):
     assert any(expected in v for v in violations(source))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.display import Shown
 from analysis.report import Section, write_report
 
 LABELS = {"today": "today's rule", "precision_rcp": "precision-specific RCP", "factor": "convergence factor",
@@ -20,8 +21,20 @@ def _mean(values) -> float | None:
     return float(np.mean(kept)) if kept else None
 
 
+def _mean_se(members: list[dict], key: str) -> float | None:
+    """The standard error of `_mean(members[key])`: the batch sizes' draws are independent,
+    so sqrt(sum of squares) / count over the rows with a value; None where one of them has
+    no standard error (a single uncaught picker)."""
+    chosen = [m for m in members if m[key] is not None]
+    errors = [m[f"{key}_se"] for m in chosen]
+    if not chosen or any(e is None for e in errors):
+        return None
+    return float(np.sqrt(np.sum(np.square(errors))) / len(chosen))
+
+
 def summary(rows: list[dict]) -> list[dict]:
-    """Per benchmark, policy and factor: the rates as means over the batch sizes."""
+    """Per benchmark, policy and factor: the rates as means over the batch sizes (and the
+    advantage kept with its standard error)."""
     picks = sorted({r["pick"] for r in rows})
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -38,6 +51,8 @@ def summary(rows: list[dict]) -> list[dict]:
                 row[f"caught_k{k}_{mode}"] = _mean(m["caught"] for m in chosen)
                 row[f"kept_pct_k{k}_{mode}"] = _mean(m["advantage_kept_pct"] for m in chosen)
                 row[f"kept_evals_k{k}_{mode}"] = _mean(m["advantage_kept_evals"] for m in chosen)
+                row[f"kept_pct_se_k{k}_{mode}"] = _mean_se(chosen, "advantage_kept_pct")
+                row[f"kept_evals_se_k{k}_{mode}"] = _mean_se(chosen, "advantage_kept_evals")
         out.append(row)
     return out
 
@@ -50,10 +65,23 @@ def _signed(v: float | None) -> str:
     return "n/a" if v is None else f"{v:+.2f}"
 
 
+def _kept(v: float | None, se: float | None) -> str:
+    """An advantage kept and its Monte Carlo standard error (2 significant digits: it is
+    often far below the advantage's last digit): "+1.57 ± 0.0021"; "± n/a" where a single
+    picker was not caught."""
+    if v is None:
+        return _signed(v)
+    return f"{v:+.2f} ± {'n/a' if se is None else f'{se:.2g}'}"
+
+
+def _kept_cell(s: dict, unit: str, k: int, mode: str) -> str:
+    return _kept(s[f"kept_{unit}_k{k}_{mode}"], s[f"kept_{unit}_se_k{k}_{mode}"])
+
+
 def brief_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """The working group's table: per policy and factor, honest rejection, the catch rate
     of each k (best of k submissions / N best of k x N runs), the advantage an uncaught
-    picker keeps at the largest k, the extra runs."""
+    picker keeps at the largest k (± its standard error), the extra runs."""
     picks = sorted({r["pick"] for r in rows})
     top = picks[-1]
     header = ["policy", "f", "honest rejected", *(f"caught k={k} (sets / runs)" for k in picks if k > 1),
@@ -62,8 +90,8 @@ def brief_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     for s in summary(rows):
         body.append([LABELS[s["policy"]], f"{s['factor']:g}", _pct(s["honest_rejected"]),
                      *(f"{_pct(s[f'caught_k{k}_sets'])} / {_pct(s[f'caught_k{k}_runs'])}" for k in picks if k > 1),
-                     f"{_signed(s[f'kept_pct_k{top}_sets'])} / {_signed(s[f'kept_pct_k{top}_runs'])}",
-                     f"{_signed(s[f'kept_evals_k{top}_sets'])} / {_signed(s[f'kept_evals_k{top}_runs'])}",
+                     f"{_kept_cell(s, 'pct', top, 'sets')} / {_kept_cell(s, 'pct', top, 'runs')}",
+                     f"{_kept_cell(s, 'evals', top, 'sets')} / {_kept_cell(s, 'evals', top, 'runs')}",
                      str(s["extra_runs"])])
     return header, body
 
@@ -86,12 +114,12 @@ def _plain_words(rows: list[dict]) -> list[str]:
                      f"of the time; it catches a submitter who keeps the best of {top} submissions "
                      f"{_pct(t[f'caught_k{top}_sets'])} of the time and one who keeps the "
                      f"N best of {top} x N runs {_pct(t[f'caught_k{top}_runs'])}; an uncaught best-of-{top} "
-                     f"submitter keeps {_signed(t[f'kept_pct_k{top}_sets'])}% of its true mean.")
+                     f"submitter keeps {_kept_cell(t, 'pct', top, 'sets')}% of its true mean.")
         for policy in ("precision_rcp", "factor", "group", "m_of_n"):
             if (p := by.get((policy, f))) is not None:
                 words.append(f"  - {LABELS[policy]}: honest rejected {_pct(p['honest_rejected'])}, best of {top} "
                              f"caught {_pct(p[f'caught_k{top}_sets'])} (N best of {top} x N: "
-                             f"{_pct(p[f'caught_k{top}_runs'])}), kept {_signed(p[f'kept_pct_k{top}_sets'])}%, "
+                             f"{_pct(p[f'caught_k{top}_runs'])}), kept {_kept_cell(p, 'pct', top, 'sets')}%, "
                              f"{p['extra_runs']} extra runs per submission.")
     return words
 
@@ -107,7 +135,8 @@ def brief(rows: list[dict], source: str, sims: int, seed: int) -> str:
                   f"{sims:,} simulated submitters per row, seed {seed}. Honest: N runs of a recipe whose true "
                   "convergence is f times the reference's. A cherry-picker does k times the work: it keeps the best "
                   "of k complete submissions (sets), or the N fastest of k x N runs (runs, the worst case). "
-                  "Kept: how much faster than its true mean an uncaught cherry-picker's score looks. "
+                  "Kept: how much faster than its true mean an uncaught cherry-picker's score looks "
+                  "(± its Monte Carlo standard error). "
                   f"A rate's Monte Carlo standard error is at most {50 / sims ** 0.5:.2f} percentage points.", "",
                   *_plain_words(mine), "", _markdown_table(*brief_table(mine)), ""]
     return "\n".join(parts)
@@ -158,6 +187,13 @@ _ROW_COLUMNS = ["benchmark", "batch_size", "policy", "factor", "pick", "pick_mod
                 "advantage_kept_pct", "advantage_kept_evals", "extra_runs"]
 
 
+def _shown_row(row: dict) -> dict:
+    """A row as the HTML shows it: each advantage with its standard error (the exact value
+    still carried in the cell)."""
+    return {**row, **{key: Shown(row[key], _kept(row[key], row[f"{key}_se"]))
+                      for key in ("advantage_kept_pct", "advantage_kept_evals")}}
+
+
 def write_html(path: Path, rows: list[dict], source: str, sims: int, seed: int) -> Path:
     header, body = brief_table(rows)
     sections = [Section("summary", "What it simulates", brief(rows, source, sims, seed).split("\n\n")[1]),
@@ -168,5 +204,5 @@ def write_html(path: Path, rows: list[dict], source: str, sims: int, seed: int) 
                         "best of k x N runs (means over batch sizes)."),
                 Section("honest", "Honest rejection against f", "", [], [], _figure_honest(rows),
                         "Share of honest submitters rejected or flagged, per policy and true factor."),
-                Section("rows", "Every row", "", _ROW_COLUMNS, rows, collapsed=True)]
+                Section("rows", "Every row", "", _ROW_COLUMNS, [_shown_row(r) for r in rows], collapsed=True)]
     return write_report(path, "Policy simulation", sections, "html")

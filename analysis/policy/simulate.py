@@ -10,7 +10,10 @@ The true mean a cherry-picker's advantage is measured against is the expected ol
 mean of an honest N-run submission from the same distribution (its Monte Carlo estimate
 over the honest draws); the advantage kept is that minus the mean score of the
 cherry-pickers no policy caught (positive: they look faster than they are), in percent of
-the true mean and in eval intervals (None where the grid is unknown or all were caught)."""
+the true mean and in eval intervals (None where the grid is unknown or all were caught),
+each with its Monte Carlo standard error: the standard error of the mean over the uncaught
+cherry-pickers' scores, stdev / sqrt(count), in the same units (None where fewer than two
+were not caught; the true mean's own error, shared by every row of a factor, is left out)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from analysis.round.groups import FlagSettings
 
 ROW_KEYS = ("benchmark", "batch_size", "policy", "factor", "pick", "pick_mode", "honest_rejected",
             "honest_rejected_se", "caught", "caught_se", "advantage_kept_pct", "advantage_kept_evals",
-            "extra_runs", "sims")
+            "extra_runs", "sims", "advantage_kept_pct_se", "advantage_kept_evals_se")
 
 
 @dataclass(frozen=True)
@@ -69,12 +72,20 @@ def _rate(flags: np.ndarray) -> tuple[float, float]:
     return p, math.sqrt(p * (1 - p) / len(flags))
 
 
-def _advantage(true_mean: float, scored: np.ndarray, caught: np.ndarray, grid: float | None):
+def _advantage(true_mean: float, scored: np.ndarray, caught: np.ndarray, grid: float | None) -> tuple:
+    """(% of the true mean, eval intervals, and the standard error of each)."""
     kept = scored[~caught & np.isfinite(scored)]
     if not len(kept):
-        return None, None
+        return None, None, None, None
     gain = true_mean - float(kept.mean())
-    return gain / true_mean * 100, (gain / grid if grid else None)
+    # each uncaught picker's advantage is true_mean - its score: their mean's standard error
+    # (all equal, e.g. every one normalized to the RCP mean: exactly 0, not the float noise of std)
+    se = None
+    if len(kept) > 1:
+        se = 0.0 if kept.min() == kept.max() else float(kept.std(ddof=1)) / math.sqrt(len(kept))
+    pct_se = None if se is None else se / true_mean * 100
+    evals_se = None if se is None or not grid else se / grid
+    return gain / true_mean * 100, (gain / grid if grid else None), pct_se, evals_se
 
 
 def _judges(case: Case, f: float, values: np.ndarray, streams, s: PolicySettings, threshold: Threshold) -> dict:
@@ -140,10 +151,11 @@ def _factor_rows(case: Case, s: PolicySettings, fi: int, f: float) -> list[dict]
                 submitted = scores.of(policy, k, mode)
                 caught = judge.rejected(submitted)
                 rate, se = _rate(caught)
-                pct, evals = _advantage(true_mean, judge.scored(submitted), caught, case.candidate.grid)
+                pct, evals, pct_se, evals_se = _advantage(true_mean, judge.scored(submitted), caught,
+                                                          case.candidate.grid)
                 rows.append(dict(zip(ROW_KEYS, (
                     case.benchmark, case.batch_size, policy, f, k, mode, honest_rate, honest_se, rate, se, pct,
-                    evals, _extra_runs(policy, case, s, m), s.sims), strict=True)))
+                    evals, _extra_runs(policy, case, s, m), s.sims, pct_se, evals_se), strict=True)))
     return rows
 
 

@@ -14,6 +14,7 @@ from orchestrator.cli import render
 from orchestrator.cli.app import (
     EXIT_FAILED_CHECK,
     app,
+    campaign_handle,
     console,
     err_console,
     fail,
@@ -41,16 +42,16 @@ def analyze(
     output_path_or_fail(out, "--out", folder=True)
     campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
-    from analysis.analyze import analyze_runs
-
     raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None
     runs = load_runs_or_fail(campaign)
-    request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference)
     if campaign.models is None:
-        _report(campaign, analyze_runs(runs, request, out), campaign.benchmark)
+        result = campaign_handle(campaign, adaptive=True).analyze(out, reference, seed=seed, resamples=resamples,
+                                                                  reference_rcps=raw_reference, runs=runs)
+        _report(campaign, result, campaign.benchmark)
     else:
         from orchestrator.models_analysis import analyze_models
 
+        request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference)
         for model, result in analyze_models(campaign, runs, request, out):  # one analysis per model, in out/<model>/
             _report(campaign, result, campaign.benchmark_of(model))
     from orchestrator.status import outside_plan
@@ -83,24 +84,15 @@ def _report(campaign, result, benchmark: str) -> None:
 
 
 def analysis_request(campaign, reference: str | None, seed: int, **more):
-    """The analysis of a campaign, in the plain terms the analysis package takes; an
-    adaptive campaign's looks and stops come along, read from its tracking store."""
-    from analysis.analyze import AnalysisRequest
-    from analysis.selection import SelectionSettings
-    from orchestrator.adaptive import read_adaptive_record
-    from orchestrator.tracking import TrackingUnavailable
+    """The analysis of a campaign, in the plain terms the analysis package takes
+    (`rcpforge.Campaign.request`); an adaptive campaign's looks and stops come along, read
+    from its tracking store."""
+    from rcpforge import RcpforgeError
 
-    reference = reference_or_fail(campaign, reference)
     try:
-        adaptive = read_adaptive_record(campaign)
-    except TrackingUnavailable as err:
+        return campaign_handle(campaign, adaptive=True).request(reference, seed=seed, **more)
+    except RcpforgeError as err:
         fail(escape(str(err)))
-    return AnalysisRequest(
-        campaign=campaign.name, benchmark=campaign.benchmark, submission_runs=campaign.submission_runs,
-        checker_runs=campaign.checker_runs,
-        recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference, seed=seed,
-        selection=SelectionSettings(seed=seed), adaptive=adaptive, **more,
-    )
 
 
 def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
@@ -141,27 +133,13 @@ def check(
     ),
 ) -> None:
     """Pass or fail a submission against RCPs, as mlperf_logging's RCP checker does."""
-    from analysis.check import check_directory
-    from analysis.rcp_set import RULESETS, RcpError
+    import rcpforge
 
-    if not results_dir.is_dir():
-        fail(f"results_dir {str(results_dir)!r} is not a folder")
-    rcp_file = None
-    if rcps in RULESETS:
-        ruleset = rcps
-    elif Path(rcps).is_file():
-        rcp_file = Path(rcps)
-    else:
-        fail(f"--rcps {rcps!r} is neither an RCP file nor a ruleset; rulesets: {', '.join(RULESETS)}")
     try:
-        result = check_directory(results_dir, rcp_file, ruleset, rcp_pass, bert_train_samples, prune=prune,
-                                 submission_runs=submission_runs)
-    except RcpError as err:
-        fail(str(err))
-    if result.usage_error:
-        fail(escape(result.usage_error))
-    if prune != "mlperf":
-        result.warnings.append(f"--prune {prune}: the pruned pass differs from the reference checker's")
+        result = rcpforge.check(results_dir, rcps, rcp_pass=rcp_pass, ruleset=ruleset,
+                                bert_train_samples=bert_train_samples, prune=prune, submission_runs=submission_runs)
+    except rcpforge.RcpforgeError as err:
+        fail(escape(str(err)))
     for warning in result.warnings:
         # Warnings quote the files' text: escaped, so "[/x]" in a file is not rich markup.
         err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, markup=True)

@@ -90,41 +90,49 @@ def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
 def stored_campaign_or_fail(path: Path):
     """The campaign of a command that reads its runs (status, analyze, report, export): a
     store that does not exist yet, or holds no experiment of the campaign, is one line, and
-    stays as it was (MLflow would make the SQLite file, a database's tables, a server's
-    experiment; and a mistyped store would then read as a campaign whose runs are lost)."""
-    from analysis.load_sql import campaign_in_store
-    from orchestrator.tracking import TrackingUnavailable, absent_sqlite_store
-    from trainers.contract.uri import redact_uri
+    stays as it was (`rcpforge.campaign.require_in_store`, as `rcpforge.load` asks)."""
+    from orchestrator.tracking import TrackingUnavailable
+    from rcpforge import RcpforgeError
+    from rcpforge.campaign import require_in_store
 
     campaign = _checked_campaign_or_fail(path, waits_for_store=False)
-    then = f"run `rcpforge run {escape(str(path))}` first, or check tracking.uri"
-    if (db := absent_sqlite_store(campaign.tracking_uri)) is not None:
-        fail(f"no runs of campaign {campaign.name} at {escape(str(db))} (no such store yet): {then}")
     try:
-        if not campaign_in_store(campaign.tracking_uri, campaign.name):
-            fail(f"no runs of campaign {campaign.name} at {escape(redact_uri(campaign.tracking_uri))}: {then}")
-    except TrackingUnavailable as err:
+        require_in_store(campaign.tracking_uri, campaign.name, f"run `rcpforge run {path}` first, or check tracking.uri")
+    except (RcpforgeError, TrackingUnavailable) as err:
         fail(escape(str(err)))
     _warn(campaign, path)  # after that one line: a store without the campaign is the answer
     return campaign
 
 
+def campaign_handle(campaign, *, adaptive: bool = False):
+    """The API's handle (`rcpforge.Campaign`) of a campaign file's campaign; `adaptive`:
+    with an adaptive campaign's looks and stops, read from its tracking store."""
+    from orchestrator.adaptive import read_adaptive_record
+    from orchestrator.tracking import TrackingUnavailable
+    from rcpforge.campaign import from_spec
+
+    try:
+        return from_spec(campaign, read_adaptive_record(campaign) if adaptive else None)
+    except TrackingUnavailable as err:
+        fail(escape(str(err)))
+
+
 def load_runs_or_fail(campaign):
     """The campaign's runs table, or one line saying there is no such campaign."""
     from analysis.load import NoSuchCampaign
-    from analysis.load_sql import load_campaign_runs
 
     try:
-        return load_campaign_runs(campaign.tracking_uri, campaign.name)
+        return campaign_handle(campaign).runs_arrow()
     except NoSuchCampaign as err:
         fail(str(err))
 
 
 def reference_or_fail(campaign, reference: str | None) -> str:
     """`--reference`, or the campaign's default reference: one of its recipes."""
-    if reference is None:
-        reference = campaign.reference
-    names = [r.name for r in campaign.recipes]
-    if reference not in names:
-        fail(f"--reference {escape(repr(reference))}: not one of the campaign's recipes; give one of {', '.join(names)}")
-    return reference
+    from rcpforge import RcpforgeError
+    from rcpforge.campaign import checked_reference
+
+    try:
+        return checked_reference([r.name for r in campaign.recipes], campaign.reference if reference is None else reference)
+    except RcpforgeError as err:
+        fail(escape(str(err)))

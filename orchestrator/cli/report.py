@@ -35,8 +35,8 @@ def report(
                                   help="the reference recipe of the convergence factors"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap and Monte Carlo (same as analyze's)"),
 ) -> None:
-    """Write the campaign report: factors, RCP table, selection, curves, distributions, RCP curve, precision maps,
-    cost, settings."""
+    """Write the campaign report: factors, RCP table, selection, today's honest rejection per RCP, curves,
+    distributions, RCP curve, precision maps, cost, settings."""
     fmt = report_format(out, fmt)
     output_path_or_fail(out, "--out", folder=False)
     campaign = stored_campaign_or_fail(campaign_file)

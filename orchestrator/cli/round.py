@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from orchestrator.cli import render
 from orchestrator.cli.app import app, console, err_console, fail, output_path_or_fail
@@ -50,29 +51,19 @@ def round_cmd(
     for flag, path in (("--parquet", parquet), ("--html", html)):
         if path is not None:  # before the round is read: an output of the wrong kind is bad input
             output_path_or_fail(path, flag, folder=False)
-    from analysis.rcp_set import RcpError
-    from analysis.round.groups import FlagSettings, parse_group_keys
-    from analysis.round.precision import load_precision_map, precision_factors
-    from analysis.round.verdicts import analyze_round
+    import rcpforge
 
-    if not 0 < p_threshold < 1:
-        fail(f"--p-threshold {p_threshold}: give a probability between 0 and 1")
-    if z_threshold <= 0:
-        fail(f"--z-threshold {z_threshold}: give a positive number (3.5 is Iglewicz and Hoaglin's)")
     try:
-        keys = parse_group_keys(group_by)
-        mapping = load_precision_map(precision_map) if precision_map is not None else None
-        notes: list[str] = []
-        rows = analyze_round(root, rcps, group_by=keys, flags=FlagSettings(p_threshold, z_threshold),
-                             precision_map=mapping, notes=notes)
-    except RcpError as err:
-        fail(str(err))
-    for note in notes:
+        found = rcpforge.round(root, rcps, group_by=group_by, p_threshold=p_threshold, z_threshold=z_threshold,
+                               precision_map=precision_map)
+    except rcpforge.RcpforgeError as err:
+        fail(escape(str(err)))
+    for note in found.notes:
         err_console.print(f"note: {note}", highlight=False)
     if not no_import:
         _import_round(root, tracking_uri)
-    factors = precision_factors(rows)
-    _write_files(rows, factors, keys, parquet, html, str(root))
+    rows, factors = found.submissions, found.precision_factors
+    _write_files(rows, factors, found.group_by, parquet, html, str(root))
     if as_json:
         print(json.dumps(rows, indent=1))
         return

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis.load_sql import absent_sqlite_store  # noqa: F401 - orchestrator.tracking exports it (a read-side fact, shared with rcpforge/)
 from trainers.contract.retry import DEFAULT_RETRY_S, TrackingUnavailable, first_line, under_retry_policy
 from trainers.contract.retry import RetryingClient as _RetryingClient  # noqa: F401 - orchestrator.tracking exports it
 
@@ -67,23 +68,6 @@ def _database_problem(uri: str) -> str | None:
     if url.get_backend_name() == "sqlite" and url.database:
         return _sqlite_folder_problem(Path(url.database))
     return None
-
-
-def absent_sqlite_store(uri: str) -> Path | None:
-    """The database file of a SQLite URI that names no store yet (no file, or an empty one
-    that an earlier failed open left); None for a store that exists or is no SQLite file.
-    The commands that only read ask first: opening it through MLflow would make it."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        url = make_url(uri)
-    except ArgumentError:
-        return None
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-        return None
-    db = Path(url.database)
-    return db if not db.exists() or (db.is_file() and db.stat().st_size == 0) else None
 
 
 def _sqlite_folder_problem(db: Path) -> str | None:

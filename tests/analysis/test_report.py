@@ -13,7 +13,8 @@ import pytest
 
 from tests.helpers.browser import chromium, layout_problems
 
-SECTIONS = ("settings", "rcp-table", "curves", "distribution", "rcp-curve", "cost", "factors", "selection")
+SECTIONS = ("settings", "rcp-table", "curves", "distribution", "rcp-curve", "cost", "factors", "selection",
+            "rcp-health")
 FIGURES = ("curves", "distribution", "rcp-curve", "factors")
 
 
@@ -164,6 +165,28 @@ def test_table_numbers_equal_those_of_analyze(report):
     assert page.count(">n/m</td>") == 2 * sum(want["degenerate"] == "true" for want in expected) > 0
 
 
+def test_the_report_shows_todays_honest_rejection_per_rcp(report):
+    """One row per RCP record analyze writes, its rate the one `rcp-stats`' engine gives
+    for that record with the report's sims and seed, and the eval grid's mark."""
+    from analysis.check import DEFAULT_RULESET
+    from analysis.policy.health import REPORT_SIMS, rcp_health
+    from analysis.rcp_set import load_rcp_sets
+
+    out, campaign = report
+    shown = _tables(out)["table-rcp-health"]["rows"]
+    expected = []
+    for recipe in (r.name for r in campaign.recipes):
+        for rcp_set in load_rcp_sets(str(out / f"rcps_{campaign.name}_{recipe}.json")):
+            for name, h in rcp_health(rcp_set, DEFAULT_RULESET, REPORT_SIMS, seed=0).items():
+                expected.append({"recipe": recipe, "batch_size": float(rcp_set.full[name].bs), "runs": 3.0,
+                                 "honest_rejected": h["honest_rejected"], "honest_rejected_se": h["honest_rejected_se"],
+                                 "eval_grid": h["coarse"] or "-"})
+    assert len(shown) == len(expected) == 4
+    assert sorted(shown, key=lambda r: (r["recipe"], r["batch_size"])) == sorted(
+        expected, key=lambda r: (r["recipe"], r["batch_size"]))
+    assert f"from {REPORT_SIMS:,} seeded simulated submissions (seed 0)" in (out / "report.html").read_text()
+
+
 def test_markdown_report_writes_pngs_beside_it(finished, tmp_path, cli):
     """The format follows --out's name (no --format), the figures are named after the
     report, readable headers, and the settings come last."""
@@ -223,7 +246,7 @@ def test_table_headers_are_readable(report):
 
     out, _ = report
     tables = _tables(out)
-    assert len(tables) == 6  # factors, RCP table, selection, cost, and a precision map per recipe
+    assert len(tables) == 7  # factors, RCP table, selection, RCP health, cost, and a precision map per recipe
     for key, table in tables.items():
         assert table["shown"] == [header(c) for c in table["header"]], key
         assert not [h for h in table["shown"] if "_" in h], key
@@ -317,7 +340,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
 def test_every_table_column_is_visible_within_the_page_width(report, tmp_path, width):
     out, _ = report
     layout = layout_problems(out / "report.html", width, tmp_path)
-    assert layout["width"] > width - 30 and layout["tables"] == 6  # 4, and a precision map per recipe
+    assert layout["width"] > width - 30 and layout["tables"] == 7  # 5, and a precision map per recipe
     assert layout["problems"] == []
 
 
@@ -355,3 +378,49 @@ def test_eval_curves_of_many_seeds_get_a_colour_bar():
     colours = {tuple(line.get_color()) for ax in fig.axes for line in ax.get_lines()
                if line.get_label().startswith("seed ")}
     assert len(colours) == LEGEND_SEEDS + 30
+
+
+def test_the_rcp_health_section_gives_todays_honest_rejection_and_the_eval_grids_mark():
+    """Per RCP record of the campaign: today's honest rejection against an exact
+    enumeration (every ordered draw of N = 4 runs from the record's runs, the olympic
+    mean against the record's own minimum acceptable mean), the sims count beside it, and
+    the mark of an RCP the eval grid squeezed; a cell with a failed run has no record."""
+    import itertools
+    import math
+
+    import pyarrow as pa
+
+    from analysis.analyze import AnalysisRequest
+    from analysis.campaign_report import rcp_health_section
+    from analysis.policy.health import REPORT_SIMS
+    from analysis.rcp_table import rcp_table
+    from analysis.report import render_html, render_markdown
+
+    cells = {("bf16", 16): [7000] * 2 + [10000] * 6,  # 2 distinct values, a fat fast tail
+             ("bf16", 64): [19000, 18200, 19500, 18800, 19900, 18100, 19300, 20400],
+             ("fp8", 16): [4500] * 7 + [None]}
+    runs = pa.Table.from_pylist([
+        {"recipe": recipe, "batch_size": bs, "seed": i, "status": "converged" if v else "not_converged",
+         "samples_to_target": None if v is None else float(v)}
+        for (recipe, bs), values in cells.items() for i, v in enumerate(values)])
+    req = AnalysisRequest("c", "rcpforge_unit", 4, ["bf16", "fp8"], {}, seed=3)
+    section = rcp_health_section(req, runs)
+    rows = {(r["recipe"], r["batch_size"]): r for r in section.rows}
+    assert set(rows) == {("bf16", 16), ("bf16", 64)}
+    assert rows[("bf16", 16)]["eval_grid"] == "2 distinct values" and rows[("bf16", 64)]["eval_grid"] == "-"
+    limits = {(r["recipe"], r["batch_size"]): r["min_acceptable_mean"]
+              for r in rcp_table(runs, "rcpforge_unit", 4).to_pylist()}
+    for key, row in rows.items():
+        values = cells[key]
+        exact = sum(sum(sorted(draw)[1:3]) / 2 < limits[key]
+                    for draw in itertools.product(values, repeat=4)) / len(values) ** 4
+        shown, se = row["honest_rejected"].value, row["honest_rejected_se"].value
+        assert abs(shown - exact) < 4.5 * math.sqrt(exact * (1 - exact) / REPORT_SIMS) + 1e-12, (key, shown, exact)
+        assert se == pytest.approx(math.sqrt(shown * (1 - shown) / REPORT_SIMS))
+    assert 0.03 < rows[("bf16", 16)]["honest_rejected"].value < 0.08  # the case is not trivial
+    page = render_html("r", [section])
+    assert f"from {REPORT_SIMS:,} seeded simulated submissions (seed 3)" in page
+    assert f'data-value="{rows[("bf16", 16)]["honest_rejected"].value!r}">' in page
+    coarse = rows[("bf16", 16)]
+    assert (f"| bf16 | 16 | 8 | {coarse['honest_rejected'].value:.1%} | {coarse['honest_rejected_se'].value:.1%} "
+            "| 2 distinct values |") in render_markdown("r", [section], Path("."))

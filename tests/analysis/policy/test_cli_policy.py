@@ -53,6 +53,11 @@ def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
     brief = (tmp_path / "brief.md").read_text()
     assert brief.startswith("# llama31_8b: what each countermeasure catches and costs")
     assert "| today's rule | 1.08 |" in brief and "caught k=3 (sets / runs)" in brief
+    # the advantage kept with its standard error, in the rows and where the brief shows it
+    assert ROW_KEYS[-2:] == ("advantage_kept_pct_se", "advantage_kept_evals_se")
+    assert all(r["advantage_kept_pct_se"] is None for r in rows if r["advantage_kept_pct"] is None)
+    assert any(r["advantage_kept_pct_se"] > 0 for r in rows if r["advantage_kept_pct_se"] is not None)
+    assert re.search(r"\| [+-]\d+\.\d\d ± [\d.e-]+ / [+-]\d+\.\d\d ± ", brief)
 
 
 def test_html_report_is_self_contained_and_lays_out_in_headless_chromium(tmp_path):

@@ -98,6 +98,55 @@ def test_small_case_matches_exact_enumeration():
     assert 0.001 < honest < 0.99 and best_of_2 > honest  # the case is not trivial
 
 
+def _olympic_pmf(values: list[float], n: int, trim: int) -> dict[float, float]:
+    """The exact distribution of an N-run submission's olympic mean."""
+    probs = {v: c / len(values) for v, c in Counter(values).items()}
+    pmf: Counter = Counter()
+    for combo in itertools.combinations_with_replacement(sorted(probs), n):
+        counts = Counter(combo)
+        ways = math.factorial(n) / math.prod(math.factorial(c) for c in counts.values())
+        pmf[float(np.mean(combo[trim : n - trim]))] += ways * math.prod(probs[v] ** c for v, c in counts.items())
+    return dict(pmf)
+
+
+def test_advantage_kept_and_its_standard_error_match_an_exact_computation():
+    """Best of 2 submissions under today's rule, on the 4-value RCP: the exact law of the
+    score an uncaught picker keeps (max(olympic mean, RCP mean) of the faster of two
+    independent sets, given it passes) gives the expected advantage and, over the
+    uncaught share of the sims, the standard error of its mean."""
+    rcp_set, sims = _small_set(), 40_000
+    case = rcp_set_cases(rcp_set, None, None, sims)[0]
+    threshold = today(rcp_set, 8, None)
+    rows = simulate_case(case, PolicySettings(sims=sims, seed=5, policies=("today",), factors=(1.0,), picks=(1, 2),
+                                              pick_modes=("sets",)))
+    row = next(r for r in rows if r["pick"] == 2)
+    pmf = _olympic_pmf(list(case.candidate.values), 4, 1)
+    true_mean = sum(x * p for x, p in pmf.items())
+    best = Counter()
+    for (a, pa), (b, pb) in itertools.product(pmf.items(), repeat=2):
+        best[min(a, b)] += pa * pb
+    passing = {max(x, threshold.rcp_mean): 0.0 for x in best if x >= threshold.minimum}
+    for x, p in best.items():
+        if x >= threshold.minimum:
+            passing[max(x, threshold.rcp_mean)] += p
+    uncaught = sum(passing.values())
+    mean = sum(x * p for x, p in passing.items()) / uncaught
+    var = sum((x - mean) ** 2 * p for x, p in passing.items()) / uncaught
+    se_pct = math.sqrt(var / (sims * uncaught)) / true_mean * 100
+    assert 0.05 < uncaught < 0.999 and var > 0  # the case is not trivial: some caught, scores spread
+    assert row["advantage_kept_pct_se"] == pytest.approx(se_pct, rel=0.05)
+    assert abs(row["advantage_kept_pct"] - (true_mean - mean) / true_mean * 100) < 4.5 * se_pct
+    grid = case.candidate.grid
+    assert grid == 10.0
+    assert row["advantage_kept_evals_se"] == pytest.approx(row["advantage_kept_pct_se"] / 100 * true_mean / grid,
+                                                           rel=0.01)
+    # every picker caught (a recipe twice as fast): no advantage kept, no error for it
+    fast = simulate_case(case, PolicySettings(sims=2000, seed=5, policies=("today",), factors=(0.5,), picks=(2,),
+                                              pick_modes=("sets",)))[0]
+    assert fast["caught"] == 1.0
+    assert fast["advantage_kept_pct_se"] is None and fast["advantage_kept_evals_se"] is None
+
+
 def _exact_windows(runs: list[float], threshold: float) -> float:
     """M = 2N = 8 ordered runs, every sequence (4 values, 4^8) with its probability, the
     rules' score written out: 5 windows of 4 consecutive runs, each's olympic mean (the

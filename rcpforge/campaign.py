@@ -1,0 +1,223 @@
+"""A campaign's runs in its tracking store, as a handle (`Campaign`) whose methods give the
+runs table and what `rcpforge analyze` computes from it: the RCP table, the convergence
+factors, the selection risk. `rcpforge analyze` calls the same methods, so a notebook and
+the command line get the same numbers.
+
+Heavy libraries (pandas, MLflow, SQLAlchemy) are imported inside the methods: importing
+rcpforge stays cheap and torch-free."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rcpforge.errors import RcpforgeError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from analysis.analyze import AnalysisRequest, AnalysisResult
+    from sweeps.spec import Campaign as CampaignSpec
+
+DEFAULT_REFERENCE = "bf16"  # the analysis' reference recipe where the campaign file names none
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """One campaign (an MLflow experiment of rcpforge runs, or an imported round) and what
+    its analysis needs: `rcpforge.load` opens it. Every method reads the store anew (a
+    campaign still running gains runs), or analyses the `runs` table it is given."""
+
+    name: str
+    tracking_uri: str
+    benchmark: str  # the RCPs' benchmark name
+    submission_runs: int  # N, the runs of one submission: the RCP statistics' N
+    recipes: tuple[str, ...]  # in the campaign file's order (sorted, for a store without one)
+    reference: str = DEFAULT_REFERENCE  # the recipe the factors compare with, unless told
+    hparams: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # batch size -> the RCP records' Hyperparams
+    checker_runs: int | None = None  # the MLCommons checker's N for the benchmark; None where it knows none
+    # An adaptive campaign's looks and stops, read by `rcpforge analyze` from the ledger
+    # (orchestrator/adaptive.py): analyze's factors.json and summary then say where each
+    # cell stopped. None from `rcpforge.load`.
+    adaptive: dict | None = None
+
+    def runs_arrow(self) -> pa.Table:
+        """The runs table as a pyarrow Table, one row per run (the schema of
+        `analysis.load.RUN_SCHEMA`: run_id, run_key, recipe, batch_size, seed, status,
+        tokens_to_target, samples_to_target, tokens_trained, wall_s, error, hparams, and the
+        model axis' model, model_params, model_flops_per_token: docs/models.md), sorted by
+        model, recipe, batch size, seed: what `rcpforge export --parquet` writes."""
+        from analysis.load_sql import load_campaign_runs
+
+        return load_campaign_runs(self.tracking_uri, self.name)
+
+    def runs(self) -> pd.DataFrame:
+        """The runs table as a pandas DataFrame (`runs_arrow()`, hparams as dicts)."""
+        return self.runs_arrow().to_pandas(maps_as_pydicts="strict")
+
+    def rcp_table(self, runs: pa.Table | None = None) -> pd.DataFrame:
+        """The RCP table, one row per (recipe, batch size): runs, converged, not_converged,
+        diverged, pending_or_failed, olympic_mean, stdev, min_acceptable_mean,
+        max_speedup (samples to converge, as the MLCommons checker computes them), is_rcp,
+        degenerate, note: `rcpforge analyze`'s rcp_table.parquet."""
+        from analysis.rcp_table import rcp_table
+
+        return rcp_table(self._runs(runs), self.benchmark, self.submission_runs).to_pandas()
+
+    def factors(self, reference: str | None = None, *, confidence: float = 0.95, resamples: int = 10_000,
+                seed: int = 0, runs: pa.Table | None = None) -> pd.DataFrame:
+        """The convergence factors against `reference` (default: the campaign's): one row
+        per (candidate recipe, batch size) the reference also ran, with factor (the
+        candidate's olympic mean over the reference's), ci_low and ci_high (a stratified
+        bootstrap interval at `confidence`; None where unbounded, see ci_*_unbounded and
+        reason), prob_candidate_faster, mann_whitney_p and verdict (slower, faster, not
+        significant, undefined): `rcpforge analyze`'s factors.json "factors"."""
+        import pandas as pd
+
+        from analysis.analyze import reference_factors
+        from analysis.factors import Factor
+
+        request = self.request(reference, seed=seed, resamples=resamples, confidence=confidence)
+        found = reference_factors(self._runs(runs), request)
+        return pd.DataFrame([asdict(f) for f in found], columns=[f.name for f in fields(Factor)])
+
+    def selection_risk(self, reference: str | None = None, *, seed: int = 0,
+                       runs: pa.Table | None = None) -> pd.DataFrame:
+        """What selecting among runs is worth, per (recipe, batch size), tested against the
+        reference recipe's RCP at that batch size: honest_* (the olympic mean of N honest
+        runs: mean, stdev, quantiles, pass_prob), best_of_k and best_n_of_m (lists of
+        dicts: pass probability, expected olympic mean, gain), runs_required and
+        outlier_sets: `rcpforge analyze`'s selection.json "cells", `honest` spread out."""
+        import pandas as pd
+
+        from analysis.analyze import cell_selections
+        from analysis.rcp_table import rcp_table
+
+        table_runs = self._runs(runs)
+        table = rcp_table(table_runs, self.benchmark, self.submission_runs)
+        rows = []
+        for cell in cell_selections(table_runs, table, self.request(reference, seed=seed)):
+            row = asdict(cell)
+            honest = row.pop("honest")
+            rows.append({**row, **{f"honest_{k}": v for k, v in honest.items()}})
+        return pd.DataFrame(rows)
+
+    def analyze(self, out: str | Path, reference: str | None = None, *, seed: int = 0, resamples: int = 10_000,
+                reference_rcps: dict | None = None, runs: pa.Table | None = None) -> AnalysisResult:
+        """Write into folder `out` what `rcpforge analyze` writes (the RCP table as CSV and
+        Parquet, RCP files per recipe and derived ones per candidate, factors.json,
+        selection.json, summary.md); returns the RCP table (Arrow), the paths written and
+        the notes. `reference_rcps`: MLCommons RCP records to derive the candidates' RCPs
+        from instead of the campaign's reference-recipe RCPs."""
+        from analysis.analyze import analyze_runs
+
+        request = self.request(reference, seed=seed, resamples=resamples, reference_rcps=reference_rcps)
+        return analyze_runs(self._runs(runs), request, Path(out))
+
+    def request(self, reference: str | None = None, *, seed: int = 0, **settings: Any) -> AnalysisRequest:
+        """The analysis of this campaign in the terms `analysis.analyze` takes (internal:
+        the methods above and the command line build theirs here)."""
+        from analysis.analyze import AnalysisRequest
+        from analysis.selection import SelectionSettings
+
+        return AnalysisRequest(
+            campaign=self.name, benchmark=self.benchmark, submission_runs=self.submission_runs,
+            checker_runs=self.checker_runs, recipes=list(self.recipes), hparams=dict(self.hparams),
+            reference=checked_reference(self.recipes, reference or self.reference), seed=seed,
+            selection=SelectionSettings(seed=seed), adaptive=self.adaptive, **settings,
+        )
+
+    def _runs(self, runs: pa.Table | None) -> pa.Table:
+        return self.runs_arrow() if runs is None else runs
+
+
+def checked_reference(recipes: tuple[str, ...] | list[str], reference: str) -> str:
+    """`reference`, where it is one of the campaign's recipes."""
+    if reference not in recipes:
+        raise RcpforgeError(f"--reference {reference!r}: not one of the campaign's recipes; "
+                            f"give one of {', '.join(recipes)}")
+    return reference
+
+
+def load(campaign_file: str | Path | None = None, *, tracking_uri: str | None = None, campaign: str | None = None,
+         benchmark: str | None = None, submission_runs: int | None = None) -> Campaign:
+    """Open a campaign: from its campaign file (the store it names), or from a tracking
+    store by campaign name (`tracking_uri=`, `campaign=`: also the campaign
+    `rcpforge import` or `rcpforge round` made of results directories). Without a file,
+    `benchmark` defaults to the benchmark the imported result files name (else the
+    campaign's name) and `submission_runs` to the checker's N for it (else half the
+    smallest cell, at least 3); give them for a round of several benchmarks.
+    Raises RcpforgeError for a campaign file that does not validate and for a store
+    without the campaign (nothing is created in the store)."""
+    if campaign_file is not None:
+        if tracking_uri is not None or campaign is not None or benchmark is not None or submission_runs is not None:
+            raise RcpforgeError("rcpforge.load: give a campaign file, or tracking_uri= and campaign= (with "
+                                "benchmark= and submission_runs= if needed), not both")
+        from sweeps.spec import CampaignError, load_campaign
+
+        try:
+            spec = load_campaign(campaign_file)
+        except CampaignError as err:
+            raise RcpforgeError(str(err)) from None
+        require_in_store(spec.tracking_uri, spec.name,
+                         f"run `rcpforge run {campaign_file}` first, or check tracking.uri")
+        return from_spec(spec)
+    if tracking_uri is None or campaign is None:
+        raise RcpforgeError("rcpforge.load: give a campaign file, or tracking_uri= and campaign=")
+    require_in_store(tracking_uri, campaign, "check tracking_uri= and campaign= (`rcpforge import` makes a "
+                                             "campaign of results directories)")
+    return _from_store(tracking_uri, campaign, benchmark, submission_runs)
+
+
+def require_in_store(tracking_uri: str, campaign: str, then: str) -> None:
+    """RcpforgeError, `then` saying what to do, where the store does not exist yet or holds
+    no experiment of the campaign; asked without making either (MLflow would make the
+    SQLite file, a database's tables, a server's experiment; and a mistyped store would
+    then read as a campaign whose runs are lost)."""
+    from analysis.load_sql import absent_sqlite_store, campaign_in_store
+    from trainers.contract.uri import redact_uri
+
+    if (db := absent_sqlite_store(tracking_uri)) is not None:
+        raise RcpforgeError(f"no runs of campaign {campaign} at {db} (no such store yet): {then}")
+    if not campaign_in_store(tracking_uri, campaign):
+        raise RcpforgeError(f"no runs of campaign {campaign} at {redact_uri(tracking_uri)}: {then}")
+
+
+def from_spec(spec: CampaignSpec, adaptive: dict | None = None) -> Campaign:
+    """The handle of a validated campaign file (`sweeps.spec.Campaign`)."""
+    return Campaign(
+        name=spec.name, tracking_uri=spec.tracking_uri, benchmark=spec.benchmark,
+        submission_runs=spec.submission_runs, recipes=tuple(r.name for r in spec.recipes),
+        reference=spec.reference, hparams=spec.hparams, checker_runs=spec.checker_runs, adaptive=adaptive,
+    )
+
+
+def _from_store(tracking_uri: str, name: str, benchmark: str | None, submission_runs: int | None) -> Campaign:
+    from collections import Counter
+
+    from analysis.load_sql import load_campaign_runs
+    from trainers.contract.submission import SUBMISSION_RUNS, name_as_benchmark
+
+    runs = load_campaign_runs(tracking_uri, name)
+    cells = Counter(zip(runs["recipe"].to_pylist(), runs["batch_size"].to_pylist(), strict=True))
+    recipes = tuple(sorted({recipe for recipe, _ in cells if recipe is not None}))
+    benchmark = benchmark or _imported_benchmark(tracking_uri, name) or name_as_benchmark(name)
+    checker_runs = SUBMISSION_RUNS.get(benchmark)
+    # the campaign file's rule (sweeps/spec.py): the checker's N, else half the smallest cell
+    n = submission_runs or checker_runs or max(3, min(cells.values(), default=0) // 2)
+    return Campaign(name=name, tracking_uri=tracking_uri, benchmark=benchmark, submission_runs=n,
+                    recipes=recipes, checker_runs=checker_runs)
+
+
+def _imported_benchmark(tracking_uri: str, campaign: str) -> str | None:
+    """The benchmark the first imported result file of the campaign names (None for runs
+    rcpforge trained: their benchmark is the campaign file's)."""
+    from analysis.load import StoreReader
+    from trainers.contract.schema import TAG_BENCHMARK
+
+    store = StoreReader(tracking_uri)
+    first = next(store.runs(store.experiment_id(campaign), "campaign"), None)
+    return None if first is None else first.data.tags.get(TAG_BENCHMARK)
