@@ -36,16 +36,24 @@ def analyze(
         None, "--reference-rcps",
         help="derive the candidates' RCPs from this RCP file (or ruleset, for the campaign's benchmark) instead of the campaign's reference RCPs",
     ),
+    extrapolate_to: float = typer.Option(
+        None, "--extrapolate-to", metavar="PARAMS",
+        help="with runs of several models: predict each recipe's factor at this parameter count (e.g. 8e9) from "
+             "the trend across sizes, labelled an extrapolation beyond the measured sizes",
+    ),
 ) -> None:
-    """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary."""
+    """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary (and, with runs of
+    several models, the factor against model size: scale.json)."""
     output_path_or_fail(out, "--out", folder=True)
+    extrapolate_or_fail(extrapolate_to)
     campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.analyze import analyze_runs
 
     raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None
     runs = load_runs_or_fail(campaign)
-    request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference)
+    request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference,
+                               extrapolate_to=extrapolate_to)
     result = analyze_runs(runs, request, out)
     table = result.table
     _print_table(table, f"RCP table: {campaign.name} (benchmark {campaign.benchmark}, N = {campaign.submission_runs}, "
@@ -91,6 +99,14 @@ def analysis_request(campaign, reference: str | None, seed: int, **more):
         recipes=[r.name for r in campaign.recipes], hparams=campaign.hparams, reference=reference, seed=seed,
         selection=SelectionSettings(seed=seed), adaptive=adaptive, **more,
     )
+
+
+def extrapolate_or_fail(params: float | None) -> None:
+    """--extrapolate-to is a parameter count: a positive, finite number."""
+    import math
+
+    if params is not None and not (math.isfinite(params) and params > 0):
+        fail(f"--extrapolate-to: a parameter count must be a positive number such as 8e9, got {params!r}")
 
 
 def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
