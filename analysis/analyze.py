@@ -113,16 +113,37 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     _json(out / "factors.json", factors_json(found, req.reference, req.confidence, req.resamples, req.seed,
                                              req.adaptive, pairs))
 
+    scale = _write_scale(runs, req, out, result)
+
+    _json(out / "selection.json", selection_json(selections, req.selection))
+    write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes, pairs, scale))
+    result.written += [out / "factors.json", out / "selection.json", out / "summary.md"]
+    return result
+
+
+def _write_scale(runs: pa.Table, req: AnalysisRequest, out: Path, result: AnalysisResult) -> ScaleResult | None:
+    """scale.json where the runs have more than one model; else a note if one was asked for."""
     scale = scale_of(runs, req)
     if scale is not None:
         _json(out / "scale.json", scale.as_json())
         result.written.append(out / "scale.json")
     elif req.extrapolate_to is not None:
         result.notes.append("--extrapolate-to: the runs have one model; a trend across sizes needs two or more")
+    return scale
 
-    _json(out / "selection.json", selection_json(selections, req.selection))
-    write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes, pairs, scale))
-    result.written += [out / "factors.json", out / "selection.json", out / "summary.md"]
+
+def analyze_across_models(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisResult:
+    """For a caller that analyses each model of a campaign apart (each in a folder of its
+    own, where `analyze_runs` sees one model): the trend across the models, written beside
+    those folders as `scale.json` and a `summary.md` holding its section. `table` is the
+    runs' (no RCP table spans models)."""
+    result = AnalysisResult(runs)
+    scale = _write_scale(runs, req, out, result)
+    if scale is not None:
+        lines = [f"# Campaign {req.campaign}: the factor across model sizes", "",
+                 "Each model's own analysis (RCP table, factors, selection) is in its folder beside this file."]
+        write_atomic(out / "summary.md", "\n".join(lines + scale_markdown(scale)) + "\n")
+        result.written.append(out / "summary.md")
     return result
 
 

@@ -205,3 +205,14 @@ def test_a_missing_reference_points_file_is_one_line(cli, tmp_path):
               "--reference-points", str(tmp_path / "none.yaml"))
     assert bad.returncode == 2 and "--reference-points" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert Path(MLPERF_FP4).is_file()
+
+
+def test_a_caller_analysing_each_model_apart_gets_the_trend_beside_their_folders(runs, tmp_path):
+    from analysis.analyze import analyze_across_models
+
+    result = analyze_across_models(runs, _request(extrapolate_to=8e9), tmp_path)
+    assert result.written == [tmp_path / "scale.json", tmp_path / "summary.md"]
+    data = json.loads((tmp_path / "scale.json").read_text())
+    assert len(data["trends"]) == 4 and all(t["extrapolation"] for t in data["trends"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Factor against model size" in summary and "EXTRAPOLATION beyond the measured sizes" in summary
