@@ -122,13 +122,12 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
 
 
 def _write_scale(runs: pa.Table, req: AnalysisRequest, out: Path, result: AnalysisResult) -> ScaleResult | None:
-    """scale.json where the runs have more than one model; else a note if one was asked for."""
+    """scale.json where the runs have more than one model (a caller that analyses one
+    model at a time says itself that an asked-for extrapolation has no trend)."""
     scale = scale_of(runs, req)
     if scale is not None:
         _json(out / "scale.json", scale.as_json())
         result.written.append(out / "scale.json")
-    elif req.extrapolate_to is not None:
-        result.notes.append("--extrapolate-to: the runs have one model; a trend across sizes needs two or more")
     return scale
 
 

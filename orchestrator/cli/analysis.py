@@ -62,6 +62,11 @@ def analyze(
         console.print(f"wrote {path}")
     for note in result.notes:
         err_console.print(f"note: {note}", highlight=False, markup=False)
+    from analysis.scale import has_model_axis
+
+    if extrapolate_to is not None and not has_model_axis(runs):
+        err_console.print("note: --extrapolate-to: the runs have one model; a trend across sizes needs two or more",
+                          highlight=False, markup=False)
     from orchestrator.status import outside_plan
 
     if outside := outside_plan(campaign, runs["run_key"].to_pylist()):

@@ -91,12 +91,12 @@ def test_an_extrapolation_is_labelled_everywhere_it_is_shown(runs, tmp_path):
     assert inside.predicted["predicted_label"].startswith("interpolation")
 
 
-def test_one_model_writes_no_trend_and_says_why_extrapolation_is_ignored(runs, tmp_path):
+def test_one_model_writes_no_trend(runs, tmp_path):
     one = runs.filter(runs["model"].to_numpy(zero_copy_only=False) == "w64")
-    assert not has_model_axis(one)
+    assert not has_model_axis(one) and has_model_axis(runs)
     result = analyze_runs(one, _request(extrapolate_to=8e9), tmp_path)
-    assert not (tmp_path / "scale.json").exists()
-    assert any("a trend across sizes needs two or more" in n for n in result.notes)
+    assert not (tmp_path / "scale.json").exists() and tmp_path / "factors.json" in result.written
+    assert "Factor against model size" not in (tmp_path / "summary.md").read_text()
 
 
 def test_two_sizes_fit_a_line_and_say_so_and_one_size_is_no_trend():
