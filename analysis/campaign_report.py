@@ -94,7 +94,7 @@ def scale_section(result, points: list | None = None) -> Section:
             row |= {"predicted_factor": p.get("predicted_factor"), "predicted_low": p.get("predicted_low"),
                     "predicted_high": p.get("predicted_high"), "prediction": p.get("predicted_label")}
         rows.append(row | {"reason": t.reason})
-    lines = [t.verdict_text for t in result.trends]
+    lines = [f"{t.verdict_text}." for t in result.trends]
     shown = [p for p in points or [] if p.recipe in {c.recipe for c in result.cells}]
     sources = " ".join(f"Reference point {p.name}: {p.source}." for p in shown)
     return Section(
