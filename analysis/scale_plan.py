@@ -64,7 +64,8 @@ def size_slopes(runs: pa.Table, reference: str, benchmark: str,
     """Per candidate recipe and batch size, the runs per model its slope needs per goal."""
     trim = trimmed_count(benchmark)
     params = model_params(runs)
-    per_model = {m: cell_values(runs.filter(pc.equal(runs["model"], m)), not_converged=math.inf) for m in params}
+    by_size = sorted(params, key=lambda m: (params[m] is None, params[m] or 0, m))
+    per_model = {m: cell_values(runs.filter(pc.equal(runs["model"], m)), not_converged=math.inf) for m in by_size}
     cells = sorted({(r, b) for cells in per_model.values() for (r, b) in cells if r != reference})
     out = []
     for recipe, bs in cells:

@@ -98,7 +98,8 @@ def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, r
         if t["runs"] is None:
             console.print(f"campaign at +-{float(goal):.0%}: out of reach for some comparison", highlight=False)
         else:
-            console.print(f"campaign at +-{float(goal):.0%}: {t['runs']} runs (each batch size's {reference} runs "
+            each = "each model and batch size's" if getattr(campaign, "models", None) else "each batch size's"
+            console.print(f"campaign at +-{float(goal):.0%}: {t['runs']} runs ({each} {reference} runs "
                           f"once), about {t['hours']:.3g} {unit.replace('_', '-')}", highlight=False)
     console.print("predictions from the spread of the runs so far; compute: both recipes' runs at their mean cost "
                   "so far", highlight=False)
