@@ -216,3 +216,14 @@ def test_a_caller_analysing_each_model_apart_gets_the_trend_beside_their_folders
     assert len(data["trends"]) == 4 and all(t["extrapolation"] for t in data["trends"])
     summary = (tmp_path / "summary.md").read_text()
     assert "## Factor against model size" in summary and "EXTRAPOLATION beyond the measured sizes" in summary
+
+
+def test_the_scale_table_shows_every_column_within_a_printed_pages_width(runs, tmp_path):
+    width = 700  # about a printed A4 page's width, the narrowest the report is laid out for
+    from analysis.report import write_report
+    from tests.helpers.browser import layout_problems
+
+    result = scale_analysis(runs, "bf16", "llama31_8b", resamples=RESAMPLES, extrapolate_to=8e9)
+    page = write_report(tmp_path / "report.html", "scale", [scale_section(result, load_points(MLPERF_FP4))], "html")
+    layout = layout_problems(page, width, tmp_path)
+    assert layout["tables"] == 1 and layout["problems"] == []
