@@ -9,8 +9,10 @@ import pyarrow as pa
 
 from analysis.load import RUN_SCHEMA
 
-SCHEMA = RUN_SCHEMA.append(pa.field("model", pa.string())).append(pa.field("model_params", pa.int64())) \
-    .append(pa.field("model_flops_per_token", pa.float64()))
+# The runs table's schema with the model axis' columns (which RUN_SCHEMA has once the axis is in).
+AXIS = [pa.field("model", pa.string()), pa.field("model_params", pa.int64()),
+        pa.field("model_flops_per_token", pa.float64())]
+SCHEMA = pa.schema([*RUN_SCHEMA, *(f for f in AXIS if f.name not in RUN_SCHEMA.names)])
 
 SIZES = {"w64": 200_000, "w128": 800_000, "w256": 3_200_000}
 
