@@ -37,13 +37,14 @@ test: $(STAMP) lint
 # The opt-in slow tests (tests/allowed_skips.txt names their variables): the Slurm time
 # limit, real preemptions, the preempted two-node tiny-LM gang, every recipe to target,
 # the fixed-seed recipe order, the adaptive example on the tiny LM, the adaptive planner's
-# error rates on 20,000 simulated comparisons a question. Needs both dev Slurms up (.ci/run).
+# error rates on 20,000 simulated comparisons a question, the trend slope's coverage on 5,000
+# simulated campaigns a method. Needs both dev Slurms up (.ci/run).
 test-slow: $(STAMP)
-	RCPFORGE_SLOW_SLURM=1 RCPFORGE_SLOW_NUMERICS=1 RCPFORGE_SLOW_EXAMPLES=1 RCPFORGE_SLOW_ADAPTIVE=1 \
+	RCPFORGE_SLOW_SLURM=1 RCPFORGE_SLOW_NUMERICS=1 RCPFORGE_SLOW_EXAMPLES=1 RCPFORGE_SLOW_ADAPTIVE=1 RCPFORGE_SLOW_SCALE=1 \
 	  $(BIN)/python -m pytest -q -rs \
 	  tests/cluster/test_slurm_faults.py tests/cluster/test_slurm_preemption.py tests/cluster/test_gangs_across_backends.py \
 	  tests/trainers/precision/test_training.py tests/orchestrator/test_adaptive_campaign.py \
-	  tests/orchestrator/test_adaptive_simulation.py
+	  tests/orchestrator/test_adaptive_simulation.py tests/analysis/test_scale_coverage.py
 
 # A real one-node Slurm on this machine (Debian, root): the Slurm tests run against it.
 slurm-up:

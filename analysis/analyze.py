@@ -33,6 +33,7 @@ from analysis.factors import (
 from analysis.load import write_parquet
 from analysis.rcp import trimmed_count
 from analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
+from analysis.scale import ScaleResult, has_model_axis, scale_analysis, scale_markdown
 from analysis.selection import Selection, SelectionSettings, selection, selection_json
 
 
@@ -57,6 +58,9 @@ class AnalysisRequest:
     # An adaptive campaign's looks and stops (orchestrator/adaptive.py `adaptive_record`):
     # where each cell stopped and why, and every look's interval; None for a fixed design.
     adaptive: dict | None = None
+    # The parameter count to extrapolate each recipe's factor-against-size trend to
+    # (`--extrapolate-to`); None: no prediction. Only runs of more than one model have a trend.
+    extrapolate_to: float | None = None
 
     @property
     def checker_differs(self) -> str | None:
@@ -109,10 +113,46 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     _json(out / "factors.json", factors_json(found, req.reference, req.confidence, req.resamples, req.seed,
                                              req.adaptive, pairs))
 
+    scale = _write_scale(runs, req, out, result)
+
     _json(out / "selection.json", selection_json(selections, req.selection))
-    write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes, pairs))
+    write_atomic(out / "summary.md", summary_markdown(req, table, found, selections, result.notes, pairs, scale))
     result.written += [out / "factors.json", out / "selection.json", out / "summary.md"]
     return result
+
+
+def _write_scale(runs: pa.Table, req: AnalysisRequest, out: Path, result: AnalysisResult) -> ScaleResult | None:
+    """scale.json where the runs have more than one model (a caller that analyses one
+    model at a time says itself that an asked-for extrapolation has no trend)."""
+    scale = scale_of(runs, req)
+    if scale is not None:
+        _json(out / "scale.json", scale.as_json())
+        result.written.append(out / "scale.json")
+    return scale
+
+
+def analyze_across_models(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisResult:
+    """For a caller that analyses each model of a campaign apart (each in a folder of its
+    own, where `analyze_runs` sees one model): the trend across the models, written beside
+    those folders as `scale.json` and a `summary.md` holding its section. `table` is the
+    runs' (no RCP table spans models)."""
+    result = AnalysisResult(runs)
+    scale = _write_scale(runs, req, out, result)
+    if scale is not None:
+        lines = [f"# Campaign {req.campaign}: the factor across model sizes", "",
+                 "Each model's own analysis (RCP table, factors, selection) is in its folder beside this file."]
+        write_atomic(out / "summary.md", "\n".join(lines + scale_markdown(scale)) + "\n")
+        result.written.append(out / "summary.md")
+    return result
+
+
+def scale_of(runs: pa.Table, req: AnalysisRequest) -> ScaleResult | None:
+    """The factor against model size, where the runs have more than one model and the
+    campaign its reference recipe; None otherwise."""
+    if not has_model_axis(runs) or req.reference not in req.recipes:
+        return None
+    return scale_analysis(runs, req.reference, req.benchmark, confidence=req.confidence, resamples=req.resamples,
+                          seed=req.seed, extrapolate_to=req.extrapolate_to)
 
 
 def comparisons(runs: pa.Table, table: pa.Table,
@@ -170,7 +210,7 @@ def _factor_lines(found: list[Factor], against: bool = False) -> list[str]:
 
 
 def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selections: list[Selection], notes: list[str],
-                     pairs: list[Factor] | None = None) -> str:
+                     pairs: list[Factor] | None = None, scale: ScaleResult | None = None) -> str:
     lines = [f"# Campaign {req.campaign}: analysis", "",
              f"Benchmark `{req.benchmark}`, N = {req.submission_runs} runs per submission, samples to converge.", "",
              "## RCP table", "",
@@ -181,6 +221,8 @@ def summary_markdown(req: AnalysisRequest, table: pa.Table, found: list, selecti
         lines.append(f"| {_cells(rcp_row_shown(r), RCP_COLUMNS)} |")
     lines += ["", f"## Convergence factors against `{req.reference}` ({req.confidence:.0%} stratified bootstrap)", ""]
     lines += _factor_lines(found) if found else ["No candidate shares a batch size with the reference."]
+    if scale is not None:
+        lines += scale_markdown(scale)
     if pairs:
         lines += ["", f"## Candidates against each other ({req.confidence:.0%} stratified bootstrap)", "",
                   "Each pair once, in campaign order: the later recipe's factor against the earlier one's (the "

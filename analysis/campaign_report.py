@@ -81,6 +81,36 @@ def factor_section(found: list, reference: str) -> Section:
     )
 
 
+def scale_section(result, points: list | None = None) -> Section:
+    """The factor against model size (analysis/scale.py): each trend's slope, interval and
+    verdict, the prediction only where asked (labelled), and the plot with the public
+    reference points (drawn, not fitted)."""
+    rows = []
+    for t in result.trends:
+        row = {"recipe": t.recipe, "batch_size": t.batch_size, "sizes": t.sizes, "params_min": t.params_min,
+               "params_max": t.params_max, "slope": t.slope, "slope_low": t.slope_low, "slope_high": t.slope_high,
+               "verdict": t.verdict}
+        if result.extrapolate_to is not None:
+            p = t.predicted or {}
+            row |= {"predicted_factor": p.get("predicted_factor"), "predicted_low": p.get("predicted_low"),
+                    "predicted_high": p.get("predicted_high"), "prediction": p.get("predicted_label")}
+        rows.append(row | {"reason": t.reason})
+    lines = [f"{t.verdict_text}." for t in result.trends]
+    shown = [p for p in points or [] if p.recipe in {c.recipe for c in result.cells}]
+    sources = " ".join(f"Reference point {p.name}: {p.source}." for p in shown)
+    return Section(
+        "scale", f"Factor against model size (against {result.reference})",
+        text=(f"Per recipe and batch size, the line log factor = a + slope * log(parameters) through each model's "
+              f"factor against {result.reference} of the same model, with a {result.confidence:.0%} interval on the "
+              f"slope from a {result.method} over runs within cells. Shrinks: the factor moves toward 1 as models "
+              f"grow. {' '.join(lines)} {sources}").strip(),
+        columns=list(rows[0]) if rows else ["recipe"], rows=rows,
+        figure=plots.scale_trends(result, shown) if result.cells else None,
+        figure_caption="log-log; lines: the fit over the measured sizes, dashed: an extrapolation beyond them; "
+                       "black stars: public results, drawn, not fitted",
+    )
+
+
 def pairwise_section(pairs: list) -> Section:
     """The candidates against each other: which part of a recipe (an ablation grid's
     option) buys its convergence."""
@@ -190,15 +220,18 @@ def _share(value: float | None) -> Shown | None:
 def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves: pa.Table,
                    telemetry_names: list[str], found: list | None = None,
                    selections: list | None = None, layer_maps: dict | None = None,
-                   pairs: list | None = None) -> list[Section]:
+                   pairs: list | None = None, scale=None, points: list | None = None) -> list[Section]:
     """`layer_maps`: (recipe, batch size) -> the runs' precision map (analysis/layer_map.py);
-    `pairs`: the candidates against each other (analysis/analyze.py `comparisons`)."""
+    `pairs`: the candidates against each other (analysis/analyze.py `comparisons`);
+    `scale`: the factor against model size (analysis/scale.py), with public `points`."""
     req = facts.request
     # The headline first (the factors and their verdicts, the RCP table), then what backs
     # it up, and the settings last.
     sections = []
     if found is not None:
         sections.append(factor_section(found, req.reference))
+    if scale is not None:
+        sections.append(scale_section(scale, points))
     if pairs:
         sections.append(pairwise_section(pairs))
     if req.adaptive:

@@ -13,6 +13,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 
@@ -211,4 +212,51 @@ def look_intervals(record: dict) -> bytes:
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     if comparisons:
         ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def scale_trends(result, points: list | None = None) -> bytes:
+    """Factor against parameter count (log-log), one panel per candidate recipe: each
+    model's factor with its interval per batch size, the fitted line over the measured
+    sizes (dashed on to an asked-for extrapolation, with its interval, labelled), and
+    public reference points drawn as black stars, never fitted."""
+    recipes = sorted({c.recipe for c in result.cells})
+    fig, axes = plt.subplots(1, len(recipes), figsize=(4.8 * len(recipes), 3.8), squeeze=False, layout="constrained")
+    for ax, recipe in zip(axes[0], recipes):
+        for t in (t for t in result.trends if t.recipe == recipe):
+            cells = [c for c in result.cells if c.recipe == recipe and c.batch_size == t.batch_size
+                     and c.factor is not None and c.params is not None]
+            xs, ys = [c.params for c in cells], [c.factor for c in cells]
+            lo = [c.factor - (c.ci_low if c.ci_low is not None else c.factor) for c in cells]
+            hi = [(c.ci_high if c.ci_high is not None else c.factor) - c.factor for c in cells]
+            bars = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, ls="none", label=f"bs {t.batch_size}")
+            if t.slope is None:
+                continue
+            colour = bars[0].get_color()
+            line = np.geomspace(t.params_min, t.params_max, 20)
+            ax.plot(line, np.exp(t.intercept + t.slope * np.log(line)), color=colour, lw=1.2)
+            if t.predicted:
+                p = t.predicted
+                ahead = np.geomspace(t.params_max, p["predicted_at_params"], 20)
+                ax.plot(ahead, np.exp(t.intercept + t.slope * np.log(ahead)), color=colour, lw=1, ls="--")
+                ax.errorbar([p["predicted_at_params"]], [p["predicted_factor"]],
+                            yerr=[[p["predicted_factor"] - p["predicted_low"]], [p["predicted_high"] - p["predicted_factor"]]],
+                            marker="D", mfc="white", color=colour, capsize=4,
+                            label=f"bs {t.batch_size} extrapolated" if p["extrapolation"] else f"bs {t.batch_size} predicted")
+        for point in (p for p in points or [] if p.recipe == recipe):
+            err = [[point.factor - (point.low or point.factor)], [(point.high or point.factor) - point.factor]]
+            ax.errorbar([point.params], [point.factor], yerr=err, marker="*", ms=11, color="black", capsize=4,
+                        ls="none", label=f"{point.name} (not fitted)")
+        ax.axhline(1.0, color="gray", ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        # Factors span less than a decade: a log axis would label only 1; plain ticks instead.
+        low, high = ax.get_ylim()
+        ax.set_yticks([v for v in matplotlib.ticker.MaxNLocator(6).tick_values(low, high) if low <= v <= high])
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_title(recipe, fontsize=10)
+        ax.set_xlabel("parameters")
+        ax.set_ylabel(f"factor against {result.reference}")
+        ax.legend(fontsize=7)
     return _png(fig)

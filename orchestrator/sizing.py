@@ -39,6 +39,7 @@ class ComparisonSize:
     # per precision out of reach within adaptive.max_seeds: the max_seeds that would reach it
     max_seeds_needed: dict[str, int | None] = field(default_factory=dict)
     reason: str | None = None  # why there is no prediction
+    model: str = ""  # on a model axis, the model both recipes ran on ("" without one)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -50,30 +51,38 @@ def size_comparisons(campaign: Campaign, ledger: dict[str, LedgerEntry], referen
     outcomes = campaign_outcomes(campaign, ledger)
     done = {cell: [o for o in seen if isinstance(o, Outcome)] for cell, seen in outcomes.items()}
     rows = []
-    for recipe in (r.name for r in campaign.recipes if r.name != reference):
-        for bs in campaign.batch_sizes:
-            cand, ref = done[(recipe, bs)], done[(reference, bs)]
-            rows.append(_row(recipe, bs, cand, ref, campaign, precisions, trim))
+    # On a model axis each model's candidates are compared with that model's reference,
+    # under the arms' names the adaptive looks use (orchestrator/adaptive.py: "<model>/<recipe>").
+    for model in [m.name for m in getattr(campaign, "models", None) or []] or [""]:
+        def arm(recipe: str, model: str = model) -> str:
+            return f"{model}/{recipe}" if model else recipe
+
+        for recipe in (r.name for r in campaign.recipes if r.name != reference):
+            for bs in campaign.batch_sizes:
+                cand, ref = done[(arm(recipe), bs)], done[(arm(reference), bs)]
+                row = _row(arm(recipe), bs, cand, ref, campaign, precisions, trim)
+                row.model = model
+                rows.append(row)
     return rows
 
 
 def campaign_totals(rows: list[ComparisonSize], reference: str) -> dict[str, dict]:
     """Per precision, the runs and compute of the whole campaign: every candidate's runs,
-    and each batch size's reference runs once, as many as its neediest comparison's (None
-    where any comparison is out of reach)."""
+    and each batch size's reference runs once (per model on a model axis), as many as its
+    neediest comparison's (None where any comparison is out of reach)."""
     totals: dict[str, dict] = {}
     for goal in (rows[0].runs if rows else {}):
         if any(r.runs.get(goal) is None for r in rows):
             totals[goal] = {"runs": None, "hours": None}
             continue
-        reference_runs: dict[int, tuple[int, float]] = {}  # batch size -> (runs, compute per run)
+        reference_runs: dict[tuple[str, int], tuple[int, float]] = {}  # (model, bs) -> (runs, compute per run)
         runs, hours = 0, 0.0
         for r in rows:
             n = r.runs[goal] or 0
             runs += n
             hours += n * r.hours_per_run_candidate
-            if n >= reference_runs.get(r.batch_size, (0, 0.0))[0]:
-                reference_runs[r.batch_size] = (n, r.hours_per_run_reference)
+            if n >= reference_runs.get((r.model, r.batch_size), (0, 0.0))[0]:
+                reference_runs[(r.model, r.batch_size)] = (n, r.hours_per_run_reference)
         runs += sum(n for n, _ in reference_runs.values())
         hours += sum(n * h for n, h in reference_runs.values())
         totals[goal] = {"runs": runs, "hours": hours}

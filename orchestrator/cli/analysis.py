@@ -37,9 +37,16 @@ def analyze(
         None, "--reference-rcps",
         help="derive the candidates' RCPs from this RCP file (or ruleset, for the campaign's benchmark) instead of the campaign's reference RCPs",
     ),
+    extrapolate_to: float = typer.Option(
+        None, "--extrapolate-to", metavar="PARAMS",
+        help="with runs of several models: predict each recipe's factor at this parameter count (e.g. 8e9) from "
+             "the trend across sizes, labelled an extrapolation beyond the measured sizes",
+    ),
 ) -> None:
-    """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary."""
+    """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary (and, with runs of
+    several models, the factor against model size: scale.json)."""
     output_path_or_fail(out, "--out", folder=True)
+    extrapolate_or_fail(extrapolate_to)
     campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
     raw_reference = _reference_rcps_or_fail(reference_rcps, campaign.benchmark) if reference_rcps else None
@@ -48,12 +55,22 @@ def analyze(
         result = campaign_handle(campaign, adaptive=True).analyze(out, reference, seed=seed, resamples=resamples,
                                                                   reference_rcps=raw_reference, runs=runs)
         _report(campaign, result, campaign.benchmark)
+        if extrapolate_to is not None:
+            err_console.print("note: --extrapolate-to: the campaign has one model; a trend across sizes needs a "
+                              "`models:` axis of two or more", highlight=False, markup=False)
     else:
+        from analysis.analyze import analyze_across_models
         from orchestrator.models_analysis import analyze_models
 
-        request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference)
+        request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference,
+                                   extrapolate_to=extrapolate_to)
         for model, result in analyze_models(campaign, runs, request, out):  # one analysis per model, in out/<model>/
             _report(campaign, result, campaign.benchmark_of(model))
+        across = analyze_across_models(runs, request, out)  # the trend across models, beside their folders
+        for path in across.written:
+            console.print(f"wrote {path}")
+        for note in across.notes:
+            err_console.print(f"note: {note}", highlight=False, markup=False)
     from orchestrator.status import outside_plan
 
     if outside := outside_plan(campaign, runs["run_key"].to_pylist()):
@@ -93,6 +110,14 @@ def analysis_request(campaign, reference: str | None, seed: int, **more):
         return campaign_handle(campaign, adaptive=True).request(reference, seed=seed, **more)
     except RcpforgeError as err:
         fail(escape(str(err)))
+
+
+def extrapolate_or_fail(params: float | None) -> None:
+    """--extrapolate-to is a parameter count: a positive, finite number."""
+    import math
+
+    if params is not None and not (math.isfinite(params) and params > 0):
+        fail(f"--extrapolate-to: a parameter count must be a positive number such as 8e9, got {params!r}")
 
 
 def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:

@@ -89,6 +89,21 @@ def sizes_table(rows, goals: list[str], unit: str, design: str, reference: str, 
     return view
 
 
+def slope_sizes_table(rows, goals: list[str], reference: str) -> Table:
+    """`plan` with a model axis: the runs per model each trend's slope needs per goal."""
+    view = Table(title=f"runs per model and recipe to reach each precision of the slope (against {reference})")
+    for col in ("candidate", "batch size", "models", "runs so far (cand, ref)", "slope +- now",
+                *(f"+-{float(g):g}" for g in goals)):
+        view.add_column(col)
+    for r in rows:
+        so_far = "; ".join(f"{m} {c}, {f}" for m, (c, f) in r.runs_so_far.items())
+        now = "-" if r.half_width_now is None else f"{r.half_width_now:.3g}"
+        needs = [("-" if r.reason else "out of reach") if r.runs.get(g) is None
+                 else f"{r.runs[g]} ({r.total_runs[g]} runs)" for g in goals]
+        view.add_row(r.recipe, str(r.batch_size), str(r.models), so_far, now, *needs)
+    return view
+
+
 def _beyond(row, goal: str, campaign) -> str:
     """What a precision out of reach would take."""
     if campaign.adaptive is None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
-from orchestrator.cli.analysis import analysis_request
+from orchestrator.cli.analysis import analysis_request, extrapolate_or_fail
 from orchestrator.cli.app import app, console, fail, output_path_or_fail, reference_or_fail, stored_campaign_or_fail
 from trainers.contract.uri import redact_uri
 
@@ -34,11 +35,21 @@ def report(
     reference: str = typer.Option(None, "--reference", show_default="bf16, or adaptive.reference",
                                   help="the reference recipe of the convergence factors"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap and Monte Carlo (same as analyze's)"),
+    extrapolate_to: float = typer.Option(
+        None, "--extrapolate-to", metavar="PARAMS",
+        help="with runs of several models: show each recipe's factor predicted at this parameter count, labelled "
+             "an extrapolation"),
+    reference_points: str = typer.Option(
+        "mlperf-fp4", "--reference-points",
+        help="public factors drawn (never fitted) on the factor-against-size plot: a YAML/JSON file, "
+             "mlperf-fp4 (the shipped MLPerf FP4 figures on llama31_8b) or none"),
 ) -> None:
     """Write the campaign report: factors, RCP table, selection, today's honest rejection per RCP, curves,
     distributions, RCP curve, precision maps, cost, settings."""
     fmt = report_format(out, fmt)
     output_path_or_fail(out, "--out", folder=False)
+    extrapolate_or_fail(extrapolate_to)
+    points = _points_or_fail(reference_points)
     campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
     from analysis.campaign_report import CampaignFacts, build_sections
@@ -59,10 +70,10 @@ def report(
     telemetry = telemetry_metrics(campaign.tracking_uri, run_ids)
     curves = load_curves(campaign.tracking_uri, run_ids, [campaign.target.metric, *telemetry])
     found, pairs, selections = None, None, None
-    request = analysis_request(campaign, reference, seed)
-    if request.reference in request.recipes:
-        from analysis.analyze import comparisons
+    request = analysis_request(campaign, reference, seed, extrapolate_to=extrapolate_to)
+    from analysis.analyze import comparisons, scale_of
 
+    if request.reference in request.recipes:
         found, pairs, selections = comparisons(runs, table, request)
     # without prices the settings read as before the cost: section existed
     settings = campaign.model_dump(mode="json", exclude={"base_dir", *(() if campaign.cost else ("cost",))})
@@ -73,6 +84,21 @@ def report(
     facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes,
                           [c.as_dict() for c in spent.cells], spent.totals)
     sections = build_sections(facts, runs, table, curves, telemetry, found, selections,
-                              load_layer_maps(campaign.tracking_uri, runs), pairs)
+                              load_layer_maps(campaign.tracking_uri, runs), pairs, scale_of(runs, request), points)
     path = write_report(out, f"rcpforge report: {campaign.name}", sections, fmt)
     console.print(f"wrote {path} ({len(sections)} sections)")
+
+
+def _points_or_fail(source: str) -> list:
+    """--reference-points: the shipped MLPerf FP4 file, none, or a file of the user's."""
+    from analysis.scale_points import MLPERF_FP4, PointsError, load_points
+
+    if source == "none":
+        return []
+    path = MLPERF_FP4 if source == "mlperf-fp4" else Path(source)
+    if source != "mlperf-fp4" and not path.is_file():
+        fail(f"--reference-points {source!r}: no such file; give a YAML/JSON file, mlperf-fp4 or none")
+    try:
+        return load_points(path)
+    except PointsError as err:
+        fail(escape(str(err)))
