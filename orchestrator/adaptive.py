@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from scipy import special
+
 from analysis.rcp import trimmed_count
 from analysis.sequential import SequentialInterval, arm, boundaries, factor_interval, information
 from orchestrator.ledger import LedgerEntry
@@ -37,6 +39,7 @@ Cell = tuple[str, int]  # (recipe, batch size)
 
 # Why a cell stopped; the detail says the numbers.
 ANSWERED, COST_CAP, MAX_SEEDS, FAILED_SEED = "answered", "cost cap", "max seeds", "failed seed"
+FUTILE = "futile"  # no goal of the question is within reach of max_seeds (adaptive.futility)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class GaveUp:
 
 @dataclass(frozen=True)
 class Stop:
-    reason: str  # ANSWERED, COST_CAP, MAX_SEEDS or FAILED_SEED
+    reason: str  # ANSWERED, FUTILE, COST_CAP, MAX_SEEDS or FAILED_SEED
     detail: str
     look: int
 
@@ -131,6 +134,7 @@ def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[i
             break
         look += 1
         values = {cell: [o.value for o in seen(cell)] for cell in active}  # type: ignore[union-attr]
+        spreads = _allocation_spreads(state, open_, outcomes, trim) if settings.futility else {}
         for cand, ref in sorted(open_.items()):
             t = information(state.seeds[cand], state.seeds[ref], trim) / full
             if not times[cand] or t > times[cand][-1] + 1e-9:
@@ -141,6 +145,9 @@ def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[i
             state.looks.append(LookEntry(look, cand[0], cand[1], interval, decision))
             if decision:
                 close(cand, ANSWERED, decision)
+            elif settings.futility and (why := futile(values[cand], values[ref], (spreads[cand], spreads[ref]),
+                                                      times[cand], settings, max_seeds, trim)):
+                close(cand, FUTILE, why)
         if open_:
             _extend(state, open_, outcomes, settings, max_seeds, trim, close)
     _stop_references(state, comparisons, look)
@@ -149,7 +156,7 @@ def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[i
 
 def answer(interval: SequentialInterval, settings: AdaptiveSpec) -> str | None:
     """What the interval answers of the campaign's question, or None."""
-    verdict = precision = None
+    verdict = precision = equivalent = None
     if settings.margin is not None:
         if interval.low is not None and interval.low > settings.margin:
             verdict = f"slower than {settings.margin:g} (interval {interval.low:.4f} .. {_bound(interval.high)})"
@@ -158,9 +165,62 @@ def answer(interval: SequentialInterval, settings: AdaptiveSpec) -> str | None:
     hw = interval.half_width
     if settings.half_width is not None and hw is not None and hw <= settings.half_width:
         precision = f"+-{hw:.2%} (goal +-{settings.half_width:.2%})"
+    if (settings.equivalence is not None and interval.low is not None and interval.high is not None
+            and 1 / (1 + settings.equivalence) < interval.low and interval.high < 1 + settings.equivalence):
+        equivalent = (f"equivalent within {settings.equivalence:.2%} "
+                      f"(interval {interval.low:.4f} .. {interval.high:.4f})")
     if settings.require == "all":
         return f"{verdict}; {precision}" if verdict and precision else None
-    return verdict or precision
+    return verdict or equivalent or precision
+
+
+# The factors still plausible when judging futility: the estimate +- this many standard
+# errors. Smaller stops sooner and loses more answers; 0.5 kept benchmarks/adaptive.py's
+# answered rate at the fixed design's (docs/adaptive.md).
+FUTILITY_Z = 0.5
+
+
+def futile(candidate: list[float], reference: list[float], spreads: tuple[float, float], times: list[float],
+           settings: AdaptiveSpec, max_seeds: int, trim: int) -> str | None:
+    """Why no goal of the question is within reach, or None: at max_seeds on both arms,
+    with the runs spreading as `spreads` (the allocation's, pooled over the batch size's
+    arms: five runs' own spread is too noisy to judge by), the interval would be +-h
+    (log scale); a
+    verdict needs a factor h past the margin, equivalence one h inside the band, and
+    neither is plausible (within FUTILITY_Z standard errors of the estimate), nor would
+    the precision goal be met. Stopping without an answer claims nothing, so any rule
+    keeps the intervals' guarantee; this one only costs answers it misjudges."""
+    finite = [v for v in (*candidate, *reference) if math.isfinite(v)]
+    if not finite:
+        return None
+    c, r = arm(candidate, trim, max(finite)), arm(reference, trim, max(finite))
+    if c is None or r is None or c.censored > trim or r.censored > trim or c.spread + r.spread <= 0:
+        return None  # an unbounded side may still give a verdict; no projection to go on
+    kept = max_seeds - 2 * trim
+    terms = [(max_seeds - 1) * s / (kept * (kept - 1)) for s in spreads]
+    se2 = sum(terms)
+    df = se2 ** 2 / sum(d * d / (kept - 1) for d in terms)
+    # the boundary of a next look at max_seeds: looser than the last one will be, so this errs toward going on
+    z = boundaries([*times, 1.0] if times[-1] < 1.0 else times, 1 - settings.confidence, settings.spending)[-1]
+    h = float(-special.stdtrit(df, 0.5 * math.erfc(z / math.sqrt(2)))) * math.sqrt(se2)
+    diff = c.mean - r.mean
+    spread_now = FUTILITY_Z * math.sqrt(c.variance_term + r.variance_term)
+    low, high = diff - spread_now, diff + spread_now
+    reachable = {}
+    if settings.margin is not None:
+        edge = math.log(settings.margin)
+        reachable["verdict"] = high > edge + h or low < edge - h
+    if settings.equivalence is not None:
+        band = math.log(1 + settings.equivalence) - h
+        reachable["equivalence"] = band > 0 and high > -band and low < band
+    if settings.half_width is not None:
+        reachable["precision"] = math.sinh(h) <= settings.half_width
+    if settings.require == "all" and not (reachable.get("verdict") and reachable.get("precision")):
+        pass
+    elif any(reachable.values()):
+        return None
+    return (f"{' nor '.join(reachable)} within reach of {max_seeds} runs per cell: their interval would be about "
+            f"+-{math.sinh(h):.2%} around {math.exp(diff):.4f}")
 
 
 def _bound(value: float | None) -> str:
@@ -181,9 +241,11 @@ def _extend(state: AdaptiveState, open_: dict[Cell, Cell], outcomes: Outcomes, s
     unit of cost (within half the best arm's gain), within max_seeds and the cost cap."""
     spread = _allocation_spreads(state, open_, outcomes, trim)
     cost = {cell: _cost_per_run(outcomes[cell][:state.seeds[cell]], settings) for cell in spread}
+    converging = {cell: _converging_share(outcomes[cell][:state.seeds[cell]]) for cell in spread}
 
     def variance(cell: Cell, extra: int = 0) -> float:
-        return spread[cell] / (state.seeds[cell] + extra - 2 * trim)
+        # a run that does not converge adds no information on the factor: count the share that do
+        return spread[cell] / max((state.seeds[cell] + extra) * converging[cell] - 2 * trim, 0.5)
 
     def shrink(cell: Cell) -> float:  # summed relative variance reduction over the comparisons it serves
         return sum((variance(cell) - variance(cell, settings.step)) / (variance(c) + variance(r))
@@ -233,6 +295,13 @@ def _allocation_spreads(state: AdaptiveState, open_: dict[Cell, Cell], outcomes:
     return {c: (s * k + pooled[c[1]] * SHRINK_RUNS) / (k + SHRINK_RUNS) or 1.0 for c, (s, k) in own.items()}
 
 
+def _converging_share(seen: list) -> float:
+    """The share of an arm's runs expected to converge: its record so far, shrunk toward
+    all converging by one pseudo-run (a first failure is no rate)."""
+    done = [o for o in seen if isinstance(o, Outcome)]
+    return (sum(math.isfinite(o.value) for o in done) + 1) / (len(done) + 1)
+
+
 def _cost_per_run(seen: list, settings: AdaptiveSpec) -> float:
     """What allocation weighs a run by: tokens x ranks, or GPU-hours where only they are
     capped; 1 before anything is known."""
@@ -274,7 +343,7 @@ def _cap_text(settings: AdaptiveSpec) -> str:
 def _stop_references(state: AdaptiveState, comparisons: dict[Cell, Cell], look: int) -> None:
     """A reference cell stops once every comparison it serves has, for the reason of the
     one that stopped last (the most serious one among those of that look)."""
-    severity = [ANSWERED, MAX_SEEDS, COST_CAP, FAILED_SEED]
+    severity = [ANSWERED, FUTILE, MAX_SEEDS, COST_CAP, FAILED_SEED]
     for ref in set(comparisons.values()):
         served = {c: state.stops.get(c) for c, r in comparisons.items() if r == ref}
         if not all(served.values()):
