@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from scipy import special
 
 from analysis.rcp import trimmed_count
-from analysis.sequential import SequentialInterval, arm, boundaries, factor_interval, information
+from analysis.sequential import (
+    CALIBRATED_DF_SHIFT,
+    SequentialInterval,
+    arm,
+    boundaries,
+    factor_interval,
+    information,
+)
 from orchestrator.ledger import LedgerEntry
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.expand import expand
@@ -140,7 +147,8 @@ def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[i
             if not times[cand] or t > times[cand][-1] + 1e-9:
                 times[cand].append(min(t, 1.0))
             z = boundaries(times[cand], 1 - settings.confidence, settings.spending)[-1]
-            interval = factor_interval(values[cand], values[ref], z, trim=trim)
+            interval = factor_interval(values[cand], values[ref], z, trim=trim,
+                                       df_shift=CALIBRATED_DF_SHIFT if settings.spending == "calibrated" else 0.0)
             decision = answer(interval, settings)
             state.looks.append(LookEntry(look, cand[0], cand[1], interval, decision))
             if decision:
@@ -219,8 +227,12 @@ def futile(candidate: list[float], reference: list[float], spreads: tuple[float,
         pass
     elif any(reachable.values()):
         return None
-    return (f"{' nor '.join(reachable)} within reach of {max_seeds} runs per cell: their interval would be about "
-            f"+-{math.sinh(h):.2%} around {math.exp(diff):.4f}")
+    names = {"verdict": f"a verdict against {settings.margin}", "equivalence": "equivalence",
+             "precision": "the precision goal"}
+    goals = [names[g] for g in reachable]
+    return (f"{'neither ' + ' nor '.join(goals) if len(goals) > 1 else 'no ' + goals[0]} within reach of "
+            f"{max_seeds} runs per cell: the interval there would be about +-{math.sinh(h):.2%} "
+            f"around {math.exp(diff):.4f}")
 
 
 def _bound(value: float | None) -> str:
