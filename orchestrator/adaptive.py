@@ -3,10 +3,13 @@
 A look comes when every run asked for so far has an outcome (a barrier), so no decision
 depends on which run finished first. At a look every open comparison (a candidate
 recipe against the reference at one batch size) gets its repeated confidence interval
-(`analysis/sequential.py`); one that answers the campaign's question stops, and the
-others get `step` more seeds on the arms whose intervals shrink most per unit of cost (a
-Neyman-type rule: each arm's observed spread, its cost per run in tokens times ranks, and
-the comparisons it serves, the reference serving all of its batch size).
+(`analysis/sequential.py`); one that answers the campaign's question (a verdict,
+equivalence, a precision) stops, as does one no answer is within reach of with
+`futility` (`orchestrator/adaptive_answers.py`), and the others get `step` more seeds on
+the arms whose intervals shrink most per unit of cost (a Neyman-type rule: each arm's
+observed spread, its share of runs that converge, its cost per run in tokens times ranks,
+and the comparisons it serves, the reference serving all of its batch size, and running
+only while one of them is open).
 
 Where the looks stand (`AdaptiveState`) is a pure function of the outcomes recorded so
 far: `replay_looks` replays every look from the first, so an orchestrator killed anywhere
@@ -19,8 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scipy import special
-
 from analysis.rcp import trimmed_count
 from analysis.sequential import (
     CALIBRATED_DF_SHIFT,
@@ -30,6 +31,7 @@ from analysis.sequential import (
     factor_interval,
     information,
 )
+from orchestrator.adaptive_answers import answer, bound_text, futile
 from orchestrator.ledger import LedgerEntry
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.expand import expand
@@ -162,89 +164,12 @@ def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[i
     return state
 
 
-def answer(interval: SequentialInterval, settings: AdaptiveSpec) -> str | None:
-    """What the interval answers of the campaign's question, or None."""
-    verdict = precision = equivalent = None
-    if settings.margin is not None:
-        if interval.low is not None and interval.low > settings.margin:
-            verdict = f"slower than {settings.margin:g} (interval {interval.low:.4f} .. {_bound(interval.high)})"
-        elif interval.high is not None and interval.high < settings.margin:
-            verdict = f"within {settings.margin:g} (interval {_bound(interval.low)} .. {interval.high:.4f})"
-    hw = interval.half_width
-    if settings.half_width is not None and hw is not None and hw <= settings.half_width:
-        precision = f"+-{hw:.2%} (goal +-{settings.half_width:.2%})"
-    if (settings.equivalence is not None and interval.low is not None and interval.high is not None
-            and 1 / (1 + settings.equivalence) < interval.low and interval.high < 1 + settings.equivalence):
-        equivalent = (f"equivalent within {settings.equivalence:.2%} "
-                      f"(interval {interval.low:.4f} .. {interval.high:.4f})")
-    if settings.require == "all":
-        return f"{verdict}; {precision}" if verdict and precision else None
-    return verdict or equivalent or precision
-
-
-# The factors still plausible when judging futility: the estimate +- this many standard
-# errors. Smaller stops sooner and loses more answers; 0.5 kept benchmarks/adaptive.py's
-# answered rate at the fixed design's (docs/adaptive.md).
-FUTILITY_Z = 0.5
-
-
-def futile(candidate: list[float], reference: list[float], spreads: tuple[float, float], times: list[float],
-           settings: AdaptiveSpec, max_seeds: int, trim: int) -> str | None:
-    """Why no goal of the question is within reach, or None: at max_seeds on both arms,
-    with the runs spreading as `spreads` (the allocation's, pooled over the batch size's
-    arms: five runs' own spread is too noisy to judge by), the interval would be +-h
-    (log scale); a
-    verdict needs a factor h past the margin, equivalence one h inside the band, and
-    neither is plausible (within FUTILITY_Z standard errors of the estimate), nor would
-    the precision goal be met. Stopping without an answer claims nothing, so any rule
-    keeps the intervals' guarantee; this one only costs answers it misjudges."""
-    finite = [v for v in (*candidate, *reference) if math.isfinite(v)]
-    if not finite:
-        return None
-    c, r = arm(candidate, trim, max(finite)), arm(reference, trim, max(finite))
-    if c is None or r is None or c.censored > trim or r.censored > trim or c.spread + r.spread <= 0:
-        return None  # an unbounded side may still give a verdict; no projection to go on
-    kept = max_seeds - 2 * trim
-    terms = [(max_seeds - 1) * s / (kept * (kept - 1)) for s in spreads]
-    se2 = sum(terms)
-    df = se2 ** 2 / sum(d * d / (kept - 1) for d in terms)
-    # the boundary of a next look at max_seeds: looser than the last one will be, so this errs toward going on
-    z = boundaries([*times, 1.0] if times[-1] < 1.0 else times, 1 - settings.confidence, settings.spending)[-1]
-    h = float(-special.stdtrit(df, 0.5 * math.erfc(z / math.sqrt(2)))) * math.sqrt(se2)
-    diff = c.mean - r.mean
-    spread_now = FUTILITY_Z * math.sqrt(c.variance_term + r.variance_term)
-    low, high = diff - spread_now, diff + spread_now
-    reachable = {}
-    if settings.margin is not None:
-        edge = math.log(settings.margin)
-        reachable["verdict"] = high > edge + h or low < edge - h
-    if settings.equivalence is not None:
-        band = math.log(1 + settings.equivalence) - h
-        reachable["equivalence"] = band > 0 and high > -band and low < band
-    if settings.half_width is not None:
-        reachable["precision"] = math.sinh(h) <= settings.half_width
-    if settings.require == "all" and not (reachable.get("verdict") and reachable.get("precision")):
-        pass
-    elif any(reachable.values()):
-        return None
-    names = {"verdict": f"a verdict against {settings.margin}", "equivalence": "equivalence",
-             "precision": "the precision goal"}
-    goals = [names[g] for g in reachable]
-    return (f"{'neither ' + ' nor '.join(goals) if len(goals) > 1 else 'no ' + goals[0]} within reach of "
-            f"{max_seeds} runs per cell: the interval there would be about +-{math.sinh(h):.2%} "
-            f"around {math.exp(diff):.4f}")
-
-
-def _bound(value: float | None) -> str:
-    return "unbounded" if value is None else f"{value:.4f}"
-
-
 def interval_text(interval: SequentialInterval) -> str:
     """"1.0312 (0.9801 .. 1.0850, 97.4% look)", or why there is no interval yet."""
     point = "n/a" if interval.factor is None else f"{interval.factor:.4f}"
     if interval.low is None and interval.high is None:
         return f"{point} (no interval: {interval.reason})"
-    return f"{point} ({_bound(interval.low)} .. {_bound(interval.high)}, {interval.level:.1%} look)"
+    return f"{point} ({bound_text(interval.low)} .. {bound_text(interval.high)}, {interval.level:.1%} look)"
 
 
 def _extend(state: AdaptiveState, open_: dict[Cell, Cell], outcomes: Outcomes, settings: AdaptiveSpec,
