@@ -1,24 +1,26 @@
 """Adaptive against fixed campaigns, simulated on real run distributions.
 
 Each simulated campaign takes one benchmark's reference runs at its smallest and largest
-batch size (the samples-to-converge lists of the RCP files that mlperf_logging ships),
-and makes candidate recipes from them by scaling every draw by a known factor: FP8-like
-recipes (1.00 to 1.05) and FP4-like ones (1.3 to 1.8, a few of whose runs do not
-converge). The same campaign is run twice:
+batch size (the samples- or epochs-to-converge lists of the 5.1.0 and 6.0.0 RCP files
+that mlperf_logging ships), and makes candidate recipes from them by scaling every draw
+by a known factor: FP8-like recipes (1.00 to 1.05) and FP4-like ones (1.3 to 1.8, a few
+of whose runs do not converge). The same campaigns are run twice, asked the same
+question (a verdict against the margin 1.02, equivalence within --equivalence, and with
+--half-width a precision) and judged the same way:
 
-- fixed: 2N runs per cell (MLPerf's design), the factor's interval from `rcpforge
-  analyze` (a stratified bootstrap of olympic means);
-- adaptive: `orchestrator/adaptive.py`'s allocator and `analysis/sequential.py`'s
-  repeated confidence intervals, with margin and half-width goals; the half-width goal is
-  the median half-width the fixed design reaches on that benchmark's campaigns, so both
-  answer to the same precision.
+- fixed: 2N runs per cell (MLPerf's design), the factor's interval as `rcpforge analyze`
+  reports it (`analysis.factors.bootstrap_interval`, the expanded percentile bootstrap);
+- adaptive: `orchestrator/adaptive.py`'s looks and allocator with `analysis/
+  sequential.py`'s repeated confidence intervals (--spending, calibrated by default),
+  futility stops unless --no-futility, max_seeds 2N + --extra-seeds.
 
-Printed side by side: coverage of the reported intervals (of the true factor), wrong
-verdicts (an interval that puts the factor above the margin when it is below it, or the
-other way), the median relative half-width, runs in all, and the share of adaptive cells
-that stopped with their question answered.
+Printed side by side per benchmark and in all: coverage of the reported intervals (of
+the true factor), wrong verdicts (a verdict on the wrong side of the margin, or
+equivalence declared for a factor outside the band), the median relative half-width,
+runs in all, and the answered rate (the share of comparisons whose reported interval
+answers the question); for the adaptive design, the share of each stop reason.
 
-    python benchmarks/adaptive.py [--campaigns 1000] [--json FILE] [--seed 0]
+    python benchmarks/adaptive.py [--campaigns 1000] [--mix fp4_study|survey] [--json FILE] [--seed 0]
 """
 
 from __future__ import annotations
