@@ -1,24 +1,26 @@
 """Adaptive against fixed campaigns, simulated on real run distributions.
 
 Each simulated campaign takes one benchmark's reference runs at its smallest and largest
-batch size (the samples-to-converge lists of the RCP files that mlperf_logging ships),
-and makes candidate recipes from them by scaling every draw by a known factor: FP8-like
-recipes (1.00 to 1.05) and FP4-like ones (1.3 to 1.8, a few of whose runs do not
-converge). The same campaign is run twice:
+batch size (the samples- or epochs-to-converge lists of the 5.1.0 and 6.0.0 RCP files
+that mlperf_logging ships), and makes candidate recipes from them by scaling every draw
+by a known factor: FP8-like recipes (1.00 to 1.05) and FP4-like ones (1.3 to 1.8, a few
+of whose runs do not converge). The same campaigns are run twice, asked the same
+question (a verdict against the margin 1.02, equivalence within --equivalence, and with
+--half-width a precision) and judged the same way:
 
-- fixed: 2N runs per cell (MLPerf's design), the factor's interval from `rcpforge
-  analyze` (a stratified bootstrap of olympic means);
-- adaptive: `orchestrator/adaptive.py`'s allocator and `analysis/sequential.py`'s
-  repeated confidence intervals, with margin and half-width goals; the half-width goal is
-  the median half-width the fixed design reaches on that benchmark's campaigns, so both
-  answer to the same precision.
+- fixed: 2N runs per cell (MLPerf's design), the factor's interval as `rcpforge analyze`
+  reports it (`analysis.factors.bootstrap_interval`, the expanded percentile bootstrap);
+- adaptive: `orchestrator/adaptive.py`'s looks and allocator with `analysis/
+  sequential.py`'s repeated confidence intervals (--spending, calibrated by default),
+  futility stops unless --no-futility, max_seeds 2N + --extra-seeds.
 
-Printed side by side: coverage of the reported intervals (of the true factor), wrong
-verdicts (an interval that puts the factor above the margin when it is below it, or the
-other way), the median relative half-width, runs in all, and the share of adaptive cells
-that stopped with their question answered.
+Printed side by side per benchmark and in all: coverage of the reported intervals (of
+the true factor), wrong verdicts (a verdict on the wrong side of the margin, or
+equivalence declared for a factor outside the band), the median relative half-width,
+runs in all, and the answered rate (the share of comparisons whose reported interval
+answers the question); for the adaptive design, the share of each stop reason.
 
-    python benchmarks/adaptive.py [--campaigns 1000] [--json FILE] [--seed 0]
+    python benchmarks/adaptive.py [--campaigns 1000] [--mix fp4_study|survey] [--json FILE] [--seed 0]
 """
 
 from __future__ import annotations
@@ -30,37 +32,46 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.stats import bootstrap_ratio  # noqa: E402
-from orchestrator.adaptive import ANSWERED, Outcome, replay_looks  # noqa: E402
+from analysis.sequential import SPENDING  # noqa: E402
+from orchestrator.adaptive import Outcome, replay_looks  # noqa: E402
 from sweeps.adaptive_spec import AdaptiveSpec  # noqa: E402
 from trainers.contract.submission import SUBMISSION_RUNS  # noqa: E402
 
-BENCHMARKS = {"bert": "rcps_bert.json", "llama31_8b": "rcps_llama31_8b.json", "flux1": "rcps_flux1.json"}
-RULESET = "training_5.1.0"
+# (ruleset, benchmark): the RCP files of two rounds that mlperf_logging ships
+BENCHMARKS = {
+    ("training_5.1.0", "bert"): "rcps_bert.json",
+    ("training_5.1.0", "llama31_8b"): "rcps_llama31_8b.json",
+    ("training_5.1.0", "flux1"): "rcps_flux1.json",
+    ("training_6.0.0", "llama2_70b_lora"): "rcps_llama2_70b_lora.json",
+    ("training_6.0.0", "gpt_oss_20b"): "rcps_gpt_oss_20b.json",
+    ("training_6.0.0", "llama31_8b"): "rcps_llama31_8b.json",
+}
 FP8_FACTORS = (1.00, 1.01, 1.03, 1.05)
 FP4_FACTORS = (1.3, 1.5, 1.8)
 FP4_NOT_CONVERGED = 0.05  # share of an FP4-like recipe's runs that do not converge
 MARGIN = 1.02
+EQUIVALENCE = 0.03
 CONFIDENCE = 0.95
 
 
-def distributions() -> dict[str, list[np.ndarray]]:
-    """benchmark -> its reference runs at the smallest and the largest batch size."""
+def distributions() -> dict[tuple[str, str], list[np.ndarray]]:
+    """(ruleset, benchmark) -> its reference runs at the smallest and the largest batch size."""
     import mlperf_logging
 
-    root = Path(os.path.dirname(mlperf_logging.__file__)) / "rcp_checker" / RULESET
+    root = Path(os.path.dirname(mlperf_logging.__file__)) / "rcp_checker"
     out = {}
-    for bench, name in BENCHMARKS.items():
-        [path] = glob.glob(str(root / name))
+    for (ruleset, bench), name in BENCHMARKS.items():
+        [path] = glob.glob(str(root / ruleset / name))
         records = sorted(json.loads(Path(path).read_text()).values(), key=lambda r: r["BS"])
         key = next(k for k, v in records[0].items() if isinstance(v, list))
-        out[bench] = [np.asarray(records[0][key], float), np.asarray(records[-1][key], float)]
+        out[(ruleset, bench)] = [np.asarray(records[0][key], float), np.asarray(records[-1][key], float)]
     return out
 
 
@@ -68,6 +79,25 @@ def distributions() -> dict[str, list[np.ndarray]]:
 # recipe of each kind), and an FP4 study (two FP8 recipes and an ablation of four FP4
 # variants, e.g. Hadamard and stochastic rounding on and off).
 MIXES = {"survey": (2, 2), "fp4_study": (2, 4)}
+
+
+@dataclass(frozen=True)
+class Question:
+    """What both designs are asked of every comparison, and judged on."""
+
+    margin: float = MARGIN
+    equivalence: float | None = EQUIVALENCE
+    half_width: float | None = None
+
+    def answered(self, estimate, low, high) -> bool:
+        """A verdict against the margin, equivalence within the band, or the precision goal."""
+        if low is not None and low > self.margin or high is not None and high < self.margin:
+            return True
+        if low is None or high is None:
+            return False
+        if self.equivalence is not None and 1 / (1 + self.equivalence) < low and high < 1 + self.equivalence:
+            return True
+        return self.half_width is not None and estimate is not None and (high - low) / (2 * estimate) <= self.half_width
 
 
 def draw_campaign(rng: np.random.Generator, mix: str = "survey") -> list[tuple[str, float, float]]:
@@ -85,47 +115,56 @@ def runs_of(source: np.ndarray, factor: float, fails: float, n: int, rng: np.ran
     return [math.inf if rng.random() < fails else float(v) for v in values]
 
 
-def fixed(recipes, sources, n_runs, rng, resamples) -> list[dict]:
+def fixed(recipes, sources, n_runs, rng, resamples, question: Question) -> tuple[list[dict], int]:
+    """The fixed 2N design, judged by the interval `rcpforge analyze` reports (`factors`'s
+    expanded bootstrap)."""
     cells = {(r, b): runs_of(src, f, p, n_runs, rng) for r, f, p in recipes for b, src in enumerate(sources)}
     out = []
     for r, f, _ in recipes[1:]:
         for b in range(len(sources)):
-            ci = bootstrap_ratio(cells[(r, b)], cells[("ref", b)], resamples=resamples, confidence=CONFIDENCE,
-                                 seed=int(rng.integers(1 << 31)))
-            out.append(_judged(f, ci.estimate, ci.low, ci.high))
+            ci = fixed_interval(cells[(r, b)], cells[("ref", b)], resamples, int(rng.integers(1 << 31)))
+            out.append(_judged(f, ci.estimate, ci.low, ci.high, question))
     return out, sum(len(v) for v in cells.values())
 
 
-def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng) -> tuple[list[dict], int, int]:
+def fixed_interval(candidate, reference, resamples: int, seed: int):
+    from analysis.factors import bootstrap_interval
+
+    return bootstrap_interval(candidate, reference, trim=1, resamples=resamples, confidence=CONFIDENCE, seed=seed)
+
+
+def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng,
+             question: Question) -> tuple[list[dict], int, int]:
+    """Every seed a cell could run drawn up front: `replay_looks` reads only the seeds it
+    asked for, so this is the campaign run look by look (tests/orchestrator/
+    test_adaptive_simulation.py checks that shortcut), in one replay."""
     names = [r for r, _, _ in recipes]
-    truth = {r: (f, p) for r, f, p in recipes}
-    outcomes: dict = {(r, b): [] for r in names for b in range(len(sources))}
-    while True:
-        state = replay_looks(settings, names, list(range(len(sources))), outcomes, max_seeds=max_seeds)
-        if state.finished:
-            break
-        for (r, b), k in state.seeds.items():
-            have = len(outcomes[(r, b)])
-            if k > have:
-                f, p = truth[r]
-                outcomes[(r, b)] += [Outcome(v, tokens=1.0) for v in runs_of(sources[b], f, p, k - have, rng)]
+    outcomes = {(r, b): [Outcome(v, tokens=1.0) for v in runs_of(src, f, p, max_seeds, rng)]
+                for r, f, p in recipes for b, src in enumerate(sources)}
+    state = replay_looks(settings, names, list(range(len(sources))), outcomes, max_seeds=max_seeds)
+    assert state.finished and not state.waiting
     latest = state.latest()
     out = []
     for r, f, _ in recipes[1:]:
         for b in range(len(sources)):
             iv = latest[(r, b)].interval
-            judged = _judged(f, iv.factor, iv.low, iv.high)
-            judged["answered"] = state.stops[(r, b)].reason == ANSWERED
+            judged = _judged(f, iv.factor, iv.low, iv.high, question)
+            judged["stop"] = state.stops[(r, b)].reason
             out.append(judged)
     return out, sum(state.seeds.values()), len(state.looks)
 
 
-def _judged(truth: float, estimate, low, high) -> dict:
+def _judged(truth: float, estimate, low, high, question: Question) -> dict:
     lo = 0.0 if low is None else low
     hi = math.inf if high is None else high
     wrong = (lo > MARGIN and truth <= MARGIN) or (hi < MARGIN and truth > MARGIN)
+    if question.equivalence is not None and low is not None and high is not None:
+        band = 1 + question.equivalence
+        inside = 1 / band < low and high < band
+        wrong = wrong or (inside and not 1 / band - 1e-12 <= truth <= band + 1e-12)
     width = (hi - lo) / (2 * estimate) if estimate and math.isfinite(hi) and low is not None else math.inf
-    return {"covered": lo <= truth <= hi, "wrong": wrong, "width": width}
+    return {"covered": lo <= truth <= hi, "wrong": wrong, "width": width,
+            "answered": question.answered(estimate, low, high)}
 
 
 def main() -> None:
@@ -137,54 +176,79 @@ def main() -> None:
     parser.add_argument("--mix", default="fp4_study", choices=sorted(MIXES), help="the candidates of a campaign")
     parser.add_argument("--min-seeds", type=int, default=5)
     parser.add_argument("--step", type=int, default=3)
-    parser.add_argument("--spending", default="obrien_fleming", choices=["obrien_fleming", "pocock"])
+    parser.add_argument("--spending", default="calibrated", choices=list(SPENDING))
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of the fixed design")
+    parser.add_argument("--equivalence", type=float, default=EQUIVALENCE,
+                        help="the question's equivalence band (0: none)")
+    parser.add_argument("--half-width", default="none",
+                        help="the question's precision goal: a number, 'fixed' (the fixed design's median "
+                             "half-width on the benchmark) or none")
+    parser.add_argument("--no-futility", action="store_true", help="adaptive cells never stop as futile")
+    parser.add_argument("--benchmarks", default=None, help="comma-separated benchmark names (default: all)")
     args = parser.parse_args()
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
-    totals = {k: [] for k in ("fixed", "adaptive")}
+    totals: dict[str, list[dict]] = {k: [] for k in ("fixed", "adaptive")}
     runs = {"fixed": 0, "adaptive": 0}
-    print(f"{'benchmark':<12}{'design':<10}{'coverage':>9}{'wrong':>8}{'width':>8}{'runs':>8}{'answered':>10}")
-    for bench, sources in distributions().items():
+    per_benchmark = {}
+    print(f"{'benchmark':<24}{'design':<10}{'coverage':>9}{'wrong':>8}{'width':>8}{'runs':>8}{'answered':>10}")
+    for (ruleset, bench), sources in distributions().items():
+        if args.benchmarks and bench not in args.benchmarks.split(","):
+            continue
+        label = f"{bench} ({ruleset.removeprefix('training_')})"
         n = SUBMISSION_RUNS[bench]
         campaigns = [draw_campaign(rng, args.mix) for _ in range(args.campaigns)]
         seeds = [int(rng.integers(1 << 31)) for _ in campaigns]
+        question = Question(equivalence=args.equivalence or None,
+                            half_width=None if args.half_width in ("none", "fixed") else float(args.half_width))
         fixed_cells, fixed_runs = [], 0
         for recipes, s in zip(campaigns, seeds, strict=True):
-            cells, used = fixed(recipes, sources, 2 * n, np.random.default_rng(s), args.resamples)
+            cells, used = fixed(recipes, sources, 2 * n, np.random.default_rng(s), args.resamples, question)
             fixed_cells += cells
             fixed_runs += used
-        goal = float(np.median([c["width"] for c in fixed_cells]))
-        settings = AdaptiveSpec(margin=MARGIN, half_width=goal, confidence=CONFIDENCE, min_seeds=args.min_seeds,
-                                step=args.step, spending=args.spending)
+        if args.half_width == "fixed":  # the fixed design's median precision, asked of both
+            question = Question(equivalence=question.equivalence, half_width=_median_width(fixed_cells))
+            for c in fixed_cells:
+                c["answered"] = c["answered"] or c["width"] <= question.half_width
+        settings = AdaptiveSpec(margin=question.margin, half_width=question.half_width,
+                                equivalence=question.equivalence, futility=not args.no_futility,
+                                confidence=CONFIDENCE, min_seeds=args.min_seeds, step=args.step,
+                                spending=args.spending)
         adaptive_cells, adaptive_runs = [], 0
         for recipes, s in zip(campaigns, seeds, strict=True):
             cells, used, _ = adaptive(recipes, sources, settings, 2 * n + args.extra_seeds,
-                                      np.random.default_rng(s + 1))
+                                      np.random.default_rng(s + 1), question)
             adaptive_cells += cells
             adaptive_runs += used
         for design, cells, used in (("fixed", fixed_cells, fixed_runs), ("adaptive", adaptive_cells, adaptive_runs)):
             totals[design] += cells
             runs[design] += used
-            print(f"{bench:<12}{design:<10}{_row(cells, used)}")
-        print(f"{'':<12}{'':<10}half-width goal {goal:.4f}; adaptive / fixed runs {adaptive_runs / fixed_runs:.3f}")
+            print(f"{label:<24}{design:<10}{_row(cells, used)}")
+        stops = {r: float(np.mean([c["stop"] == r for c in adaptive_cells]))
+                 for r in sorted({c["stop"] for c in adaptive_cells})}
+        print(f"{'':<34}adaptive / fixed runs {adaptive_runs / fixed_runs:.3f}; adaptive stops "
+              + ", ".join(f"{r} {v:.3f}" for r, v in stops.items()))
+        per_benchmark[label] = {**_figures(fixed_cells, adaptive_cells, fixed_runs, adaptive_runs),
+                                "stops_adaptive": stops, "half_width_goal": question.half_width}
     for design in ("fixed", "adaptive"):
-        print(f"{'all':<12}{design:<10}{_row(totals[design], runs[design])}")
+        print(f"{'all':<24}{design:<10}{_row(totals[design], runs[design])}")
     ratio = runs["adaptive"] / runs["fixed"]
     print(f"adaptive / fixed runs: {ratio:.3f} ({1 - ratio:.1%} fewer); "
-          f"{len(totals['fixed'])} cells each; {time.perf_counter() - started:.0f} s")
+          f"{len(totals['fixed'])} comparisons each; {time.perf_counter() - started:.0f} s")
     if args.json:
-        figures = {
-            "coverage_fixed": _rate(totals["fixed"], "covered"),
-            "coverage_adaptive": _rate(totals["adaptive"], "covered"),
-            "wrong_verdicts_fixed": _rate(totals["fixed"], "wrong"),
-            "wrong_verdicts_adaptive": _rate(totals["adaptive"], "wrong"),
-            "width_fixed": _median_width(totals["fixed"]), "width_adaptive": _median_width(totals["adaptive"]),
-            "runs_fixed": runs["fixed"], "runs_adaptive": runs["adaptive"],
-            "campaigns": args.campaigns * len(BENCHMARKS),
-            "answered_adaptive": _rate(totals["adaptive"], "answered"),
-        }
+        figures = {**_figures(totals["fixed"], totals["adaptive"], runs["fixed"], runs["adaptive"]),
+                   "campaigns": args.campaigns * len(per_benchmark), "benchmarks": per_benchmark}
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def _figures(fixed_cells: list[dict], adaptive_cells: list[dict], fixed_runs: int, adaptive_runs: int) -> dict:
+    return {
+        "coverage_fixed": _rate(fixed_cells, "covered"), "coverage_adaptive": _rate(adaptive_cells, "covered"),
+        "wrong_verdicts_fixed": _rate(fixed_cells, "wrong"), "wrong_verdicts_adaptive": _rate(adaptive_cells, "wrong"),
+        "width_fixed": _median_width(fixed_cells), "width_adaptive": _median_width(adaptive_cells),
+        "runs_fixed": fixed_runs, "runs_adaptive": adaptive_runs,
+        "answered_fixed": _rate(fixed_cells, "answered"), "answered_adaptive": _rate(adaptive_cells, "answered"),
+    }
 
 
 def _rate(cells: list[dict], key: str) -> float:
@@ -196,7 +260,7 @@ def _median_width(cells: list[dict]) -> float:
 
 
 def _row(cells: list[dict], used: int) -> str:
-    answered = f"{_rate(cells, 'answered'):>10.3f}" if "answered" in cells[0] else f"{'':>10}"
+    answered = f"{_rate(cells, 'answered'):>10.3f}"
     return (f"{_rate(cells, 'covered'):>9.3f}{_rate(cells, 'wrong'):>8.3f}{_median_width(cells):>8.4f}"
             f"{used:>8}{answered}")
 

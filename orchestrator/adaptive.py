@@ -3,10 +3,13 @@
 A look comes when every run asked for so far has an outcome (a barrier), so no decision
 depends on which run finished first. At a look every open comparison (a candidate
 recipe against the reference at one batch size) gets its repeated confidence interval
-(`analysis/sequential.py`); one that answers the campaign's question stops, and the
-others get `step` more seeds on the arms whose intervals shrink most per unit of cost (a
-Neyman-type rule: each arm's observed spread, its cost per run in tokens times ranks, and
-the comparisons it serves, the reference serving all of its batch size).
+(`analysis/sequential.py`); one that answers the campaign's question (a verdict,
+equivalence, a precision) stops, as does one no answer is within reach of with
+`futility` (`orchestrator/adaptive_answers.py`), and the others get `step` more seeds on
+the arms whose intervals shrink most per unit of cost (a Neyman-type rule: each arm's
+observed spread, its share of runs that converge, its cost per run in tokens times ranks,
+and the comparisons it serves, the reference serving all of its batch size, and running
+only while one of them is open).
 
 Where the looks stand (`AdaptiveState`) is a pure function of the outcomes recorded so
 far: `replay_looks` replays every look from the first, so an orchestrator killed anywhere
@@ -21,7 +24,15 @@ import math
 from dataclasses import dataclass, field
 
 from analysis.rcp import trimmed_count
-from analysis.sequential import SequentialInterval, arm, boundaries, factor_interval, information
+from analysis.sequential import (
+    CALIBRATED_DF_SHIFT,
+    SequentialInterval,
+    arm,
+    boundaries,
+    factor_interval,
+    information,
+)
+from orchestrator.adaptive_answers import answer, bound_text, futile
 from orchestrator.ledger import LedgerEntry
 from sweeps.adaptive_spec import AdaptiveSpec
 from sweeps.expand import expand
@@ -38,6 +49,7 @@ Cell = tuple[str, int]  # (recipe, batch size)
 
 # Why a cell stopped; the detail says the numbers.
 ANSWERED, COST_CAP, MAX_SEEDS, FAILED_SEED = "answered", "cost cap", "max seeds", "failed seed"
+FUTILE = "futile"  # no goal of the question is within reach of max_seeds (adaptive.futility)
 
 
 @dataclass(frozen=True)
@@ -56,7 +68,7 @@ class GaveUp:
 
 @dataclass(frozen=True)
 class Stop:
-    reason: str  # ANSWERED, COST_CAP, MAX_SEEDS or FAILED_SEED
+    reason: str  # ANSWERED, FUTILE, COST_CAP, MAX_SEEDS or FAILED_SEED
     detail: str
     look: int
 
@@ -134,40 +146,25 @@ def replay_looks(settings: AdaptiveSpec, recipes: list[str], batch_sizes: list[i
             break
         look += 1
         values = {cell: [o.value for o in seen(cell)] for cell in active}  # type: ignore[union-attr]
+        spreads = _allocation_spreads(state, open_, outcomes, trim) if settings.futility else {}
         for cand, ref in sorted(open_.items()):
             t = information(state.seeds[cand], state.seeds[ref], trim) / full
             if not times[cand] or t > times[cand][-1] + 1e-9:
                 times[cand].append(min(t, 1.0))
             z = boundaries(times[cand], 1 - settings.confidence, settings.spending)[-1]
-            interval = factor_interval(values[cand], values[ref], z, trim=trim)
+            interval = factor_interval(values[cand], values[ref], z, trim=trim,
+                                       df_shift=CALIBRATED_DF_SHIFT if settings.spending == "calibrated" else 0.0)
             decision = answer(interval, settings)
             state.looks.append(LookEntry(look, cand[0], cand[1], interval, decision))
             if decision:
                 close(cand, ANSWERED, decision)
+            elif settings.futility and (why := futile(values[cand], values[ref], (spreads[cand], spreads[ref]),
+                                                      times[cand], settings, max_seeds, trim)):
+                close(cand, FUTILE, why)
         if open_:
             _extend(state, open_, outcomes, settings, max_seeds, trim, close)
     _stop_references(state, comparisons, look)
     return state
-
-
-def answer(interval: SequentialInterval, settings: AdaptiveSpec) -> str | None:
-    """What the interval answers of the campaign's question, or None."""
-    verdict = precision = None
-    if settings.margin is not None:
-        if interval.low is not None and interval.low > settings.margin:
-            verdict = f"slower than {settings.margin:g} (interval {interval.low:.4f} .. {_bound(interval.high)})"
-        elif interval.high is not None and interval.high < settings.margin:
-            verdict = f"within {settings.margin:g} (interval {_bound(interval.low)} .. {interval.high:.4f})"
-    hw = interval.half_width
-    if settings.half_width is not None and hw is not None and hw <= settings.half_width:
-        precision = f"+-{hw:.2%} (goal +-{settings.half_width:.2%})"
-    if settings.require == "all":
-        return f"{verdict}; {precision}" if verdict and precision else None
-    return verdict or precision
-
-
-def _bound(value: float | None) -> str:
-    return "unbounded" if value is None else f"{value:.4f}"
 
 
 def interval_text(interval: SequentialInterval) -> str:
@@ -175,7 +172,7 @@ def interval_text(interval: SequentialInterval) -> str:
     point = "n/a" if interval.factor is None else f"{interval.factor:.4f}"
     if interval.low is None and interval.high is None:
         return f"{point} (no interval: {interval.reason})"
-    return f"{point} ({_bound(interval.low)} .. {_bound(interval.high)}, {interval.level:.1%} look)"
+    return f"{point} ({bound_text(interval.low)} .. {bound_text(interval.high)}, {interval.level:.1%} look)"
 
 
 def _extend(state: AdaptiveState, open_: dict[Cell, Cell], outcomes: Outcomes, settings: AdaptiveSpec,
@@ -184,9 +181,11 @@ def _extend(state: AdaptiveState, open_: dict[Cell, Cell], outcomes: Outcomes, s
     unit of cost (within half the best arm's gain), within max_seeds and the cost cap."""
     spread = _allocation_spreads(state, open_, outcomes, trim)
     cost = {cell: _cost_per_run(outcomes[cell][:state.seeds[cell]], settings) for cell in spread}
+    converging = {cell: _converging_share(outcomes[cell][:state.seeds[cell]]) for cell in spread}
 
     def variance(cell: Cell, extra: int = 0) -> float:
-        return spread[cell] / (state.seeds[cell] + extra - 2 * trim)
+        # a run that does not converge adds no information on the factor: count the share that do
+        return spread[cell] / max((state.seeds[cell] + extra) * converging[cell] - 2 * trim, 0.5)
 
     def shrink(cell: Cell) -> float:  # summed relative variance reduction over the comparisons it serves
         return sum((variance(cell) - variance(cell, settings.step)) / (variance(c) + variance(r))
@@ -236,6 +235,13 @@ def _allocation_spreads(state: AdaptiveState, open_: dict[Cell, Cell], outcomes:
     return {c: (s * k + pooled[c[1]] * SHRINK_RUNS) / (k + SHRINK_RUNS) or 1.0 for c, (s, k) in own.items()}
 
 
+def _converging_share(seen: list) -> float:
+    """The share of an arm's runs expected to converge: its record so far, shrunk toward
+    all converging by one pseudo-run (a first failure is no rate)."""
+    done = [o for o in seen if isinstance(o, Outcome)]
+    return (sum(math.isfinite(o.value) for o in done) + 1) / (len(done) + 1)
+
+
 def _cost_per_run(seen: list, settings: AdaptiveSpec) -> float:
     """What allocation weighs a run by: tokens x ranks, or GPU-hours where only they are
     capped; 1 before anything is known."""
@@ -277,7 +283,7 @@ def _cap_text(settings: AdaptiveSpec) -> str:
 def _stop_references(state: AdaptiveState, comparisons: dict[Cell, Cell], look: int) -> None:
     """A reference cell stops once every comparison it serves has, for the reason of the
     one that stopped last (the most serious one among those of that look)."""
-    severity = [ANSWERED, MAX_SEEDS, COST_CAP, FAILED_SEED]
+    severity = [ANSWERED, FUTILE, MAX_SEEDS, COST_CAP, FAILED_SEED]
     for ref in set(comparisons.values()):
         served = {c: state.stops.get(c) for c, r in comparisons.items() if r == ref}
         if not all(served.values()):

@@ -26,6 +26,7 @@ def test_one_look_is_the_fixed_sample_interval():
     ([0.2, 0.4, 0.6, 0.8, 1.0], "obrien_fleming"),
     ([0.3, 0.35, 0.7, 1.0], "pocock"),
     ([0.25, 0.6, 0.65, 0.9], "obrien_fleming"),
+    ([0.1, 0.3, 0.6, 1.0], "calibrated"),  # half the error at the first look, 0.1
 ])
 def test_boundaries_spend_what_the_spending_function_says(times, spending):
     """Brownian motion observed at the looks crosses a boundary by look k with the
@@ -36,7 +37,7 @@ def test_boundaries_spend_what_the_spending_function_says(times, spending):
     paths = np.cumsum(rng.standard_normal((400_000, len(t))) * np.sqrt(np.diff(np.r_[0.0, t])), axis=1)
     crossed = np.maximum.accumulate(np.abs(paths / np.sqrt(t)) >= c, axis=1).mean(axis=0)
     for k in range(len(t)):
-        assert crossed[k] == pytest.approx(spent(ALPHA, t[k], spending), abs=0.0012), (k, crossed, c)
+        assert crossed[k] == pytest.approx(spent(ALPHA, t[k], spending, t[0]), abs=0.0012), (k, crossed, c)
 
 
 def test_boundaries_refuse_looks_out_of_order():
@@ -142,3 +143,11 @@ def test_runs_tied_on_the_eval_grid_get_the_grid_s_spread_not_none():
     assert interval.low < interval.factor < interval.high and interval.half_width > 0.005
     alike = factor_interval([5.0] * 5, [5.0] * 5, 1.96)
     assert alike.low is None and alike.high is None and "no spread" in alike.reason
+
+
+def test_calibrated_spending_spends_half_at_the_first_look_and_all_by_the_last():
+    assert spent(ALPHA, 0.1, "calibrated", 0.1) == pytest.approx(ALPHA / 2)
+    assert spent(ALPHA, 1.0, "calibrated", 0.1) == pytest.approx(ALPHA)
+    between = [spent(ALPHA, t, "calibrated", 0.1) for t in (0.2, 0.5, 0.9)]
+    assert ALPHA / 2 < between[0] < between[1] < between[2] < ALPHA
+    assert boundaries([0.1], ALPHA, "calibrated")[0] == pytest.approx(stats.norm.isf(ALPHA / 4))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from orchestrator.adaptive import ANSWERED, MAX_SEEDS, LookEntry, Stop
+from orchestrator.adaptive import ANSWERED, FUTILE, MAX_SEEDS, LookEntry, Stop
 from sweeps.spec import load_campaign
 from tests.cluster.helpers import runs_of, wait_for
 from tests.conftest import run_cli
@@ -36,8 +36,9 @@ BACKENDS = {
     "slurm": {"kind": "slurm", "time_min": 5, "array_parallelism": 2},
 }
 # 3 seeds a cell (no interval yet: olympic scoring drops one at each end), then one more
-# for some arms at each look, up to 4: one fp8_like cell stops on max seeds at look 2, the
-# fp4_like ones (60% slower) are answered at look 3, beside the other on max seeds.
+# for some arms at each look, up to 4: the example's question (sweeps/examples/adaptive.yaml,
+# with equivalence, futility and the calibrated spending) stops cells at looks 2 and 3, as
+# answered, futile and at max seeds, so every kind of stop decides the same on each backend.
 QUESTION = {"min_seeds": 3, "step": 1, "max_seeds": 4}
 FIRST_LOOK, RUNS, LOOKS = 3 * 2 * 3, 3 * 2 * 4, 3
 OUT = ("pending", "running", "preempted")  # statuses of a run still on the cluster
@@ -79,7 +80,7 @@ def _attached(request, folders, kind: str) -> Ended:
         ended = _ended(path)
         # the campaign this suite needs: cells stopped at different looks, for more than one reason
         assert {s.look for s in ended.stops.values()} == {2, 3}
-        assert {s.reason for s in ended.stops.values()} == {ANSWERED, MAX_SEEDS}
+        assert {s.reason for s in ended.stops.values()} == {ANSWERED, FUTILE, MAX_SEEDS}
         _ATTACHED[kind] = ended
     return _ATTACHED[kind]
 

@@ -9,13 +9,17 @@ import math
 import numpy as np
 import pytest
 
+from analysis.sequential import SequentialInterval
 from orchestrator.adaptive import (
     ANSWERED,
     COST_CAP,
     FAILED_SEED,
+    FUTILE,
     MAX_SEEDS,
     GaveUp,
     Outcome,
+    _converging_share,
+    answer,
     replay_looks,
 )
 from sweeps.adaptive_spec import AdaptiveSpec
@@ -119,6 +123,7 @@ def test_the_shared_reference_gets_more_seeds_than_each_candidate():
 @pytest.mark.parametrize("field,value,says", [
     ("max_seeds", 3, "max_seeds 3 is below min_seeds 5"),
     ("require", "all", "require: all needs both goals"),
+    ("equivalence", 1.5, "less than 1"),
 ])
 def test_settings_that_cannot_work_are_refused(field, value, says):
     with pytest.raises(ValueError, match=says):
@@ -159,3 +164,44 @@ def test_an_arm_that_looked_tight_at_first_is_not_starved():
         for (r, b), k in state.seeds.items():
             while len(outcomes[(r, b)]) < k:
                 outcomes[(r, b)].append(Outcome(1000 * FACTORS[r] * float(rng.lognormal(0, spreads[r]))))
+
+
+def test_equivalence_alone_is_a_question_but_not_with_require_all():
+    assert AdaptiveSpec(equivalence=0.03).equivalence == 0.03
+    with pytest.raises(ValueError, match="remove require or equivalence"):
+        AdaptiveSpec(margin=1.02, half_width=0.03, equivalence=0.03, require="all")
+
+
+def test_an_interval_inside_the_band_is_equivalence_and_one_astride_its_edge_is_not():
+    settings = AdaptiveSpec(equivalence=0.03)
+    inside = SequentialInterval(1.0, 0.975, 1.025, 0.99, 10, 10)
+    astride = SequentialInterval(1.01, 0.985, 1.035, 0.99, 10, 10)
+    assert answer(inside, settings) == "equivalent within 3.00% (interval 0.9750 .. 1.0250)"
+    assert answer(astride, settings) is None
+    assert answer(SequentialInterval(None, 0.98, None, 0.99, 10, 10), settings) is None  # unbounded: never
+
+
+def test_futility_stops_a_comparison_no_goal_is_within_reach_of_and_its_reference_with_it():
+    """An FP8-like candidate 1% slower, runs spreading 8%: neither a verdict against 1.02
+    nor equivalence within 1% is within reach of 20 runs, so it stops within a few looks,
+    and the reference stops with it once the FP4-like comparison is answered; without
+    futility the same comparison runs to max_seeds."""
+    settings = AdaptiveSpec(margin=1.02, equivalence=0.01, futility=True, spending="calibrated")
+    states, _ = _simulate(settings, max_seeds=20, spread=0.08)
+    final = states[-1]
+    for b in SIZES:
+        assert final.stops[("fp8", b)].reason == FUTILE and final.seeds[("fp8", b)] <= 11, (final.stops, final.seeds)
+        detail = final.stops[("fp8", b)].detail
+        assert "neither a verdict against 1.02 nor equivalence within reach of 20 runs" in detail
+        assert final.stops[("fp4", b)].reason == ANSWERED
+        assert final.seeds[("bf16", b)] < 20
+    without, _ = _simulate(settings.model_copy(update={"futility": False}), max_seeds=20, spread=0.08)
+    assert {without[-1].stops[("fp8", b)].reason for b in SIZES} == {MAX_SEEDS}
+
+
+def test_allocation_counts_only_the_runs_that_converge():
+    """A run that does not converge tells nothing of the factor: the allocator counts an
+    arm's runs at its converging share, its record shrunk by one pseudo-run toward all."""
+    assert _converging_share([Outcome(1.0)] * 4) == 1.0
+    assert _converging_share([Outcome(1.0), Outcome(math.inf), Outcome(1.0)]) == pytest.approx(3 / 4)
+    assert _converging_share([Outcome(math.inf), None, GaveUp()]) == pytest.approx(1 / 2)  # only outcomes count

@@ -82,9 +82,9 @@ def _priced(folder, data: dict, path, status: dict) -> None:
 def _capped(gpu_hours: float | None) -> dict:
     """Four cells (bf16 against fp8_like at batch sizes 16 and 64), 3 seeds then one
     more up to 4, with a question no look answers (+-0.1%): only the cost cap or
-    max_seeds stops them. Each run holds 2 GPUs."""
-    data = adaptive_campaign(min_seeds=3, step=1, max_seeds=4, margin=None, half_width=0.001,
-                             cost_cap={} if gpu_hours is None else {"gpu_hours": gpu_hours})
+    max_seeds stops them (no equivalence asked, no futility stop). Each run holds 2 GPUs."""
+    data = adaptive_campaign(min_seeds=3, step=1, max_seeds=4, margin=None, half_width=0.001, equivalence=None,
+                             futility=False, cost_cap={} if gpu_hours is None else {"gpu_hours": gpu_hours})
     data["recipes"] = data["recipes"][:2]
     data["launch"] = {"gpus_per_process": 2}
     return data
