@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from analysis import plots
@@ -33,6 +34,22 @@ class CampaignFacts:
     # campaign's totals; None: left out.
     cost_rows: list[dict] | None = None
     cost_totals: dict | None = None
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    """One model of a campaign with a model axis, analysed as a campaign of its own
+    (analysis/per_model.py): its request (its benchmark, its hyperparameters), runs, RCP
+    table, factors against the same model's reference, pairs, selections and precision maps."""
+
+    name: str
+    request: AnalysisRequest
+    runs: pa.Table
+    table: pa.Table
+    found: list | None = None
+    selections: list | None = None
+    pairs: list | None = None
+    layer_maps: dict = field(default_factory=dict)
 
 
 def settings_section(settings: dict) -> Section:
@@ -165,6 +182,11 @@ def selection_section(selections: list, settings: SelectionSettings) -> Section:
 COST_COLUMNS = ["recipe", "batch_size", "runs", "gpu_hours", "core_hours", "run_wall_hours", "eta_s"]
 
 
+def _cost_columns(rows: list[dict]) -> list[str]:
+    # a model column only on a model axis (the rows of a campaign without one have model "")
+    return (["model"] if any(r.get("model") for r in rows) else []) + COST_COLUMNS
+
+
 def cost_section(rows: list[dict], totals: dict) -> Section:
     spent = (f"{totals.get('gpu_hours', 0.0):.4g} GPU-hours and {totals.get('core_hours', 0.0):.4g} CPU core-hours "
              f"over {totals.get('run_wall_hours', 0.0):.4g} run wall-hours")
@@ -173,7 +195,7 @@ def cost_section(rows: list[dict], totals: dict) -> Section:
     # with the campaign's prices (its cost: section), the money beside the hours; without, as before
     priced = "cost_usd" in totals
     money = f" That compute cost {totals['cost_usd']:,.2f} US dollars at the campaign's prices." if priced else ""
-    columns = COST_COLUMNS + (["cost_usd"] if priced else [])
+    columns = _cost_columns(rows) + (["cost_usd"] if priced else [])
     return Section("cost", "Compute spent", text=f"The campaign's finished runs spent {spent}{left}. "
                    f"A run's cost is its wall time x its processes (x GPUs per process).{money}",
                    columns=columns, rows=[{k: r.get(k) for k in columns} for r in rows])
@@ -224,21 +246,54 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
     """`layer_maps`: (recipe, batch size) -> the runs' precision map (analysis/layer_map.py);
     `pairs`: the candidates against each other (analysis/analyze.py `comparisons`);
     `scale`: the factor against model size (analysis/scale.py), with public `points`."""
-    req = facts.request
-    # The headline first (the factors and their verdicts, the RCP table), then what backs
-    # it up, and the settings last.
+    part = ModelPart("", facts.request, runs, table, found, selections, pairs, layer_maps or {})
+    return _body(facts, part, curves, telemetry_names, scale, points) + _closing(facts)
+
+
+def build_axis_sections(facts: CampaignFacts, parts: list[ModelPart], curves: pa.Table, telemetry_names: list[str],
+                        scale=None, points: list | None = None) -> list[Section]:
+    """A campaign with a model axis: the factor against model size first (the question
+    the axis asks), then under a heading per model that model's report (its factors
+    against its own reference, RCP table under its benchmark, selection, honest
+    rejection, curves), then the campaign's cost and settings."""
+    sections = [scale_section(scale, points)] if scale is not None else []
+    for part in parts:
+        sections.append(model_heading(part))
+        own = curves.filter(pc.is_in(curves["run_id"], value_set=part.runs["run_id"]))  # the model's runs' curves
+        for s in _body(facts, part, own, telemetry_names):
+            # keys stay unique in the page and in the markdown's figure files
+            sections.append(replace(s, key=f"{part.name}-{s.key}", title=f"{s.title} ({part.name})", level=3))
+    return sections + _closing(facts)
+
+
+def model_heading(part: ModelPart) -> Section:
+    params = next((p for p in part.runs["model_params"].to_pylist() if p is not None), None)
+    flops = next((f for f in part.runs["model_flops_per_token"].to_pylist() if f is not None), None)
+    size = (f"{params:,} parameters" if params is not None else "parameter count not recorded") + (
+        f", {flops:.4g} training FLOPs per token" if flops is not None else "")
+    return Section(
+        f"model-{part.name}", f"Model {part.name}",
+        text=(f"Model {part.name} ({size}): {part.runs.num_rows} runs, RCPs under the benchmark "
+              f"{part.request.benchmark}, factors against {part.request.reference} of the same model."))
+
+
+def _body(facts: CampaignFacts, part: ModelPart, curves: pa.Table, telemetry_names: list[str],
+          scale=None, points: list | None = None) -> list[Section]:
+    """The sections of one model's runs (a campaign's, without the axis): the headline
+    first (the factors and their verdicts, the RCP table), then what backs it up."""
+    req, runs, table = part.request, part.runs, part.table
     sections = []
-    if found is not None:
-        sections.append(factor_section(found, req.reference))
+    if part.found is not None:
+        sections.append(factor_section(part.found, req.reference))
     if scale is not None:
         sections.append(scale_section(scale, points))
-    if pairs:
-        sections.append(pairwise_section(pairs))
+    if part.pairs:
+        sections.append(pairwise_section(part.pairs))
     if req.adaptive:
         sections.append(adaptive_section(req.adaptive))
     sections.append(rcp_table_section(req, table))
-    if selections is not None:
-        sections.append(selection_section(selections, req.selection))
+    if part.selections is not None:
+        sections.append(selection_section(part.selections, req.selection))
     sections.append(rcp_health_section(req, runs))
     metric = facts.target_metric
     sections.append(Section(
@@ -265,8 +320,14 @@ def build_sections(facts: CampaignFacts, runs: pa.Table, table: pa.Table, curves
             text="Per recipe, the mean over runs of each telemetry fraction at the last eval.",
             figure=plots.telemetry(runs, curves, telemetry_names),
         ))
-    if layer_maps:
-        sections += layer_map_sections(layer_maps)
+    if part.layer_maps:
+        sections += layer_map_sections(part.layer_maps)
+    return sections
+
+
+def _closing(facts: CampaignFacts) -> list[Section]:
+    """The campaign's cost and its settings, last."""
+    sections = []
     if facts.cost_rows is not None:
         sections.append(cost_section(facts.cost_rows, facts.cost_totals or {}))
     sections.append(settings_section(facts.settings))

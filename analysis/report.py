@@ -27,6 +27,7 @@ class Section:
     figure_caption: str = ""
     preformatted: str = ""
     collapsed: bool = False  # HTML: folded under its title (a long dump a reader opens on demand)
+    level: int = 2  # the heading's level: 3 for a section under a heading of its own (one model's)
 
 
 # Tables wrap rather than scroll: a table takes the page's width; text cells wrap (where
@@ -74,7 +75,7 @@ def render_html(title: str, sections: list[Section]) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
     for s in sections:
-        heading = f"<h2>{html.escape(s.title)}</h2>"
+        heading = f"<h{s.level}>{html.escape(s.title)}</h{s.level}>"
         parts.append(f'<section id="{s.key}">' + (f"<details><summary>{heading}</summary>" if s.collapsed else heading))
         if s.text:
             parts.append(f"<p>{html.escape(s.text)}</p>")
@@ -97,7 +98,7 @@ def render_markdown(title: str, sections: list[Section], folder: Path, prefix: s
     `<prefix>-<section>.png` so that reports written into one folder keep their own."""
     lines = [f"# {title}", ""]
     for s in sections:
-        lines += [f"## {s.title}", ""]
+        lines += [f"{'#' * s.level} {s.title}", ""]
         if s.text:
             lines += [s.text, ""]
         if s.preformatted:

@@ -1,18 +1,18 @@
-"""`rcpforge analyze` on a campaign with a model axis: each model analysed as a campaign of
-its own, in `<out>/<model>/`: its RCP table, its RCP files under the model's benchmark
+"""`rcpforge analyze` and `rcpforge report` on a campaign with a model axis: each model
+analysed as a campaign of its own (analyze: in `<out>/<model>/`; report: under a heading
+per model): its RCP table, its RCP files under the model's benchmark
 (`<benchmark>_<model>`, with the model's hyperparameters), its factors against the
 reference recipe of the same model, its selection statistics and summary. The trend of
 the factors across models is analysis/scale*.py's."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from analysis.analyze import AnalysisRequest, AnalysisResult, analyze_runs
+from analysis.per_model import model_request, model_runs
 from sweeps.spec import Campaign
 
 
@@ -22,19 +22,31 @@ def analyze_models(campaign: Campaign, runs: pa.Table, request: AnalysisRequest,
     assert campaign.models is not None
     done = []
     for model in campaign.models:
-        rows = runs.filter(pc.equal(runs["model"], model.name))
-        own = replace(request, benchmark=campaign.benchmark_of(model.name), hparams=model.hparams or {},
-                      checker_runs=None, adaptive=model_record(request.adaptive, model.name))
+        own = model_request(request, campaign.benchmark_of(model.name), model.hparams or {}, model.name)
         folder = out / model.name
         folder.mkdir(parents=True, exist_ok=True)
-        done.append((model.name, analyze_runs(rows, own, folder)))
+        done.append((model.name, analyze_runs(model_runs(runs, model.name), own, folder)))
     return done
 
 
-def model_record(record: dict | None, model: str) -> dict | None:
-    """An adaptive campaign's looks and stops (orchestrator/adaptive.py `adaptive_record`)
-    of one model's cells."""
-    if record is None:
-        return None
-    return {**record, "cells": [c for c in record["cells"] if c.get("model") == model],
-            "looks": [e for e in record["looks"] if e.get("model") == model]}
+
+def model_parts(campaign: Campaign, runs: pa.Table, request: AnalysisRequest) -> list:
+    """Each model's part of `rcpforge report` (analysis/campaign_report.py `ModelPart`), in
+    the campaign's order: the numbers `analyze_models` writes, and the model's precision maps."""
+    from analysis.analyze import comparisons
+    from analysis.campaign_report import ModelPart
+    from analysis.layer_map import load_layer_maps
+    from analysis.rcp_table import rcp_table
+
+    assert campaign.models is not None
+    parts = []
+    for model in campaign.models:
+        own = model_request(request, campaign.benchmark_of(model.name), model.hparams or {}, model.name)
+        rows = model_runs(runs, model.name)
+        table = rcp_table(rows, own.benchmark, own.submission_runs)
+        found = pairs = selections = None
+        if own.reference in own.recipes:
+            found, pairs, selections = comparisons(rows, table, own)
+        parts.append(ModelPart(model.name, own, rows, table, found, selections, pairs,
+                               load_layer_maps(campaign.tracking_uri, rows)))
+    return parts

@@ -1,7 +1,9 @@
 """A campaign's runs in its tracking store, as a handle (`Campaign`) whose methods give the
 runs table and what `rcpforge analyze` computes from it: the RCP table, the convergence
-factors, the selection risk. `rcpforge analyze` calls the same methods, so a notebook and
-the command line get the same numbers.
+factors, the selection risk, and on a model axis the factor against model size.
+`rcpforge analyze` calls the same methods, so a notebook and the command line get the
+same numbers. On a model axis (docs/models.md) each model is analysed apart, as the
+command line does (`model=`).
 
 Heavy libraries (pandas, MLflow, SQLAlchemy) are imported inside the methods: importing
 rcpforge stays cheap and torch-free."""
@@ -26,6 +28,15 @@ DEFAULT_REFERENCE = "bf16"  # the analysis' reference recipe where the campaign 
 
 
 @dataclass(frozen=True)
+class Model:
+    """One model of a campaign's model axis, as its analysis sees it."""
+
+    name: str
+    benchmark: str  # its RCPs' benchmark: `<benchmark>_<model>`
+    hparams: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # its RCP records' Hyperparams
+
+
+@dataclass(frozen=True)
 class Campaign:
     """One campaign (an MLflow experiment of rcpforge runs, or an imported round) and what
     its analysis needs: `rcpforge.load` opens it. Every method reads the store anew (a
@@ -43,6 +54,8 @@ class Campaign:
     # (orchestrator/adaptive.py): analyze's factors.json and summary then say where each
     # cell stopped. None from `rcpforge.load`.
     adaptive: dict | None = None
+    # The model axis (`models:`), in the campaign file's order; () without one.
+    models: tuple[Model, ...] = ()
 
     def runs_arrow(self) -> pa.Table:
         """The runs table as a pyarrow Table, one row per run (the schema of
@@ -58,80 +71,136 @@ class Campaign:
         """The runs table as a pandas DataFrame (`runs_arrow()`, hparams as dicts)."""
         return self.runs_arrow().to_pandas(maps_as_pydicts="strict")
 
-    def rcp_table(self, runs: pa.Table | None = None) -> pd.DataFrame:
+    def rcp_table(self, runs: pa.Table | None = None, *, model: str | None = None) -> pd.DataFrame:
         """The RCP table, one row per (recipe, batch size): runs, converged, not_converged,
         diverged, pending_or_failed, olympic_mean, stdev, min_acceptable_mean,
         max_speedup (samples to converge, as the MLCommons checker computes them), is_rcp,
-        degenerate, note: `rcpforge analyze`'s rcp_table.parquet."""
+        degenerate, note: `rcpforge analyze`'s rcp_table.parquet. On a model axis, the
+        table of `model` (required where the campaign has more than one), under its
+        benchmark: `<out>/<model>/rcp_table.parquet`."""
         from analysis.rcp_table import rcp_table
 
-        return rcp_table(self._runs(runs), self.benchmark, self.submission_runs).to_pandas()
+        chosen = self._model(model)
+        benchmark = self.benchmark if chosen is None else chosen.benchmark
+        return rcp_table(self._runs(runs, chosen), benchmark, self.submission_runs).to_pandas()
 
     def factors(self, reference: str | None = None, *, confidence: float = 0.95, resamples: int = 10_000,
-                seed: int = 0, runs: pa.Table | None = None) -> pd.DataFrame:
+                seed: int = 0, runs: pa.Table | None = None, model: str | None = None) -> pd.DataFrame:
         """The convergence factors against `reference` (default: the campaign's): one row
         per (candidate recipe, batch size) the reference also ran, with factor (the
         candidate's olympic mean over the reference's), ci_low and ci_high (a stratified
         bootstrap interval at `confidence`; None where unbounded, see ci_*_unbounded and
         reason), prob_candidate_faster, mann_whitney_p and verdict (slower, faster, not
-        significant, undefined): `rcpforge analyze`'s factors.json "factors"."""
+        significant, undefined): `rcpforge analyze`'s factors.json "factors". On a model
+        axis, `model`'s candidates against the reference recipe of the same model."""
         import pandas as pd
 
         from analysis.analyze import reference_factors
         from analysis.factors import Factor
 
-        request = self.request(reference, seed=seed, resamples=resamples, confidence=confidence)
-        found = reference_factors(self._runs(runs), request)
+        chosen = self._model(model)
+        request = self.request(reference, seed=seed, resamples=resamples, confidence=confidence, model=chosen)
+        found = reference_factors(self._runs(runs, chosen), request)
         return pd.DataFrame([asdict(f) for f in found], columns=[f.name for f in fields(Factor)])
 
-    def selection_risk(self, reference: str | None = None, *, seed: int = 0,
-                       runs: pa.Table | None = None) -> pd.DataFrame:
+    def selection_risk(self, reference: str | None = None, *, seed: int = 0, runs: pa.Table | None = None,
+                       model: str | None = None) -> pd.DataFrame:
         """What selecting among runs is worth, per (recipe, batch size), tested against the
         reference recipe's RCP at that batch size: honest_* (the olympic mean of N honest
         runs: mean, stdev, quantiles, pass_prob), best_of_k and best_n_of_m (lists of
         dicts: pass probability, expected olympic mean, gain), runs_required and
-        outlier_sets: `rcpforge analyze`'s selection.json "cells", `honest` spread out."""
+        outlier_sets: `rcpforge analyze`'s selection.json "cells", `honest` spread out. On a
+        model axis, `model`'s cells against the same model's reference RCPs."""
         import pandas as pd
 
         from analysis.analyze import cell_selections
         from analysis.rcp_table import rcp_table
 
-        table_runs = self._runs(runs)
-        table = rcp_table(table_runs, self.benchmark, self.submission_runs)
+        chosen = self._model(model)
+        table_runs = self._runs(runs, chosen)
+        request = self.request(reference, seed=seed, model=chosen)
+        table = rcp_table(table_runs, request.benchmark, self.submission_runs)
         rows = []
-        for cell in cell_selections(table_runs, table, self.request(reference, seed=seed)):
+        for cell in cell_selections(table_runs, table, request):
             row = asdict(cell)
             honest = row.pop("honest")
             rows.append({**row, **{f"honest_{k}": v for k, v in honest.items()}})
         return pd.DataFrame(rows)
 
     def analyze(self, out: str | Path, reference: str | None = None, *, seed: int = 0, resamples: int = 10_000,
-                reference_rcps: dict | None = None, runs: pa.Table | None = None) -> AnalysisResult:
+                reference_rcps: dict | None = None, runs: pa.Table | None = None,
+                model: str | None = None) -> AnalysisResult:
         """Write into folder `out` what `rcpforge analyze` writes (the RCP table as CSV and
         Parquet, RCP files per recipe and derived ones per candidate, factors.json,
         selection.json, summary.md); returns the RCP table (Arrow), the paths written and
         the notes. `reference_rcps`: MLCommons RCP records to derive the candidates' RCPs
-        from instead of the campaign's reference-recipe RCPs."""
+        from instead of the campaign's reference-recipe RCPs. On a model axis, `model`'s
+        analysis: what `rcpforge analyze` writes into `<out>/<model>/`."""
         from analysis.analyze import analyze_runs
 
-        request = self.request(reference, seed=seed, resamples=resamples, reference_rcps=reference_rcps)
-        return analyze_runs(self._runs(runs), request, Path(out))
+        chosen = self._model(model)
+        request = self.request(reference, seed=seed, resamples=resamples, reference_rcps=reference_rcps,
+                               model=chosen)
+        return analyze_runs(self._runs(runs, chosen), request, Path(out))
 
-    def request(self, reference: str | None = None, *, seed: int = 0, **settings: Any) -> AnalysisRequest:
+    def scale(self, reference: str | None = None, *, confidence: float = 0.95, resamples: int = 10_000,
+              seed: int = 0, extrapolate_to: float | None = None, runs: pa.Table | None = None) -> dict:
+        """The factor against model size (docs/scale.md) over all the runs' models: what
+        `rcpforge analyze` writes as `scale.json`, a dict whose `trends` (one per candidate
+        recipe and batch size: slope, slope_low, slope_high, verdict, ...) and `cells` (each
+        model's factor) are lists of dicts (`pandas.DataFrame(result["trends"])`).
+        `extrapolate_to`: a parameter count to predict each factor at, labelled an
+        extrapolation. RcpforgeError where the runs hold fewer than two models."""
+        from analysis.analyze import scale_of
+
+        request = self.request(reference, seed=seed, resamples=resamples, confidence=confidence,
+                               extrapolate_to=extrapolate_to)
+        found = scale_of(self._runs(runs), request)
+        if found is None:
+            raise RcpforgeError(f"campaign {self.name}: a factor against model size needs runs of two or more "
+                                "models; give the campaign a models: axis (docs/models.md) and run it")
+        return found.as_json()
+
+    def request(self, reference: str | None = None, *, seed: int = 0, model: Model | None = None,
+                **settings: Any) -> AnalysisRequest:
         """The analysis of this campaign in the terms `analysis.analyze` takes (internal:
-        the methods above and the command line build theirs here)."""
+        the methods above and the command line build theirs here); narrowed to `model`
+        where given (analysis/per_model.py, as `rcpforge analyze` does per model)."""
         from analysis.analyze import AnalysisRequest
+        from analysis.per_model import model_request
         from analysis.selection import SelectionSettings
 
-        return AnalysisRequest(
+        request = AnalysisRequest(
             campaign=self.name, benchmark=self.benchmark, submission_runs=self.submission_runs,
             checker_runs=self.checker_runs, recipes=list(self.recipes), hparams=dict(self.hparams),
             reference=checked_reference(self.recipes, reference or self.reference), seed=seed,
             selection=SelectionSettings(seed=seed), adaptive=self.adaptive, **settings,
         )
+        return request if model is None else model_request(request, model.benchmark, model.hparams, model.name)
 
-    def _runs(self, runs: pa.Table | None) -> pa.Table:
-        return self.runs_arrow() if runs is None else runs
+    def _model(self, model: str | None) -> Model | None:
+        """The model an analysis is of: None without the axis, the only one, or the one
+        named (a model's RCPs and factors are its own, so models are never mixed)."""
+        names = [m.name for m in self.models]
+        if not self.models:
+            if model is not None:
+                raise RcpforgeError(f"model={model!r}: campaign {self.name} has no model axis (no models: "
+                                    "section); leave model= out")
+            return None
+        if model is None and len(self.models) == 1:
+            return self.models[0]
+        if model is None:
+            raise RcpforgeError(f"campaign {self.name} has {len(names)} models, each analysed apart: give "
+                                f"model= one of {', '.join(names)}")
+        if model not in names:
+            raise RcpforgeError(f"model={model!r}: not one of the campaign's models; give one of {', '.join(names)}")
+        return self.models[names.index(model)]
+
+    def _runs(self, runs: pa.Table | None, model: Model | None = None) -> pa.Table:
+        from analysis.per_model import model_runs
+
+        table = self.runs_arrow() if runs is None else runs
+        return table if model is None else model_runs(table, model.name)
 
 
 def checked_reference(recipes: tuple[str, ...] | list[str], reference: str) -> str:
@@ -192,6 +261,7 @@ def from_spec(spec: CampaignSpec, adaptive: dict | None = None) -> Campaign:
         name=spec.name, tracking_uri=spec.tracking_uri, benchmark=spec.benchmark,
         submission_runs=spec.submission_runs, recipes=tuple(r.name for r in spec.recipes),
         reference=spec.reference, hparams=spec.hparams, checker_runs=spec.checker_runs, adaptive=adaptive,
+        models=tuple(Model(m.name, spec.benchmark_of(m.name), m.hparams or {}) for m in spec.models or []),
     )
 
 
@@ -199,17 +269,20 @@ def _from_store(tracking_uri: str, name: str, benchmark: str | None, submission_
     from collections import Counter
 
     from analysis.load_sql import load_campaign_runs
-    from trainers.contract.submission import SUBMISSION_RUNS, name_as_benchmark
+    from trainers.contract.submission import SUBMISSION_RUNS, model_benchmark, name_as_benchmark
 
     runs = load_campaign_runs(tracking_uri, name)
-    cells = Counter(zip(runs["recipe"].to_pylist(), runs["batch_size"].to_pylist(), strict=True))
-    recipes = tuple(sorted({recipe for recipe, _ in cells if recipe is not None}))
+    cells = Counter(zip(runs["model"].to_pylist(), runs["recipe"].to_pylist(), runs["batch_size"].to_pylist(),
+                        strict=True))
+    recipes = tuple(sorted({recipe for _, recipe, _ in cells if recipe is not None}))
+    models = sorted({model for model, _, _ in cells if model})  # runs of a model axis name their model
     benchmark = benchmark or _imported_benchmark(tracking_uri, name) or name_as_benchmark(name)
     checker_runs = SUBMISSION_RUNS.get(benchmark)
     # the campaign file's rule (sweeps/spec.py): the checker's N, else half the smallest cell
     n = submission_runs or checker_runs or max(3, min(cells.values(), default=0) // 2)
     return Campaign(name=name, tracking_uri=tracking_uri, benchmark=benchmark, submission_runs=n,
-                    recipes=recipes, checker_runs=checker_runs)
+                    recipes=recipes, checker_runs=checker_runs,
+                    models=tuple(Model(m, model_benchmark(benchmark, m)) for m in models))
 
 
 def _imported_benchmark(tracking_uri: str, campaign: str) -> str | None:

@@ -45,7 +45,7 @@ from sweeps.tracking_spec import DEFAULT_DB, TrackingSpec
 from trainers.contract import Budget, RunSpec, Target
 from trainers.contract.fields import validation_message
 from trainers.contract.gang import Gang
-from trainers.contract.submission import SUBMISSION_RUNS, name_as_benchmark
+from trainers.contract.submission import SUBMISSION_RUNS, model_benchmark, name_as_benchmark
 from sweeps.tune_spec import TuneSpec
 from trainers.registry import (
     TrainerError,
@@ -315,7 +315,7 @@ class Campaign(_Strict):
 
     def benchmark_of(self, model: str) -> str:
         """The benchmark of a model's runs (their MLLOG, their RCPs): one per model of the axis."""
-        return f"{self.benchmark}_{model}" if model else self.benchmark
+        return model_benchmark(self.benchmark, model)
 
     @property
     def checker_runs(self) -> int | None:

@@ -52,12 +52,13 @@ def report(
     points = _points_or_fail(reference_points)
     campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
-    from analysis.campaign_report import CampaignFacts, build_sections
+    from analysis.analyze import scale_of
+    from analysis.campaign_report import CampaignFacts, build_axis_sections
     from analysis.curves import load_curves, telemetry_metrics
-    from analysis.layer_map import load_layer_maps
     from analysis.load import NoSuchCampaign, load_runs
-    from analysis.rcp_table import rcp_table
     from analysis.report import write_report
+    from orchestrator.models_analysis import model_parts
+    from orchestrator.status import campaign_status
 
     try:
         runs = load_runs(campaign.tracking_uri, campaign.name)
@@ -65,28 +66,39 @@ def report(
         fail(str(err))
     if runs.num_rows == 0:
         fail(f"campaign {campaign.name} has no runs yet; run `rcpforge run {campaign_file}` first")
-    table = rcp_table(runs, campaign.benchmark, campaign.submission_runs)
     run_ids = runs["run_id"].to_pylist()
     telemetry = telemetry_metrics(campaign.tracking_uri, run_ids)
     curves = load_curves(campaign.tracking_uri, run_ids, [campaign.target.metric, *telemetry])
-    found, pairs, selections = None, None, None
     request = analysis_request(campaign, reference, seed, extrapolate_to=extrapolate_to)
-    from analysis.analyze import comparisons, scale_of
-
-    if request.reference in request.recipes:
-        found, pairs, selections = comparisons(runs, table, request)
     # without prices the settings read as before the cost: section existed
     settings = campaign.model_dump(mode="json", exclude={"base_dir", *(() if campaign.cost else ("cost",))})
     settings["tracking"] = {"uri": redact_uri(campaign.tracking_uri)}
-    from orchestrator.status import campaign_status
-
     spent = campaign_status(campaign)
     facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes,
                           [c.as_dict() for c in spent.cells], spent.totals)
-    sections = build_sections(facts, runs, table, curves, telemetry, found, selections,
-                              load_layer_maps(campaign.tracking_uri, runs), pairs, scale_of(runs, request), points)
+    if campaign.models is None:
+        sections = _sections(campaign, facts, runs, curves, telemetry, points)
+    else:  # each model's report apart (its RCPs, its factors against its own reference), and the trend across
+        sections = build_axis_sections(facts, model_parts(campaign, runs, request), curves, telemetry,
+                                       scale_of(runs, request), points)
     path = write_report(out, f"rcpforge report: {campaign.name}", sections, fmt)
     console.print(f"wrote {path} ({len(sections)} sections)")
+
+
+def _sections(campaign, facts, runs, curves, telemetry: list[str], points: list) -> list:
+    """The report of a campaign without a model axis: one RCP table, one set of factors."""
+    from analysis.analyze import comparisons, scale_of
+    from analysis.campaign_report import build_sections
+    from analysis.layer_map import load_layer_maps
+    from analysis.rcp_table import rcp_table
+
+    request = facts.request
+    table = rcp_table(runs, campaign.benchmark, campaign.submission_runs)
+    found, pairs, selections = None, None, None
+    if request.reference in request.recipes:
+        found, pairs, selections = comparisons(runs, table, request)
+    return build_sections(facts, runs, table, curves, telemetry, found, selections,
+                          load_layer_maps(campaign.tracking_uri, runs), pairs, scale_of(runs, request), points)
 
 
 def _points_or_fail(source: str) -> list:

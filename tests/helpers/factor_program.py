@@ -1,9 +1,11 @@
 """An instant training program for adaptive campaigns (stdlib only): a run needs
 `evals x slowdown x exp(spread z)` evals to reach the target, z drawn from its seed, batch
 size and recipe label, and logs MLLOG as a real run does. `slowdown` is the recipe's
-option (`{recipe_slowdown}`), so a campaign's true factors are known.
+option (`{recipe_slowdown}`), so a campaign's true factors are known. On a model axis
+an optional POWER (a model's setting, `{model_power}`) makes the model's factor
+SLOWDOWN ** POWER, so each model's factors differ and are known too.
 
-    python factor_program.py BATCH_SIZE SEED SLOWDOWN MAX_TOKENS TOKENS_PER_SAMPLE BENCHMARK
+    python factor_program.py BATCH_SIZE SEED SLOWDOWN MAX_TOKENS TOKENS_PER_SAMPLE BENCHMARK [POWER]
 """
 
 import json
@@ -14,6 +16,7 @@ import time
 
 bs, seed, slowdown = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 max_tokens, per_sample, benchmark = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+power = float(sys.argv[7]) if len(sys.argv) > 7 else 1.0
 EVALS, SPREAD = 40, 0.05
 
 
@@ -24,7 +27,7 @@ def log(key, value=None, **metadata):
 
 
 rng = random.Random(f"{seed}-{bs}-{slowdown}")  # a str seed is hashed the same on every run
-needed = math.ceil(EVALS * slowdown * math.exp(SPREAD * rng.gauss(0, 1)))
+needed = math.ceil(EVALS * slowdown**power * math.exp(SPREAD * rng.gauss(0, 1)))
 log("submission_benchmark", benchmark)
 log("global_batch_size", bs)
 log("seed", seed)

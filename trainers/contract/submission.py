@@ -52,6 +52,12 @@ def name_as_benchmark(campaign: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", campaign)
 
 
+def model_benchmark(benchmark: str, model: str) -> str:
+    """The benchmark of one model's runs on a model axis (their MLLOG, their RCPs); the
+    campaign's own without the axis (model "")."""
+    return f"{benchmark}_{model}" if model else benchmark
+
+
 def benchmark_origin(benchmark: str, campaign: str) -> str:
     """Where a campaign's benchmark comes from, for a message that names a clash with it."""
     return ("rcp.benchmark unset, so the campaign's name" if benchmark == name_as_benchmark(campaign)
