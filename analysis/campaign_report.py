@@ -259,6 +259,8 @@ def build_axis_sections(facts: CampaignFacts, parts: list[ModelPart], curves: pa
     sections = [scale_section(scale, points)] if scale is not None else []
     for part in parts:
         sections.append(model_heading(part))
+        if part.runs.num_rows == 0:
+            continue  # a model not run yet: its heading says so
         own = curves.filter(pc.is_in(curves["run_id"], value_set=part.runs["run_id"]))  # the model's runs' curves
         for s in _body(facts, part, own, telemetry_names):
             # keys stay unique in the page and in the markdown's figure files
@@ -267,6 +269,9 @@ def build_axis_sections(facts: CampaignFacts, parts: list[ModelPart], curves: pa
 
 
 def model_heading(part: ModelPart) -> Section:
+    if part.runs.num_rows == 0:
+        return Section(f"model-{part.name}", f"Model {part.name}",
+                       text=f"Model {part.name} has no runs yet (benchmark {part.request.benchmark}).")
     params = next((p for p in part.runs["model_params"].to_pylist() if p is not None), None)
     flops = next((f for f in part.runs["model_flops_per_token"].to_pylist() if f is not None), None)
     size = (f"{params:,} parameters" if params is not None else "parameter count not recorded") + (

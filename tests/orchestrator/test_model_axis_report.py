@@ -11,6 +11,7 @@ import re
 
 import pandas as pd
 import pytest
+import yaml
 
 import rcpforge
 from orchestrator.campaign import run_campaign
@@ -95,7 +96,10 @@ def test_the_api_refuses_to_mix_models(axis):
 
 
 def test_the_report_gives_each_model_its_sections(axis, tmp_path):
-    result = invoke("report", str(axis), "--out", str(tmp_path / "r.html"), "--reference-points", "none")
+    data = yaml.safe_load(axis.read_text())
+    data["models"].append({"name": "huge", "power": 0.25, "params": 2.56e10})  # in the file, not run yet
+    grown = write_campaign(axis.parent, data, "grown.yaml")
+    result = invoke("report", str(grown), "--out", str(tmp_path / "r.html"), "--reference-points", "none")
     assert result.exit_code == 0, result.output
     page = (tmp_path / "r.html").read_text()
     sections = dict(re.findall(r'<section id="([^"]+)">(.*?)</section>', page, re.S))
@@ -112,6 +116,7 @@ def test_the_report_gives_each_model_its_sections(axis, tmp_path):
         # the model's factors against its own reference: the API's numbers, carried exactly
         for f in campaign.factors(model=model).to_dict("records"):
             assert f'data-value="{f["factor"]!r}"' in sections[f"{model}-factors"]
+    assert "Model huge has no runs yet" in sections["model-huge"] and not any(k.startswith("huge-") for k in sections)
     assert {"factors", "rcp-table", "selection"}.isdisjoint(sections)  # no table of both models' runs together
     assert 'data-key="model"' in sections["cost"]
 
