@@ -19,18 +19,27 @@ TOKENS_PER_SAMPLE = 4
 SLOWDOWNS = {"bf16": 1.0, "fp8_like": 1.01, "fp4_like": 1.6}
 
 
+def factor_program(*more_argv: str) -> dict:
+    """The trainer, target and budget of a campaign on the instant factor program (a
+    recipe's `slowdown` option scales its samples to converge); `more_argv` go after the
+    program's six arguments (its optional POWER, e.g. "{model_power}")."""
+    return {
+        "trainer": {"kind": "command", "unit": "samples", "tokens_per_sample": TOKENS_PER_SAMPLE,
+                    "metric_key": "eval_accuracy", "max_wall_s": 60, "stop_grace_s": 2,
+                    "argv": ["{python}", str(PROGRAM), "{batch_size}", "{seed}", "{recipe_slowdown}",
+                             "{max_tokens}", str(TOKENS_PER_SAMPLE), "{benchmark}", *more_argv]},
+        "target": {"metric": "eval_accuracy", "mode": "max", "value": 0.9},
+        "budget": {"max_tokens": 64 * 4 * 4 * 200, "eval_every_tokens": 64 * 4 * 4},
+    }
+
+
 def adaptive_campaign(**adaptive) -> dict:
     """The example's question (sweeps/examples/adaptive.yaml) on the instant program: a
     bf16 reference, an FP8-like recipe 1% slower and an FP4-like one 60% slower."""
     question = yaml.safe_load(EXAMPLE.read_text())["adaptive"]
     return {
         "name": "adaptive",
-        "trainer": {"kind": "command", "unit": "samples", "tokens_per_sample": TOKENS_PER_SAMPLE,
-                    "metric_key": "eval_accuracy", "max_wall_s": 60, "stop_grace_s": 2,
-                    "argv": ["{python}", str(PROGRAM), "{batch_size}", "{seed}", "{recipe_slowdown}",
-                             "{max_tokens}", str(TOKENS_PER_SAMPLE), "{benchmark}"]},
-        "target": {"metric": "eval_accuracy", "mode": "max", "value": 0.9},
-        "budget": {"max_tokens": 64 * 4 * 4 * 200, "eval_every_tokens": 64 * 4 * 4},
+        **factor_program(),
         "recipes": [{name: {"slowdown": s}} for name, s in SLOWDOWNS.items()],
         "batch_sizes": [16, 64],
         "adaptive": {**question, **adaptive},

@@ -16,7 +16,7 @@ import yaml
 import rcpforge
 from orchestrator.campaign import run_campaign
 from sweeps.spec import load_campaign
-from tests.helpers.adaptive_campaigns import PROGRAM, TOKENS_PER_SAMPLE
+from tests.helpers.adaptive_campaigns import factor_program
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.cli import invoke
 
@@ -30,12 +30,7 @@ def axis(tmp_path_factory):
     folder = tmp_path_factory.mktemp("axis")
     path = write_campaign(folder, {
         "name": "axis_report",
-        "trainer": {"kind": "command", "unit": "samples", "tokens_per_sample": TOKENS_PER_SAMPLE,
-                    "metric_key": "eval_accuracy", "max_wall_s": 60, "stop_grace_s": 2,
-                    "argv": ["{python}", str(PROGRAM), "{batch_size}", "{seed}", "{recipe_slowdown}",
-                             "{max_tokens}", str(TOKENS_PER_SAMPLE), "{benchmark}", "{model_power}"]},
-        "target": {"metric": "eval_accuracy", "mode": "max", "value": 0.9},
-        "budget": {"max_tokens": 64 * 4 * 4 * 200, "eval_every_tokens": 64 * 4 * 4},
+        **factor_program("{model_power}"),
         "recipes": [{"bf16": {"slowdown": 1.0}}, {"fp4_like": {"slowdown": 1.6}}],
         "batch_sizes": [16, 64],
         "seeds": 4,

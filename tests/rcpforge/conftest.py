@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers.adaptive_campaigns import factor_program
 from tests.helpers.campaigns import write_campaign
 
-PROGRAM = Path(__file__).resolve().parents[1] / "helpers" / "factor_program.py"
-TOKENS_PER_SAMPLE = 4
 SEEDS = 4
 
 
@@ -21,12 +20,7 @@ def demo_campaign() -> dict:
     """The campaign docs/analysts.md reads: `demo`, bf16 and fp8_like, four seeds a cell."""
     return {
         "name": "demo",
-        "trainer": {"kind": "command", "unit": "samples", "tokens_per_sample": TOKENS_PER_SAMPLE,
-                    "metric_key": "eval_accuracy", "max_wall_s": 60, "stop_grace_s": 2,
-                    "argv": ["{python}", str(PROGRAM), "{batch_size}", "{seed}", "{recipe_slowdown}",
-                             "{max_tokens}", str(TOKENS_PER_SAMPLE), "{benchmark}"]},
-        "target": {"metric": "eval_accuracy", "mode": "max", "value": 0.9},
-        "budget": {"max_tokens": 64 * 4 * 4 * 200, "eval_every_tokens": 64 * 4 * 4},
+        **factor_program(),
         "recipes": [{"bf16": {"slowdown": 1.0}}, {"fp8_like": {"slowdown": 1.25}}],
         "batch_sizes": [16, 64],
         "seeds": SEEDS,
