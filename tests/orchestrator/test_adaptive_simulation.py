@@ -64,13 +64,20 @@ SHAPES = {
 }
 
 CI, FULL = 350, 5000  # campaigns, each of len(SHAPES) comparisons
-SIZES = [
-    pytest.param(CI, id="ci"),
-    pytest.param(FULL, id="full", marks=pytest.mark.skipif(
-        os.environ.get("RCPFORGE_SLOW_ADAPTIVE") != "1",
-        reason="20,000 simulated comparisons a question, about 5 minutes; the same questions on 1,400 run in "
-               "the ci cases; set RCPFORGE_SLOW_ADAPTIVE=1 to run it")),
-]
+
+
+def sizes(ci: int, full: int, duration: str) -> list:
+    """The CI and the opt-in full number of simulated campaigns, as test parameters."""
+    return [
+        pytest.param(ci, id="ci"),
+        pytest.param(full, id="full", marks=pytest.mark.skipif(
+            os.environ.get("RCPFORGE_SLOW_ADAPTIVE") != "1",
+            reason=f"20,000 simulated comparisons a question, {duration}; the same questions on 1,400 run in "
+                   "the ci cases; set RCPFORGE_SLOW_ADAPTIVE=1 to run it")),
+    ]
+
+
+SIZES = sizes(CI, FULL, "about 5 minutes")
 
 
 def _draw(rng: np.random.Generator, truth: float) -> Outcomes:
@@ -213,13 +220,7 @@ def test_drawing_every_seed_up_front_decides_as_running_them_look_by_look():
 
 CALIBRATED = dict(min_seeds=5, step=3, spending="calibrated")
 CI_CALIBRATED, FULL_CALIBRATED = 350, 5000
-CALIBRATED_SIZES = [
-    pytest.param(CI_CALIBRATED, id="ci"),
-    pytest.param(FULL_CALIBRATED, id="full", marks=pytest.mark.skipif(
-        os.environ.get("RCPFORGE_SLOW_ADAPTIVE") != "1",
-        reason="20,000 simulated comparisons a question, several minutes; the same questions on 1,400 run in "
-               "the ci cases; set RCPFORGE_SLOW_ADAPTIVE=1 to run it")),
-]
+CALIBRATED_SIZES = sizes(CI_CALIBRATED, FULL_CALIBRATED, "several minutes")
 
 
 def _censor(outcomes: Outcomes, share: float, rng: np.random.Generator) -> Outcomes:
