@@ -124,6 +124,7 @@ def scale_section(result, points: list | None = None) -> Section:
         columns=list(rows[0]) if rows else ["recipe"], rows=rows,
         figure=plots.scale_trends(result, shown) if result.cells else None,
         figure_caption="log-log; lines: the fit over the measured sizes, dashed: an extrapolation beyond them; "
+                       "hollow triangles: models outside the fit (runs not converged), at the floor on the factor; "
                        "black stars: public results, drawn, not fitted",
     )
 

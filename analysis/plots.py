@@ -217,7 +217,8 @@ def look_intervals(record: dict) -> bytes:
 
 def scale_trends(result, points: list | None = None) -> bytes:
     """Factor against parameter count (log-log), one panel per candidate recipe: each
-    model's factor with its interval per batch size, the fitted line over the measured
+    model's factor with its interval per batch size (a hollow triangle: a model outside the
+    fit whose runs did not converge, at the floor on its factor), the fitted line over the measured
     sizes (dashed on to an asked-for extrapolation, with its interval, labelled), and
     public reference points drawn as black stars, never fitted."""
     recipes = sorted({c.recipe for c in result.cells})
@@ -230,6 +231,11 @@ def scale_trends(result, points: list | None = None) -> bytes:
             lo = [c.factor - (c.ci_low if c.ci_low is not None else c.factor) for c in cells]
             hi = [(c.ci_high if c.ci_high is not None else c.factor) - c.factor for c in cells]
             bars = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, ls="none", label=f"bs {t.batch_size}")
+            floors = [e for e in t.excluded if e["factor_above"] is not None and e["params"] is not None]
+            if floors:  # models outside the fit: their factor is only known to be above this
+                ax.scatter([e["params"] for e in floors], [e["factor_above"] for e in floors], marker="^", s=60,
+                           facecolors="none", edgecolors=bars[0].get_color(),
+                           label=f"bs {t.batch_size}: not converged, factor above")
             if t.slope is None:
                 continue
             colour = bars[0].get_color()
@@ -255,6 +261,7 @@ def scale_trends(result, points: list | None = None) -> bytes:
         ax.set_yticks([v for v in matplotlib.ticker.MaxNLocator(6).tick_values(low, high) if low <= v <= high])
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
         ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # sizes within a decade: labels collide
         ax.set_title(recipe, fontsize=10)
         ax.set_xlabel("parameters")
         ax.set_ylabel(f"factor against {result.reference}")

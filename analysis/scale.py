@@ -14,9 +14,11 @@ both, and the bootstrap's coverage is the nearer to 95%, so it is the default.
 
 Runs that did not converge: a model's factor is the one `factors` gives (undefined where
 more of a cell's runs failed than olympic scoring drops; that model then sits out the
-trend, said in its reason). Inside the trend's bootstrap a failed run counts at the
-largest converged value of its cell, as the adaptive intervals count it (it needed at
-least as much), so a resample that draws it twice does not make the line unbounded."""
+trend, named in the trend's `excluded` with its reason and a floor on its factor: each
+run that did not converge counts at the tokens it trained, since it needed more). Inside
+the trend's bootstrap a failed run counts at the largest converged value of its cell, as
+the adaptive intervals count it (it needed at least as much), so a resample that draws it
+twice does not make the line unbounded."""
 
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats as scipy_stats
 
-from analysis.factors import Factor, cell_values, factors
-from analysis.rcp import trimmed_count
+from analysis.factors import OUTCOMES, Factor, cell_values, factors
+from analysis.rcp import olympic_mean, trimmed_count
 from analysis.stats import resample_olympic
 
 METHODS = ("bootstrap", "weighted")
@@ -58,6 +60,9 @@ class ModelCell:
     runs_candidate: int
     runs_reference: int
     reason: str | None
+    # Where the factor is undefined because too few candidate runs converged: a floor on
+    # it (every such run needed more than the tokens it trained), or None.
+    factor_above: float | None = None
 
 
 @dataclass
@@ -77,6 +82,8 @@ class Trend:
     verdict_text: str = ""
     reason: str | None = None
     predicted: dict | None = None  # only with --extrapolate-to
+    # models measured but outside the fit (undefined factor): model, params, reason, factor_above
+    excluded: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k != "predicted"}
@@ -125,18 +132,53 @@ def scale_analysis(runs: pa.Table, reference: str, benchmark: str, *, confidence
         censored = cell_values(rows, not_converged=math.inf)
         size = params[model]
         for f in factors(rows, reference, benchmark, confidence=confidence, resamples=resamples, seed=seed):
+            floor = None if f.factor is not None else factor_floor(rows, f.candidate, reference, f.batch_size, trim)
             result.cells.append(ModelCell(model, size, f.candidate, f.batch_size, f.factor, f.ci_low,
                                           f.ci_high, f.ci_low_unbounded, f.ci_high_unbounded, f.runs_candidate,
-                                          f.runs_reference, f.reason))
+                                          f.runs_reference, f.reason, floor))
             if f.factor is not None and size is not None:
                 points.setdefault((f.candidate, f.batch_size), []).append(
                     (size, censored[(f.candidate, f.batch_size)], censored[(reference, f.batch_size)], f))
     unknown = sorted(m for m, p in params.items() if p is None)
     for (recipe, bs) in sorted({(c.recipe, c.batch_size) for c in result.cells}):
-        result.trends.append(fit_trend(recipe, bs, points.get((recipe, bs), []), trim, confidence=confidence,
-                                       resamples=resamples, seed=seed, extrapolate_to=extrapolate_to,
-                                       method=method, unknown=unknown))
+        trend = fit_trend(recipe, bs, points.get((recipe, bs), []), trim, confidence=confidence,
+                          resamples=resamples, seed=seed, extrapolate_to=extrapolate_to, method=method,
+                          unknown=unknown)
+        trend.excluded = [{"model": c.model, "params": c.params, "reason": c.reason, "factor_above": c.factor_above}
+                          for c in result.cells if (c.recipe, c.batch_size) == (recipe, bs) and c.factor is None]
+        if trend.excluded:
+            trend.verdict_text += f"; outside the fit: {_excluded_text(trend.excluded)}"
+        result.trends.append(trend)
     return result
+
+
+def factor_floor(rows: pa.Table, candidate: str, reference: str, bs: int, trim: int) -> float | None:
+    """A floor on a factor left undefined because too few candidate runs converged: each
+    run that did not converge counts at the tokens it trained (it needed more), over the
+    reference's olympic mean. None where the reference's own mean is infinite or a run
+    recorded no tokens."""
+    def tokens(recipe: str, stopped_at_trained: bool) -> list[float]:
+        cell = rows.filter(pc.and_(pc.equal(rows["recipe"], recipe), pc.equal(rows["batch_size"], bs)))
+        out = []
+        for r in cell.select(["status", "tokens_to_target", "tokens_trained"]).to_pylist():
+            if r["status"] == "converged":
+                out.append(r["tokens_to_target"])
+            elif r["status"] in OUTCOMES:
+                out.append(r["tokens_trained"] if stopped_at_trained else math.inf)
+        return [math.nan if v is None else float(v) for v in out]
+    cand, ref = tokens(candidate, True), tokens(reference, False)
+    if min(len(cand), len(ref)) <= 2 * trim or any(math.isnan(v) for v in cand + ref):
+        return None
+    floor = olympic_mean(cand, trim) / olympic_mean(ref, trim)
+    return floor if math.isfinite(floor) else None
+
+
+def _excluded_text(excluded: list[dict]) -> str:
+    def one(e: dict) -> str:
+        size = "" if e["params"] is None else f" ({e['params']:,} params)"
+        floor = "" if e["factor_above"] is None else f": factor above {e['factor_above']:.2f}"
+        return f"{e['model']}{size}{floor or ': factor undefined'}"
+    return ", ".join(one(e) for e in excluded)
 
 
 def fit_trend(recipe: str, bs: int, points: list, trim: int, *, confidence: float, resamples: int, seed: int,
@@ -158,6 +200,8 @@ def fit_trend(recipe: str, bs: int, points: list, trim: int, *, confidence: floa
     if len(sizes) == 2:
         trend.reason = "two sizes: a line through two points, with no check that a power law fits"
     trend.verdict, trend.verdict_text = _verdict(trend, x)
+    if trend.reason:
+        trend.verdict_text += f" ({trend.reason})"
     if extrapolate_to is not None:
         trend.predicted = _prediction(trend, draws, math.log(extrapolate_to), confidence, extrapolate_to)
     return trend
@@ -267,8 +311,23 @@ def _prediction(trend: Trend, draws, at: float, confidence: float, params: float
     label = (f"interpolation within the measured sizes ({trend.params_min:.3g} .. {trend.params_max:.3g} params)"
              if inside else f"EXTRAPOLATION beyond the measured sizes ({trend.params_min:.3g} .. "
              f"{trend.params_max:.3g} params) to {params:.3g}: assumes the power law holds there")
+    crossing = _crosses_one(trend, at)
+    if crossing is not None:
+        label += (f"; the line crosses 1 at {crossing:.3g} params, before this size: a power law of the factor "
+                  "carries a shrinking penalty on into an advantage (and a shrinking advantage into a penalty), "
+                  "so beyond that size the prediction reflects the model of the trend more than the recipe")
     return {"predicted_at_params": params, "predicted_factor": point, "predicted_low": low, "predicted_high": high,
-            "extrapolation": not inside, "predicted_label": label}
+            "extrapolation": not inside, "predicted_label": label, "crosses_one_at": crossing}
+
+
+def _crosses_one(trend: Trend, at: float) -> float | None:
+    """The size, past the smallest measured one, at which the fitted line reaches factor 1
+    on the way to `at` (log params), or None where it does not."""
+    assert trend.slope is not None and trend.intercept is not None and trend.params_min is not None
+    if trend.slope == 0:
+        return None
+    where = -trend.intercept / trend.slope
+    return math.exp(where) if math.log(trend.params_min) < where < at else None
 
 
 def _fixed(value: float | None, digits: int = 4) -> str:
@@ -297,15 +356,15 @@ def scale_markdown(result: ScaleResult) -> list[str]:
             row += ["-" if not p else f"{p['predicted_factor']:.4f}",
                     "-" if not p else f"{_fixed(p['predicted_low'])} .. {_fixed(p['predicted_high'])}"]
         lines.append(f"| {' | '.join(row)} |")
-    lines += [""] + [f"- {t.verdict_text}" + (f" ({t.reason})" if t.reason and t.slope is not None else "")
-                     for t in result.trends]
+    lines += [""] + [f"- {t.verdict_text}" for t in result.trends]
     if extrapolating:
         lines += [f"- {t.recipe} bs {t.batch_size}: {t.predicted['predicted_label']}" for t in result.trends
                   if t.predicted]
     lines += ["", "| model | params | recipe | batch_size | factor | interval | runs (candidate, reference) | reason |",
               "|---|---:|---|---:|---:|---|---|---|"]
     for c in result.cells:
-        factor = "-" if c.factor is None else f"{c.factor:.4f}"
+        factor = (f"above {c.factor_above:.4f}" if c.factor_above is not None else "-") if c.factor is None \
+            else f"{c.factor:.4f}"
         interval = "-" if c.factor is None else f"{_fixed(c.ci_low)} .. {_fixed(c.ci_high)}"
         params = "unknown" if c.params is None else f"{c.params:,}"
         lines.append(f"| {c.model} | {params} | {c.recipe} | {c.batch_size} | {factor} | {interval} | "

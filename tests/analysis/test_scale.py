@@ -9,16 +9,18 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from rich.console import Console
 
+from analysis import plots
 from analysis.analyze import AnalysisRequest, analyze_runs
 from analysis.campaign_report import scale_section
 from analysis.report import render_html
-from analysis.scale import GROWS, NO_TREND, SHRINKS, has_model_axis, scale_analysis
+from analysis.scale import GROWS, NO_TREND, SHRINKS, has_model_axis, scale_analysis, scale_markdown
 from analysis.scale_plan import size_slopes
 from analysis.scale_points import MLPERF_FP4, PointsError, load_points
-from tests.helpers.scale_runs import power_law_runs
+from tests.helpers.scale_runs import SCHEMA, power_law_runs
 
 TREND_KEYS = {"recipe", "batch_size", "slope", "slope_low", "slope_high", "verdict"}
 PREDICTED_KEYS = {"predicted_factor", "predicted_low", "predicted_high"}
@@ -91,6 +93,20 @@ def test_an_extrapolation_is_labelled_everywhere_it_is_shown(runs, tmp_path):
     assert inside.predicted["predicted_label"].startswith("interpolation")
 
 
+def test_an_extrapolation_past_factor_1_says_where_the_line_crosses_it(runs):
+    # nvfp4's true factor 1.4 * (params / 2e5)^-0.08 reaches 1 at 2e5 * 1.4^(1/0.08), about 1.3e7
+    found = {(t.recipe, t.batch_size): t.predicted
+             for t in scale_analysis(runs, "bf16", "llama31_8b", resamples=RESAMPLES, extrapolate_to=8e9).trends}
+    crossing = 2e5 * 1.4 ** (1 / 0.08)
+    for bs in (32, 128):
+        assert crossing / 3 < found[("nvfp4", bs)]["crosses_one_at"] < crossing * 3
+        assert "the line crosses 1 at" in found[("nvfp4", bs)]["predicted_label"]
+        assert found[("mxfp4", bs)]["crosses_one_at"] is None  # grows away from 1: never crosses
+        assert "crosses" not in found[("mxfp4", bs)]["predicted_label"]
+    near = scale_analysis(runs, "bf16", "llama31_8b", resamples=RESAMPLES, extrapolate_to=4e6).trends
+    assert all(t.predicted["crosses_one_at"] is None for t in near)  # the line is still above 1 there
+
+
 def test_one_model_writes_no_trend(runs, tmp_path):
     one = runs.filter(runs["model"].to_numpy(zero_copy_only=False) == "w64")
     assert not has_model_axis(one) and has_model_axis(runs)
@@ -109,6 +125,59 @@ def test_two_sizes_fit_a_line_and_say_so_and_one_size_is_no_trend():
     trend = scale_analysis(unknown, "bf16", "llama31_8b", resamples=RESAMPLES).trends[0]
     assert trend.slope is None and trend.verdict == "too few sizes"
     assert "a trend needs at least 2" in trend.reason and "without a recorded parameter count: b" in trend.reason
+
+
+BUDGET = 4_000_000.0
+
+
+def _never_converged(model: str = "w64") -> list[dict]:
+    """Runs in which `model`'s nvfp4 runs all stop at the budget."""
+    rows = power_law_runs(np.random.default_rng(3), slope=-0.08, seeds=6, fail=0.0).to_pylist()
+    for r in rows:
+        if r["model"] == model and r["recipe"] == "nvfp4":
+            r |= {"status": "not_converged", "tokens_to_target": None, "samples_to_target": None,
+                  "tokens_trained": BUDGET}
+    return rows
+
+
+def _analysed(rows: list[dict]):
+    return scale_analysis(pa.Table.from_pylist(rows, schema=SCHEMA), "bf16", "llama31_8b", resamples=RESAMPLES)
+
+
+def test_a_model_whose_candidate_never_converged_sits_out_with_a_floor_on_its_factor():
+    rows = _never_converged()
+    result = _analysed(rows)
+    trend = result.trends[0]
+    assert trend.sizes == 2 and trend.params_min == 800_000
+    ref = sorted(r["tokens_to_target"] for r in rows if r["model"] == "w64" and r["recipe"] == "bf16")
+    floor = BUDGET / float(np.mean(ref[1:-1]))
+    [out] = trend.excluded
+    assert out["model"] == "w64" and out["factor_above"] == pytest.approx(floor)
+    assert "did not converge" in out["reason"]
+    assert f"outside the fit: w64 (200,000 params): factor above {floor:.2f}" in trend.verdict_text
+    assert trend.as_dict()["excluded"] == trend.excluded
+    assert f"| w64 | 200,000 | nvfp4 | 32 | above {floor:.4f} |" in "\n".join(scale_markdown(result))
+    # a run with no tokens recorded gives no floor, rather than a wrong one
+    for r in rows:
+        if r["model"] == "w64" and r["recipe"] == "nvfp4" and r["seed"] == 0:
+            r["tokens_trained"] = None
+    again = _analysed(rows).trends[0]
+    assert again.excluded[0]["factor_above"] is None
+    assert "w64 (200,000 params): factor undefined" in again.verdict_text
+
+
+def test_the_plot_draws_a_floor_as_a_hollow_triangle(monkeypatch):
+    from matplotlib.axes import Axes
+
+    drawn = []
+    scatter = Axes.scatter
+    monkeypatch.setattr(Axes, "scatter", lambda self, x, y, **kw: drawn.append((list(x), list(y), kw))
+                        or scatter(self, x, y, **kw))
+    result = _analysed(_never_converged())
+    assert plots.scale_trends(result)[:4] == b"\x89PNG"
+    [(xs, ys, kw)] = drawn
+    assert xs == [200_000] and ys == [pytest.approx(result.trends[0].excluded[0]["factor_above"])]
+    assert kw["marker"] == "^" and kw["facecolors"] == "none"
 
 
 def test_the_weighted_fit_agrees_with_the_bootstrap_on_the_slope(runs):
