@@ -18,7 +18,9 @@ Printed side by side per benchmark and in all: coverage of the reported interval
 the true factor), wrong verdicts (a verdict on the wrong side of the margin, or
 equivalence declared for a factor outside the band), the median relative half-width,
 runs in all, and the answered rate (the share of comparisons whose reported interval
-answers the question); for the adaptive design, the share of each stop reason.
+answers the question); for the adaptive design, the share of each stop reason and, as a
+diagnostic, the coverage of the interval its runs at the stop would give at one look's
+95% (`coverage_adaptive_one_look`: what an analysis that ignores the looks reports).
 
     python benchmarks/adaptive.py [--campaigns 1000] [--mix fp4_study|survey] [--json FILE] [--seed 0]
 """
@@ -39,7 +41,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.sequential import SPENDING  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from analysis.sequential import SPENDING, factor_interval  # noqa: E402
 from orchestrator.adaptive import Outcome, replay_looks  # noqa: E402
 from sweeps.adaptive_spec import AdaptiveSpec  # noqa: E402
 from trainers.contract.submission import SUBMISSION_RUNS  # noqa: E402
@@ -150,6 +154,12 @@ def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng,
             iv = latest[(r, b)].interval
             judged = _judged(f, iv.factor, iv.low, iv.high, question)
             judged["stop"] = state.stops[(r, b)].reason
+            # a diagnostic, not a design: the same runs' interval at one look's 95%, as if
+            # the stop had been planned (what ignoring the looks would report)
+            cand = [o.value for o in outcomes[(r, b)][:iv.runs_candidate]]
+            ref = [o.value for o in outcomes[("ref", b)][:iv.runs_reference]]
+            naive = factor_interval(cand, ref, float(stats.norm.isf((1 - CONFIDENCE) / 2)))
+            judged["covered_one_look"] = ((naive.low or 0.0) <= f <= (math.inf if naive.high is None else naive.high))
             out.append(judged)
     return out, sum(state.seeds.values()), len(state.looks)
 
@@ -227,7 +237,8 @@ def main() -> None:
         stops = {r: float(np.mean([c["stop"] == r for c in adaptive_cells]))
                  for r in sorted({c["stop"] for c in adaptive_cells})}
         print(f"{'':<34}adaptive / fixed runs {adaptive_runs / fixed_runs:.3f}; adaptive stops "
-              + ", ".join(f"{r} {v:.3f}" for r, v in stops.items()))
+              + ", ".join(f"{r} {v:.3f}" for r, v in stops.items())
+              + f"; one-look 95% interval at the stop covers {_rate(adaptive_cells, 'covered_one_look'):.3f}")
         per_benchmark[label] = {**_figures(fixed_cells, adaptive_cells, fixed_runs, adaptive_runs),
                                 "stops_adaptive": stops, "half_width_goal": question.half_width}
     for design in ("fixed", "adaptive"):
@@ -248,6 +259,7 @@ def _figures(fixed_cells: list[dict], adaptive_cells: list[dict], fixed_runs: in
         "width_fixed": _median_width(fixed_cells), "width_adaptive": _median_width(adaptive_cells),
         "runs_fixed": fixed_runs, "runs_adaptive": adaptive_runs,
         "answered_fixed": _rate(fixed_cells, "answered"), "answered_adaptive": _rate(adaptive_cells, "answered"),
+        "coverage_adaptive_one_look": _rate(adaptive_cells, "covered_one_look"),
     }
 
 
