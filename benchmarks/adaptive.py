@@ -160,6 +160,10 @@ def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng,
             ref = [o.value for o in outcomes[("ref", b)][:iv.runs_reference]]
             naive = factor_interval(cand, ref, float(stats.norm.isf((1 - CONFIDENCE) / 2)))
             judged["covered_one_look"] = ((naive.low or 0.0) <= f <= (math.inf if naive.high is None else naive.high))
+            # with no look before it, a first-look stop's exact (stage-wise) interval is the one-look one
+            first = sum(1 for e in state.looks if (e.candidate, e.batch_size) == (r, b)) == 1
+            judged["covered_first_one_look"] = judged["covered_one_look"] if first else judged["covered"]
+            judged["first_look"] = first
             out.append(judged)
     return out, sum(state.seeds.values()), len(state.looks)
 
@@ -238,7 +242,9 @@ def main() -> None:
                  for r in sorted({c["stop"] for c in adaptive_cells})}
         print(f"{'':<34}adaptive / fixed runs {adaptive_runs / fixed_runs:.3f}; adaptive stops "
               + ", ".join(f"{r} {v:.3f}" for r, v in stops.items())
-              + f"; one-look 95% interval at the stop covers {_rate(adaptive_cells, 'covered_one_look'):.3f}")
+              + f"; one-look 95% interval at the stop covers {_rate(adaptive_cells, 'covered_one_look'):.3f}"
+              + f", at first-look stops (else the repeated one) {_rate(adaptive_cells, 'covered_first_one_look'):.3f}"
+              + f"; stopped at the first look {_rate(adaptive_cells, 'first_look'):.3f}")
         per_benchmark[label] = {**_figures(fixed_cells, adaptive_cells, fixed_runs, adaptive_runs),
                                 "stops_adaptive": stops, "half_width_goal": question.half_width}
     for design in ("fixed", "adaptive"):
@@ -260,6 +266,7 @@ def _figures(fixed_cells: list[dict], adaptive_cells: list[dict], fixed_runs: in
         "runs_fixed": fixed_runs, "runs_adaptive": adaptive_runs,
         "answered_fixed": _rate(fixed_cells, "answered"), "answered_adaptive": _rate(adaptive_cells, "answered"),
         "coverage_adaptive_one_look": _rate(adaptive_cells, "covered_one_look"),
+        "coverage_adaptive_first_one_look": _rate(adaptive_cells, "covered_first_one_look"),
     }
 
 
