@@ -20,7 +20,9 @@ equivalence declared for a factor outside the band), the median relative half-wi
 runs in all, and the answered rate (the share of comparisons whose reported interval
 answers the question); for the adaptive design, the share of each stop reason and, as a
 diagnostic, the coverage of the interval its runs at the stop would give at one look's
-95% (`coverage_adaptive_one_look`: what an analysis that ignores the looks reports).
+95% (`coverage_adaptive_one_look`: what an analysis that ignores the looks reports), and
+of that interval at first-look stops with the repeated one elsewhere
+(`coverage_adaptive_first_one_look`).
 
     python benchmarks/adaptive.py [--campaigns 1000] [--mix fp4_study|survey] [--json FILE] [--seed 0]
 """
@@ -160,7 +162,8 @@ def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng,
             ref = [o.value for o in outcomes[("ref", b)][:iv.runs_reference]]
             naive = factor_interval(cand, ref, float(stats.norm.isf((1 - CONFIDENCE) / 2)))
             judged["covered_one_look"] = ((naive.low or 0.0) <= f <= (math.inf if naive.high is None else naive.high))
-            # with no look before it, a first-look stop's exact (stage-wise) interval is the one-look one
+            # no look came before a first-look stop: for a verdict there the one-look interval is
+            # the exact (stage-wise) one; for a stop in the middle (equivalence, futility) it is not
             first = sum(1 for e in state.looks if (e.candidate, e.batch_size) == (r, b)) == 1
             judged["covered_first_one_look"] = judged["covered_one_look"] if first else judged["covered"]
             judged["first_look"] = first
