@@ -24,7 +24,20 @@ diagnostic, the coverage of the interval its runs at the stop would give at one 
 of that interval at first-look stops with the repeated one elsewhere
 (`coverage_adaptive_first_one_look`).
 
+What bounds the figures (`bounds` in the JSON): where each design's runs go and what
+each kind of comparison gets answered (`runs_by_kind_*`, `answered_by_kind_*`: the
+reference, FP8-like and FP4-like cells); the coverage of the stopping intervals by the
+look they stopped at (first or later); and, with --joint, the boundaries' own
+guarantee measured on the same runs: the same campaigns replayed with a question no
+look can answer, so every comparison looks up to max_seeds, and the share of them whose
+intervals cover the truth at every look (`coverage_adaptive_every_look`, nominal 95%).
+--fixed-runs N runs the fixed design at N runs a cell instead of 2N (what a one-look
+design answers on fewer runs); --first-look-share and --df-shift change the calibrated
+spending's two constants (`analysis.sequential.FIRST_LOOK_SHARE`, `CALIBRATED_DF_SHIFT`)
+for this run only, to measure what each buys and costs.
+
     python benchmarks/adaptive.py [--campaigns 1000] [--mix fp4_study|survey] [--json FILE] [--seed 0]
+                                  [--joint] [--fixed-runs N] [--first-look-share S] [--df-shift D]
 """
 
 from __future__ import annotations
@@ -45,6 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scipy import stats  # noqa: E402
 
+import orchestrator.adaptive as adaptive_module  # noqa: E402
+from analysis import sequential  # noqa: E402
 from analysis.sequential import SPENDING, factor_interval  # noqa: E402
 from orchestrator.adaptive import Outcome, replay_looks  # noqa: E402
 from sweeps.adaptive_spec import AdaptiveSpec  # noqa: E402
@@ -129,7 +144,7 @@ def fixed(recipes, sources, n_runs, rng, resamples, question: Question) -> tuple
     for r, f, _ in recipes[1:]:
         for b in range(len(sources)):
             ci = fixed_interval(cells[(r, b)], cells[("ref", b)], resamples, int(rng.integers(1 << 31)))
-            out.append(_judged(f, ci.estimate, ci.low, ci.high, question))
+            out.append({**_judged(f, ci.estimate, ci.low, ci.high, question), "kind": _kind(r)})
     return out, sum(len(v) for v in cells.values())
 
 
@@ -167,8 +182,37 @@ def adaptive(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng,
             first = sum(1 for e in state.looks if (e.candidate, e.batch_size) == (r, b)) == 1
             judged["covered_first_one_look"] = judged["covered_one_look"] if first else judged["covered"]
             judged["first_look"] = first
+            judged["kind"] = _kind(r)
             out.append(judged)
-    return out, sum(state.seeds.values()), len(state.looks)
+    by_kind = {kind: sum(n for (r, _), n in state.seeds.items() if _kind(r) == kind) for kind in KINDS}
+    return out, by_kind, len(state.looks)
+
+
+def every_look_covers(recipes, sources, settings: AdaptiveSpec, max_seeds: int, rng) -> list[bool]:
+    """Per comparison, whether its intervals cover the true factor at every look, on a
+    replay whose question no look answers (a precision of 1e-9, no futility): every
+    comparison looks up to max_seeds, so this measures what the boundaries promise, the
+    confidence over all the looks, at the allocation's own information fractions."""
+    names = [r for r, _, _ in recipes]
+    outcomes = {(r, b): [Outcome(v, tokens=1.0) for v in runs_of(src, f, p, max_seeds, rng)]
+                for r, f, p in recipes for b, src in enumerate(sources)}
+    never = settings.model_copy(update={"margin": None, "equivalence": None, "half_width": 1e-9,
+                                        "futility": False})
+    state = replay_looks(never, names, list(range(len(sources))), outcomes, max_seeds=max_seeds)
+    truth = {r: f for r, f, _ in recipes}
+    covered: dict[tuple[str, int], bool] = {}
+    for e in state.looks:
+        iv, f = e.interval, truth[e.candidate]
+        ok = (iv.low or 0.0) <= f <= (math.inf if iv.high is None else iv.high)
+        covered[(e.candidate, e.batch_size)] = covered.get((e.candidate, e.batch_size), True) and ok
+    return list(covered.values())
+
+
+KINDS = ("reference", "fp8_like", "fp4_like")
+
+
+def _kind(recipe: str) -> str:
+    return {"ref": "reference", "fp8": "fp8_like", "fp4": "fp4_like"}[recipe.split("_")[0]]
 
 
 def _judged(truth: float, estimate, low, high, question: Question) -> dict:
@@ -202,11 +246,25 @@ def main() -> None:
                              "half-width on the benchmark) or none")
     parser.add_argument("--no-futility", action="store_true", help="adaptive cells never stop as futile")
     parser.add_argument("--benchmarks", default=None, help="comma-separated benchmark names (default: all)")
+    parser.add_argument("--joint", action="store_true",
+                        help="also replay every campaign to max_seeds and measure the intervals' joint coverage")
+    parser.add_argument("--fixed-runs", type=int, default=None, help="runs per cell of the fixed design (default 2N)")
+    parser.add_argument("--first-look-share", type=float, default=None,
+                        help="the calibrated spending's share of the error at the first look (default: the design's)")
+    parser.add_argument("--df-shift", type=float, default=None,
+                        help="degrees of freedom the calibrated spending takes off Welch's (default: the design's)")
     args = parser.parse_args()
+    # before any boundary is computed: they are cached by look times alone
+    if args.first_look_share is not None:
+        sequential.FIRST_LOOK_SHARE = args.first_look_share
+    if args.df_shift is not None:
+        adaptive_module.CALIBRATED_DF_SHIFT = args.df_shift
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     totals: dict[str, list[dict]] = {k: [] for k in ("fixed", "adaptive")}
     runs = {"fixed": 0, "adaptive": 0}
+    kind_runs = {"fixed": dict.fromkeys(KINDS, 0), "adaptive": dict.fromkeys(KINDS, 0)}
+    every_look: list[bool] = []
     per_benchmark = {}
     print(f"{'benchmark':<24}{'design':<10}{'coverage':>9}{'wrong':>8}{'width':>8}{'runs':>8}{'answered':>10}")
     for (ruleset, bench), sources in distributions().items():
@@ -220,9 +278,12 @@ def main() -> None:
                             half_width=None if args.half_width in ("none", "fixed") else float(args.half_width))
         fixed_cells, fixed_runs = [], 0
         for recipes, s in zip(campaigns, seeds, strict=True):
-            cells, used = fixed(recipes, sources, 2 * n, np.random.default_rng(s), args.resamples, question)
+            per_cell = args.fixed_runs or 2 * n
+            cells, used = fixed(recipes, sources, per_cell, np.random.default_rng(s), args.resamples, question)
             fixed_cells += cells
             fixed_runs += used
+            for r, _, _ in recipes:
+                kind_runs["fixed"][_kind(r)] += per_cell * len(sources)
         if args.half_width == "fixed":  # the fixed design's median precision, asked of both
             question = Question(equivalence=question.equivalence, half_width=_median_width(fixed_cells))
             for c in fixed_cells:
@@ -233,10 +294,15 @@ def main() -> None:
                                 spending=args.spending)
         adaptive_cells, adaptive_runs = [], 0
         for recipes, s in zip(campaigns, seeds, strict=True):
-            cells, used, _ = adaptive(recipes, sources, settings, 2 * n + args.extra_seeds,
-                                      np.random.default_rng(s + 1), question)
+            cells, by_kind, _ = adaptive(recipes, sources, settings, 2 * n + args.extra_seeds,
+                                         np.random.default_rng(s + 1), question)
             adaptive_cells += cells
-            adaptive_runs += used
+            adaptive_runs += sum(by_kind.values())
+            for kind, used in by_kind.items():
+                kind_runs["adaptive"][kind] += used
+            if args.joint:  # the same runs (the same generator seed), looked at up to max_seeds
+                every_look += every_look_covers(recipes, sources, settings, 2 * n + args.extra_seeds,
+                                                np.random.default_rng(s + 1))
         for design, cells, used in (("fixed", fixed_cells, fixed_runs), ("adaptive", adaptive_cells, adaptive_runs)):
             totals[design] += cells
             runs[design] += used
@@ -253,11 +319,16 @@ def main() -> None:
     for design in ("fixed", "adaptive"):
         print(f"{'all':<24}{design:<10}{_row(totals[design], runs[design])}")
     ratio = runs["adaptive"] / runs["fixed"]
+    bounds = _bounds(totals, kind_runs, every_look)
+    for line in _bounds_lines(bounds):
+        print(line)
     print(f"adaptive / fixed runs: {ratio:.3f} ({1 - ratio:.1%} fewer); "
           f"{len(totals['fixed'])} comparisons each; {time.perf_counter() - started:.0f} s")
     if args.json:
         figures = {**_figures(totals["fixed"], totals["adaptive"], runs["fixed"], runs["adaptive"]),
-                   "campaigns": args.campaigns * len(per_benchmark), "benchmarks": per_benchmark}
+                   "campaigns": args.campaigns * len(per_benchmark), "benchmarks": per_benchmark,
+                   "fixed_runs_per_cell": args.fixed_runs, "first_look_share": sequential.FIRST_LOOK_SHARE,
+                   "df_shift": adaptive_module.CALIBRATED_DF_SHIFT, "bounds": bounds}
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
@@ -271,6 +342,47 @@ def _figures(fixed_cells: list[dict], adaptive_cells: list[dict], fixed_runs: in
         "coverage_adaptive_one_look": _rate(adaptive_cells, "covered_one_look"),
         "coverage_adaptive_first_one_look": _rate(adaptive_cells, "covered_first_one_look"),
     }
+
+
+def _bounds(totals: dict[str, list[dict]], kind_runs: dict[str, dict[str, int]], every_look: list[bool]) -> dict:
+    """Where the runs go and what bounds the coverage (see the module's docstring)."""
+    adaptive = totals["adaptive"]
+    first = [c for c in adaptive if c["first_look"]]
+    later = [c for c in adaptive if not c["first_look"]]
+    out = {
+        "runs_by_kind_fixed": kind_runs["fixed"], "runs_by_kind_adaptive": kind_runs["adaptive"],
+        "answered_by_kind_fixed": _by_kind(totals["fixed"], "answered"),
+        "answered_by_kind_adaptive": _by_kind(adaptive, "answered"),
+        "comparisons_by_kind": {k: sum(c["kind"] == k for c in adaptive) for k in KINDS[1:]},
+        "stopped_at_first_look": len(first) / len(adaptive),
+        "coverage_adaptive_first_look_stops": _rate(first, "covered") if first else None,
+        "coverage_adaptive_later_stops": _rate(later, "covered") if later else None,
+    }
+    if every_look:
+        out["coverage_adaptive_every_look"] = float(np.mean(every_look))
+        out["comparisons_every_look"] = len(every_look)
+    return out
+
+
+def _bounds_lines(bounds: dict) -> list[str]:
+    lines = []
+    for design in ("fixed", "adaptive"):
+        runs, answered = bounds[f"runs_by_kind_{design}"], bounds[f"answered_by_kind_{design}"]
+        lines.append(f"{design:<9} runs by kind: " + ", ".join(f"{k} {v}" for k, v in runs.items())
+                     + "; answered by kind: " + ", ".join(f"{k} {v:.3f}" for k, v in answered.items()))
+    lines.append(f"adaptive stopping intervals cover {bounds['coverage_adaptive_first_look_stops']:.4f} at "
+                 f"first-look stops ({bounds['stopped_at_first_look']:.3f} of comparisons), "
+                 f"{bounds['coverage_adaptive_later_stops']:.4f} at later ones")
+    if "coverage_adaptive_every_look" in bounds:
+        lines.append(f"looked at up to max_seeds, every look's interval covers in "
+                     f"{bounds['coverage_adaptive_every_look']:.4f} of {bounds['comparisons_every_look']} comparisons "
+                     f"(nominal {CONFIDENCE:.2f})")
+    return lines
+
+
+def _by_kind(cells: list[dict], key: str) -> dict[str, float]:
+    return {k: _rate([c for c in cells if c["kind"] == k], key) for k in KINDS[1:]
+            if any(c["kind"] == k for c in cells)}
 
 
 def _rate(cells: list[dict], key: str) -> float:
