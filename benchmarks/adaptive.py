@@ -254,6 +254,12 @@ def main() -> None:
     parser.add_argument("--df-shift", type=float, default=None,
                         help="degrees of freedom the calibrated spending takes off Welch's (default: the design's)")
     args = parser.parse_args()
+    if args.first_look_share is not None and not 0 < args.first_look_share < 1:
+        parser.error("--first-look-share: a share of the error strictly between 0 and 1, such as 0.5")
+    if args.df_shift is not None and args.df_shift < 0:
+        parser.error("--df-shift: degrees of freedom to take off, 0 or more, such as 1")
+    if args.fixed_runs is not None and args.fixed_runs < 5:
+        parser.error("--fixed-runs: at least 5 runs a cell (an olympic mean and a spread on each side)")
     # before any boundary is computed: they are cached by look times alone
     if args.first_look_share is not None:
         sequential.FIRST_LOOK_SHARE = args.first_look_share
