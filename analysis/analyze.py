@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analysis.display import (
+from rcpforge.analysis.display import (
     NOT_MEANINGFUL,
     cell_text,
     fixed,
@@ -20,7 +20,7 @@ from analysis.display import (
     rcp_row_shown,
     runs_required_text,
 )
-from analysis.factors import (
+from rcpforge.analysis.factors import (
     Factor,
     cell_values,
     derived_rcps,
@@ -30,11 +30,11 @@ from analysis.factors import (
     interval_text,
     pairwise_factors,
 )
-from analysis.load import write_parquet
-from analysis.rcp import trimmed_count
-from analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
-from analysis.scale import ScaleResult, has_model_axis, scale_analysis, scale_markdown
-from analysis.selection import Selection, SelectionSettings, selection, selection_json
+from rcpforge.analysis.load import write_parquet
+from rcpforge.analysis.rcp import trimmed_count
+from rcpforge.analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
+from rcpforge.analysis.scale import ScaleResult, has_model_axis, scale_analysis, scale_markdown
+from rcpforge.analysis.selection import Selection, SelectionSettings, selection, selection_json
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from analysis import plots
-from analysis.analyze import AnalysisRequest
-from analysis.display import NOT_MEANINGFUL, Shown, gain_text, outliers_text, rcp_row_shown, runs_required_text
-from analysis.layer_map import layer_map_sections
-from analysis.rcp_table import TABLE_SCHEMA
-from analysis.report import Section
-from analysis.selection import SelectionSettings
+from rcpforge.analysis import plots
+from rcpforge.analysis.analyze import AnalysisRequest
+from rcpforge.analysis.display import NOT_MEANINGFUL, Shown, gain_text, outliers_text, rcp_row_shown, runs_required_text
+from rcpforge.analysis.layer_map import layer_map_sections
+from rcpforge.analysis.rcp_table import TABLE_SCHEMA
+from rcpforge.analysis.report import Section
+from rcpforge.analysis.selection import SelectionSettings
 
 TABLE_COLUMNS = TABLE_SCHEMA.names
 
@@ -60,8 +60,8 @@ def settings_section(settings: dict) -> Section:
 
 def _kept_batch_sizes(runs: pa.Table, req: AnalysisRequest) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
     """Per recipe, the batch sizes each pruning mode keeps (mlperf, envelope)."""
-    from analysis.rcp_set import RcpSet
-    from analysis.rcp_table import rcp_records
+    from rcpforge.analysis.rcp_set import RcpSet
+    from rcpforge.analysis.rcp_table import rcp_records
 
     mlperf, envelope = {}, {}
     for recipe in req.recipes:
@@ -218,7 +218,7 @@ def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
 def rcp_health_section(req: AnalysisRequest, runs: pa.Table) -> Section:
     """Per RCP of the campaign, today's honest rejection rate and the eval grid's mark
     (analysis/policy/health.py, as `rcp-stats` shows for shipped RCPs)."""
-    from analysis.policy.health import REPORT_SIMS, campaign_health
+    from rcpforge.analysis.policy.health import REPORT_SIMS, campaign_health
 
     found = campaign_health(runs, req.recipes, req.benchmark, req.hparams, req.submission_runs, REPORT_SIMS, req.seed)
     rows = [{"recipe": h["recipe"], "batch_size": h["batch_size"], "runs": h["runs"],

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from trainers.contract.mllog.read import CheckerStops, Submission, read_submission
-from trainers.contract.submission import SUBMISSION_RUNS
-from analysis.rcp import cell_marks
-from analysis.rcp_set import (
+from rcpforge.trainers.contract.mllog.read import CheckerStops, Submission, read_submission
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS
+from rcpforge.analysis.rcp import cell_marks
+from rcpforge.analysis.rcp_set import (
     PRUNE_MODES, RULESETS, RcpError, RcpSet, Record, carried_runs, ruleset_file, with_405b_slack,
 )
 
@@ -37,7 +37,7 @@ class CheckResult:
     rcp_runs: int | None = None  # the runs behind the RCP's mean and stdev (interpolated: 2N, the checker's count)
     min_acceptable_mean: float | None = None
     # the RCP's note where its min acceptable mean says nothing (too few runs; the rule of
-    # the RCP table's cells, analysis.rcp.cell_marks), with the reason; the number stays the checker's
+    # the RCP table's cells, rcpforge.analysis.rcp.cell_marks), with the reason; the number stays the checker's
     rcp_note: str | None = None
     rcp_used: str = "none"  # found | interpolated | smallest | none
     rcp_name: str | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from analysis.load import StoreReader
+from rcpforge.analysis.load import StoreReader
 
 CURVE_SCHEMA = pa.schema([("run_id", pa.string()), ("metric", pa.string()), ("tokens", pa.int64()), ("value", pa.float64())])
 

@@ -24,10 +24,10 @@ import numpy as np
 import pyarrow as pa
 from scipy import stats
 
-from trainers.contract.mllog.read import NOT_CONVERGED
-from analysis.rcp import trimmed_count
-from analysis.rcp_set import convergence_key
-from analysis.stats import Interval, bootstrap_ratio, mann_whitney_p, prob_improvement
+from rcpforge.trainers.contract.mllog.read import NOT_CONVERGED
+from rcpforge.analysis.rcp import trimmed_count
+from rcpforge.analysis.rcp_set import convergence_key
+from rcpforge.analysis.stats import Interval, bootstrap_ratio, mann_whitney_p, prob_improvement
 
 OUTCOMES = ("converged", "not_converged", "diverged")
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from analysis.load import StoreReader
-from analysis.report import Section
-from trainers.contract.schema import TAG_DISCLOSED, TAG_PRECISION_MAP
+from rcpforge.analysis.load import StoreReader
+from rcpforge.analysis.report import Section
+from rcpforge.trainers.contract.schema import TAG_DISCLOSED, TAG_PRECISION_MAP
 
 _KEYS = ("linear", "attn", "comm")
 

@@ -16,9 +16,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trainers.contract.retry import under_retry_policy
-from trainers.contract.uri import redact_uri
-from trainers.contract.schema import (
+from rcpforge.trainers.contract.retry import under_retry_policy
+from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,

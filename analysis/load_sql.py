@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.load import (
+from rcpforge.analysis.load import (
     METRIC_COLUMNS,
     RUN_SCHEMA,
     TAG_COLUMNS,
@@ -30,7 +30,7 @@ from analysis.load import (
     no_such_campaign,
     sort_runs,
 )
-from trainers.contract.schema import TAG_PREFIX, TAG_ROLE
+from rcpforge.trainers.contract.schema import TAG_PREFIX, TAG_ROLE
 
 SQL_SCHEMES = ("sqlite", "postgresql")
 _DEFAULT_WORKSPACE = "default"
@@ -59,7 +59,7 @@ def campaign_in_store(tracking_uri: str, campaign: str) -> bool:
             with _engine(tracking_uri) as engine, engine.connect() as conn:
                 _experiment_id(conn, campaign, tracking_uri)
         else:
-            from analysis.load import StoreReader
+            from rcpforge.analysis.load import StoreReader
 
             StoreReader(tracking_uri).experiment_id(campaign)
     except NoSuchCampaign:

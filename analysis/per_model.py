@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.analyze import AnalysisRequest
+from rcpforge.analysis.analyze import AnalysisRequest
 
 
 def model_runs(runs: pa.Table, model: str) -> pa.Table:

@@ -16,8 +16,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from analysis.rcp import min_acceptable_mean
-from trainers.contract.submission import SUBMISSION_RUNS  # the checker's N per benchmark (its one home)
+from rcpforge.analysis.rcp import min_acceptable_mean
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS  # the checker's N per benchmark (its one home)
 
 RULESETS = ("1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0", "4.1.0",
             "5.0.0", "5.1.0", "6.0.0", "6.1.0")

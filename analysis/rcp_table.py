@@ -9,7 +9,7 @@ A complete cell of fewer than 2N runs still gets its record, but it is not an RC
 rules: the table says so (`is_rcp`, `note`) and so does its record (`rcpforge_note`, a
 key the checker does not read). Statistics the checker computes but that say nothing
 (a t-test without degrees of freedom, whatever the stdev, a bisection that ends at 0)
-are flagged `degenerate`, with the reason in the note: one rule, `analysis.rcp.cell_marks`,
+are flagged `degenerate`, with the reason in the note: one rule, `rcpforge.analysis.rcp.cell_marks`,
 which `check` applies to the RCP it tests against."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from analysis.rcp import not_an_rcp, rcp_stats, trimmed_count
-from analysis.rcp_set import RUNS_KEY, convergence_key
+from rcpforge.analysis.rcp import not_an_rcp, rcp_stats, trimmed_count
+from rcpforge.analysis.rcp_set import RUNS_KEY, convergence_key
 
 OUTCOMES = ("converged", "not_converged", "diverged")
 
@@ -57,7 +57,7 @@ def _note(runs: int, converged: int, submission_runs: int, trim: int, stats) -> 
     if runs < 3:
         return f"no RCP record: {runs} run(s), a record needs at least 3"
     if stats is not None:
-        return stats.note  # the one rule of small cells (analysis.rcp.cell_marks)
+        return stats.note  # the one rule of small cells (rcpforge.analysis.rcp.cell_marks)
     parts = [not_an_rcp(runs, submission_runs), f"no statistics: olympic scoring drops {trim} run(s) at each end"]
     return "; ".join(p for p in parts if p)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from analysis.display import Shown, cell_text, header, markdown_header
-from analysis.rcp_table import write_atomic
+from rcpforge.analysis.display import Shown, cell_text, header, markdown_header
+from rcpforge.analysis.rcp_table import write_atomic
 
 
 @dataclass

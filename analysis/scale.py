@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats as scipy_stats
 
-from analysis.factors import OUTCOMES, Factor, cell_values, factors
-from analysis.rcp import olympic_mean, trimmed_count
-from analysis.stats import resample_olympic
+from rcpforge.analysis.factors import OUTCOMES, Factor, cell_values, factors
+from rcpforge.analysis.rcp import olympic_mean, trimmed_count
+from rcpforge.analysis.stats import resample_olympic
 
 METHODS = ("bootstrap", "weighted")
 SHRINKS, GROWS, NO_TREND = "shrinks", "grows", "no trend detectable with these runs"

@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.factors import cell_values
-from analysis.rcp import trimmed_count
-from analysis.scale import model_params
-from analysis.sequential import arm
+from rcpforge.analysis.factors import cell_values
+from rcpforge.analysis.rcp import trimmed_count
+from rcpforge.analysis.scale import model_params
+from rcpforge.analysis.sequential import arm
 
 SLOPE_PRECISIONS = (0.01, 0.02, 0.05)
 LIMIT = 10_000  # runs per model and recipe beyond which a goal is out of reach

@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from trainers.contract.mllog.read import NOT_CONVERGED
-from analysis.stats import best_passing_of_k, expected_min_of_k, olympic_means, robust_z
+from rcpforge.trainers.contract.mllog.read import NOT_CONVERGED
+from rcpforge.analysis.stats import best_passing_of_k, expected_min_of_k, olympic_means, robust_z
 
 
 @dataclass(frozen=True)

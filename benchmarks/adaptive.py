@@ -9,7 +9,7 @@ question (a verdict against the margin 1.02, equivalence within --equivalence, a
 --half-width a precision) and judged the same way:
 
 - fixed: 2N runs per cell (MLPerf's design), the factor's interval as `rcpforge analyze`
-  reports it (`analysis.factors.bootstrap_interval`, the expanded percentile bootstrap);
+  reports it (`rcpforge.analysis.factors.bootstrap_interval`, the expanded percentile bootstrap);
 - adaptive: `orchestrator/adaptive.py`'s looks and allocator with `analysis/
   sequential.py`'s repeated confidence intervals (--spending, calibrated by default),
   futility stops unless --no-futility, max_seeds 2N + --extra-seeds.
@@ -33,7 +33,7 @@ look can answer, so every comparison looks up to max_seeds, and the share of the
 intervals cover the truth at every look (`coverage_adaptive_every_look`, nominal 95%).
 --fixed-runs N runs the fixed design at N runs a cell instead of 2N (what a one-look
 design answers on fewer runs); --first-look-share and --df-shift change the calibrated
-spending's two constants (`analysis.sequential.FIRST_LOOK_SHARE`, `CALIBRATED_DF_SHIFT`)
+spending's two constants (`rcpforge.analysis.sequential.FIRST_LOOK_SHARE`, `CALIBRATED_DF_SHIFT`)
 for this run only, to measure what each buys and costs.
 
     python benchmarks/adaptive.py [--campaigns 1000] [--mix fp4_study|survey] [--json FILE] [--seed 0]
@@ -58,12 +58,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scipy import stats  # noqa: E402
 
-import orchestrator.adaptive as adaptive_module  # noqa: E402
-from analysis import sequential  # noqa: E402
-from analysis.sequential import SPENDING, factor_interval  # noqa: E402
-from orchestrator.adaptive import Outcome, replay_looks  # noqa: E402
-from sweeps.adaptive_spec import AdaptiveSpec  # noqa: E402
-from trainers.contract.submission import SUBMISSION_RUNS  # noqa: E402
+import rcpforge.orchestrator.adaptive as adaptive_module  # noqa: E402
+from rcpforge.analysis import sequential  # noqa: E402
+from rcpforge.analysis.sequential import SPENDING, factor_interval  # noqa: E402
+from rcpforge.orchestrator.adaptive import Outcome, replay_looks  # noqa: E402
+from rcpforge.sweeps.adaptive_spec import AdaptiveSpec  # noqa: E402
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS  # noqa: E402
 
 # (ruleset, benchmark): the RCP files of two rounds that mlperf_logging ships
 BENCHMARKS = {
@@ -149,7 +149,7 @@ def fixed(recipes, sources, n_runs, rng, resamples, question: Question) -> tuple
 
 
 def fixed_interval(candidate, reference, resamples: int, seed: int):
-    from analysis.factors import bootstrap_interval
+    from rcpforge.analysis.factors import bootstrap_interval
 
     return bootstrap_interval(candidate, reference, trim=1, resamples=resamples, confidence=CONFIDENCE, seed=seed)
 

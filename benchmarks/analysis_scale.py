@@ -23,10 +23,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.load import RUN_SCHEMA, sort_runs  # noqa: E402
-from analysis.load_sql import load_runs_sql  # noqa: E402
-from analysis.rcp_table import rcp_table  # noqa: E402
-from trainers.contract import schema as ts  # noqa: E402
+from rcpforge.analysis.load import RUN_SCHEMA, sort_runs  # noqa: E402
+from rcpforge.analysis.load_sql import load_runs_sql  # noqa: E402
+from rcpforge.analysis.rcp_table import rcp_table  # noqa: E402
+from rcpforge.trainers.contract import schema as ts  # noqa: E402
 
 CAMPAIGN, BENCHMARK, N = "scale", "rcpforge_scale", 10
 RECIPES = ("bf16", "fp8_tensorwise", "mxfp8", "nvfp4")

@@ -2,7 +2,7 @@
 eager and against the "ideal" step: the model's GEMMs alone, as FP32 torch.mm.
 
 A step is what the tiny-LM trainer does per batch: the forward pass inside
-`trainers.tinylm.train.reference_precision` (the trainer's precision context),
+`rcpforge.trainers.tinylm.train.reference_precision` (the trainer's precision context),
 backward, gradient clipping at 1.0 and AdamW. "fp32 eager" is the bf16 recipe's model
 run in plain FP32 (no precision context at all), the same step otherwise. "ideal" is
 the forward, dgrad and wgrad GEMMs of every linear layer (per block qkv d->3d, proj d->d,
@@ -39,14 +39,14 @@ from pathlib import Path
 import torch
 
 from benchmarks.recipe_overhead import FP4, FP8
-from trainers.precision.heap import keep_freed_memory
-from trainers.precision.layers import attention_factory, gemm_factory
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.data import Batches
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.settings import LINEAR_LAYERS, MarkovData, TinyLMSettings
-from trainers.tinylm.train import optimizer, reference_precision
+from rcpforge.trainers.precision.heap import keep_freed_memory
+from rcpforge.trainers.precision.layers import attention_factory, gemm_factory
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.data import Batches
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.settings import LINEAR_LAYERS, MarkovData, TinyLMSettings
+from rcpforge.trainers.tinylm.train import optimizer, reference_precision
 
 DEFAULT_RECIPES = "bf16,fp8_tensorwise,mxfp8,nvfp4,mxfp4"
 N_HEADS = 4

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from trainers.precision import fused, gpu
-from trainers.precision.layers import gemm_factory
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.settings import MarkovData, TinyLMSettings
+from rcpforge.trainers.precision import fused, gpu
+from rcpforge.trainers.precision.layers import gemm_factory
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.settings import MarkovData, TinyLMSettings
 
 
 def _model(cfg: TinyLMSettings, vocab: int, recipe: str, path: str, device) -> torch.nn.Module:

@@ -1,5 +1,5 @@
 """How fast the `command` trainer follows a program's output, against just draining the
-pipe; and how fast `trainers.contract.mllog.read` reads a result file (the live per-line API and the
+pipe; and how fast `rcpforge.trainers.contract.mllog.read` reads a result file (the live per-line API and the
 file API of `check`), against the RCP checker's own
 `read_submission_file`. Prints lines per second and the ratios.
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 from mlperf_logging.rcp_checker import rcp_checker
 
-from trainers.command.trainer import CommandTrainer
-from trainers.contract import Budget, EvalPoint, Reporter, RunSpec, Target
-from trainers.contract.mllog.read import follow_file, read_result_file
-from trainers.registry import validate_trainer_settings
+from rcpforge.trainers.command.trainer import CommandTrainer
+from rcpforge.trainers.contract import Budget, EvalPoint, Reporter, RunSpec, Target
+from rcpforge.trainers.contract.mllog.read import follow_file, read_result_file
+from rcpforge.trainers.registry import validate_trainer_settings
 
 PROGRAM = '''
 import json, sys
@@ -88,8 +88,8 @@ def main() -> None:
     print(f"drain the pipe only (baseline): {drain:.2f} s, {n / drain:,.0f} lines/s")
     print(f"command trainer following:      {follow:.2f} s, {n / follow:,.0f} lines/s, ratio {follow / drain:.2f}x the baseline")
     print(f"rcp_checker.read_submission_file (baseline): {read_checker:.3f} s")
-    print(f"trainers.contract.mllog.read.follow_file (live API):   {read_mine:.3f} s, ratio {read_mine / read_checker:.2f}x the checker")
-    print(f"trainers.contract.mllog.read.read_result_file (check): {read_check:.3f} s, ratio {read_check / read_checker:.2f}x the checker")
+    print(f"rcpforge.trainers.contract.mllog.read.follow_file (live API):   {read_mine:.3f} s, ratio {read_mine / read_checker:.2f}x the checker")
+    print(f"rcpforge.trainers.contract.mllog.read.read_result_file (check): {read_check:.3f} s, ratio {read_check / read_checker:.2f}x the checker")
 
 
 if __name__ == "__main__":

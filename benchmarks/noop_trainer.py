@@ -3,7 +3,7 @@ run's wall time is the orchestration: launch, tracking, collection."""
 
 from __future__ import annotations
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
 
 
 class NoopTrainer(Trainer):

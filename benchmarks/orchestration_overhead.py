@@ -42,12 +42,12 @@ def campaign_data(runs: int, backend: dict) -> dict:
 
 
 def time_rcpforge(runs: int, backend: dict) -> float:
-    from orchestrator.campaign import run_campaign
-    from sweeps.spec import parse_campaign
+    from rcpforge.orchestrator.campaign import run_campaign
+    from rcpforge.sweeps.spec import parse_campaign
 
     with tempfile.TemporaryDirectory() as folder:
         campaign = parse_campaign(campaign_data(runs, backend), Path(folder))
-        from orchestrator.tracking import Tracking
+        from rcpforge.orchestrator.tracking import Tracking
 
         Tracking(campaign.tracking_uri).client.search_experiments()  # the schema, outside the timing
         start = time.perf_counter()
@@ -62,9 +62,9 @@ def time_tracking_only(runs: int) -> float:
     file, outcome), made serially in this one process, without any launch: how much of
     rcpforge's per-run figure is the tracking store itself."""
     from benchmarks.noop_trainer import NoopTrainer
-    from orchestrator.tracking import RunLog, Tracking, run_params
-    from sweeps.expand import expand
-    from sweeps.spec import parse_campaign
+    from rcpforge.orchestrator.tracking import RunLog, Tracking, run_params
+    from rcpforge.sweeps.expand import expand
+    from rcpforge.sweeps.spec import parse_campaign
 
     with tempfile.TemporaryDirectory() as folder:
         campaign = parse_campaign(campaign_data(runs, {"kind": "local", "workers": 1}), Path(folder))
@@ -93,9 +93,9 @@ def time_registration(runs: int, one_by_one: int) -> tuple[float, float]:
     campaign does before it submits (`Tracking.create_runs`, in bulk on this SQLite
     store), and per run when made one by one (`create_run`, `one_by_one` of them, the
     way every run was made before)."""
-    from orchestrator.tracking import Tracking
-    from sweeps.expand import expand
-    from sweeps.spec import parse_campaign
+    from rcpforge.orchestrator.tracking import Tracking
+    from rcpforge.sweeps.expand import expand
+    from rcpforge.sweeps.spec import parse_campaign
 
     with tempfile.TemporaryDirectory() as folder:
         campaign = parse_campaign(campaign_data(runs, {"kind": "local", "workers": 1}), Path(folder))
@@ -122,8 +122,8 @@ class _Started(Exception):
 def time_startup(runs: int, backend: dict, first: int = 4) -> tuple[float, float]:
     """A `runs`-run campaign from nothing: seconds until its first run was launched and
     until its first `first` runs had ended (planning, the ledger read, registration)."""
-    from orchestrator.campaign import run_campaign
-    from sweeps.spec import parse_campaign
+    from rcpforge.orchestrator.campaign import run_campaign
+    from rcpforge.sweeps.spec import parse_campaign
 
     marks: dict[str, float] = {}
     ended = 0
@@ -139,7 +139,7 @@ def time_startup(runs: int, backend: dict, first: int = 4) -> tuple[float, float
 
     with tempfile.TemporaryDirectory() as folder:
         campaign = parse_campaign(campaign_data(runs, backend), Path(folder))
-        from orchestrator.tracking import Tracking
+        from rcpforge.orchestrator.tracking import Tracking
 
         Tracking(campaign.tracking_uri).client.search_experiments()  # the schema, outside the timing
         start = time.perf_counter()

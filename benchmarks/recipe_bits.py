@@ -23,11 +23,11 @@ import sys
 
 import torch
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.precision import quantize
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.helpers.campaigns import tiny_campaign
-from trainers.precision import quantize
-from trainers.tinylm.train import TinyLMTrainer
 
 VARIANTS: list = [
     "bf16", "fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp",

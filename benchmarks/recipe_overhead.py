@@ -24,14 +24,14 @@ import warnings
 
 import torch
 
-from trainers.precision.heap import keep_freed_memory
-from trainers.precision.layers import attention_factory, gemm_factory
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.data import Batches
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.settings import MarkovData, TinyLMSettings
-from trainers.tinylm.train import reference_precision
+from rcpforge.trainers.precision.heap import keep_freed_memory
+from rcpforge.trainers.precision.layers import attention_factory, gemm_factory
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.data import Batches
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.settings import MarkovData, TinyLMSettings
+from rcpforge.trainers.tinylm.train import reference_precision
 
 FP8 = ["fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp", "fp8_block", "mxfp8", "mor"]
 FP4 = ["mxfp4", "mxfp4_sr_rht", "mxfp4_dethad", "nvfp4"]

@@ -27,14 +27,14 @@ from mlflow import MlflowClient
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeps.spec import load_campaign  # noqa: E402
+from rcpforge.sweeps.spec import load_campaign  # noqa: E402
+from rcpforge.trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS  # noqa: E402
 from tests.helpers.campaigns import tiny_campaign, write_campaign  # noqa: E402
 from tests.reliability.test_worker_kills import _worker_pids  # noqa: E402
-from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS  # noqa: E402
 
 
 def _start(path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "rcpforge.orchestrator.cli", "run", str(path)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 

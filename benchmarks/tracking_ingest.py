@@ -31,9 +31,9 @@ import mlflow  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric  # noqa: E402
 
-from cluster.gang import free_port  # noqa: E402
-from orchestrator.tracking import RunLog  # noqa: E402
-from trainers.contract import EvalPoint  # noqa: E402
+from rcpforge.cluster.gang import free_port  # noqa: E402
+from rcpforge.orchestrator.tracking import RunLog  # noqa: E402
+from rcpforge.trainers.contract import EvalPoint  # noqa: E402
 
 METRICS_PER_POINT = 3  # eval_loss and eval_excess_loss, as the tiny LM reports, and the samples count
 SERVER_SCRIPT = ROOT / "cluster" / "dev" / "mlflow_server.sh"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.load import StoreReader  # noqa: E402
-from sweeps.spec import load_campaign  # noqa: E402
-from orchestrator.tune.launcher import select_cells, tune_campaign  # noqa: E402
+from rcpforge.analysis.load import StoreReader  # noqa: E402
+from rcpforge.sweeps.spec import load_campaign  # noqa: E402
+from rcpforge.orchestrator.tune.launcher import select_cells, tune_campaign  # noqa: E402
 from tests.helpers.campaigns import tiny_campaign, write_campaign  # noqa: E402
 
 GRID = [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
@@ -38,7 +38,7 @@ def outcomes(campaign) -> dict[float, tuple[str, float | None]]:
     """lr -> (converged / censored / pruned, objective), from the study."""
     import optuna
 
-    from sweeps.tune_study import storage_url
+    from rcpforge.sweeps.tune_study import storage_url
 
     study = optuna.load_study(study_name=f"{campaign.name}.bf16.bs16", storage=storage_url(campaign))
     return {t.params["lr"]: ("pruned" if t.state.name == "PRUNED" else

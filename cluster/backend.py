@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-from trainers.contract.gang import Gang
+from rcpforge.trainers.contract.gang import Gang
 
 
 class BackendError(RuntimeError):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from trainers.contract.gang import RENDEZVOUS_VARS, Gang
+from rcpforge.trainers.contract.gang import RENDEZVOUS_VARS, Gang
 
 # Once task 0 has returned, the gang's other tasks have this long to end by themselves.
 GANG_GRACE_S = 10.0

@@ -21,10 +21,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-from cluster.backend import Backend, BackendError, Done, Job
-from cluster.gang import GANG_GRACE_S, free_port, gang_error, kill_tree, run_task
-from trainers.command.process import describe_exit
-from trainers.contract.gang import Gang
+from rcpforge.cluster.backend import Backend, BackendError, Done, Job
+from rcpforge.cluster.gang import GANG_GRACE_S, free_port, gang_error, kill_tree, run_task
+from rcpforge.trainers.command.process import describe_exit
+from rcpforge.trainers.contract.gang import Gang
 
 
 def _die_with_parent() -> None:

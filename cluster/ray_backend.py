@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from cluster.backend import Backend, BackendError, Done, Job
-from cluster.gang import free_port, run_task
-from cluster.ray_gang import RayGangs, outcome
-from trainers.contract.gang import Gang
+from rcpforge.cluster.backend import Backend, BackendError, Done, Job
+from rcpforge.cluster.gang import free_port, run_task
+from rcpforge.cluster.ray_gang import RayGangs, outcome
+from rcpforge.trainers.contract.gang import Gang
 
 
 def check_reachable(address: str) -> None:

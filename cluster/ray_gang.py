@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.backend import Done, Job
-from cluster.gang import GANG_GRACE_S, free_port, gang_error, run_task
-from trainers.contract.gang import Gang
+from rcpforge.cluster.backend import Done, Job
+from rcpforge.cluster.gang import GANG_GRACE_S, free_port, gang_error, run_task
+from rcpforge.trainers.contract.gang import Gang
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

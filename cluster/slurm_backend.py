@@ -35,11 +35,11 @@ from typing import Any
 
 import submitit
 
-from cluster.backend import Backend, BackendError, Done, Job
-from cluster.gang import GANG_GRACE_S, describe_task, run_task
-from cluster.slurm_gang import START_MARK, await_kill, ended_by_slurm, failed_task, rendezvous_env
-from cluster.slurm_states import ENDED, asked_job_states, preflight
-from trainers.contract.gang import Gang
+from rcpforge.cluster.backend import Backend, BackendError, Done, Job
+from rcpforge.cluster.gang import GANG_GRACE_S, describe_task, run_task
+from rcpforge.cluster.slurm_gang import START_MARK, await_kill, ended_by_slurm, failed_task, rendezvous_env
+from rcpforge.cluster.slurm_states import ENDED, asked_job_states, preflight
+from rcpforge.trainers.contract.gang import Gang
 
 _ROOT = Path(__file__).resolve().parents[1]
 # How many polls, `poll_s` apart at least, a job may be ended (or unlisted) with no result

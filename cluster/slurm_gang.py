@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cluster.gang import free_port
-from trainers.contract.gang import Gang
+from rcpforge.cluster.gang import free_port
+from rcpforge.trainers.contract.gang import Gang
 
 # How long a task waits for task 0 to publish the rendezvous: task 0 may start a little
 # later (another node, a slow file system), never minutes later.
@@ -69,7 +69,7 @@ def ended_by_slurm() -> Iterator[threading.Event]:
     signal did to it (a program killed: `killed by SIGTERM`), no outcome of the run: the
     task then waits for Slurm's SIGKILL instead of reporting it (`await_kill`), so the
     job ends without a result and Slurm's state says what became of it (requeued: it runs
-    again; PREEMPTED or CANCELLED: the attempt ended, `cluster.slurm_states.ENDED`). The
+    again; PREEMPTED or CANCELLED: the attempt ended, `rcpforge.cluster.slurm_states.ENDED`). The
     handler before this one (submitit's, which lets SIGTERM pass) still gets the signal.
     Yields the event set by the signal."""
     received = threading.Event()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from cluster.backend import BackendError
+from rcpforge.cluster.backend import BackendError
 
 # States after which no result will come (a requeued job goes back to PENDING instead).
 # PREEMPTED is the controller's state of a job preempted for good (PreemptMode=CANCEL, or

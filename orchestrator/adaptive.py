@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from analysis.rcp import trimmed_count
-from analysis.sequential import (
+from rcpforge.analysis.rcp import trimmed_count
+from rcpforge.analysis.sequential import (
     CALIBRATED_DF_SHIFT,
     SequentialInterval,
     arm,
@@ -32,13 +32,13 @@ from analysis.sequential import (
     factor_interval,
     information,
 )
-from orchestrator.adaptive_answers import answer, bound_text, futile
-from orchestrator.ledger import LedgerEntry
-from sweeps.adaptive_spec import AdaptiveSpec
-from sweeps.expand import expand
-from sweeps.spec import Campaign
-from trainers.contract import RunSpec, RunStatus
-from trainers.contract.schema import (
+from rcpforge.orchestrator.adaptive_answers import answer, bound_text, futile
+from rcpforge.orchestrator.ledger import LedgerEntry
+from rcpforge.sweeps.adaptive_spec import AdaptiveSpec
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.contract import RunSpec, RunStatus
+from rcpforge.trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,
@@ -382,7 +382,7 @@ def read_adaptive_record(campaign: Campaign) -> dict | None:
     """The record from the campaign's tracking store; None for a fixed campaign."""
     if campaign.adaptive is None:
         return None
-    from orchestrator.tracking import Tracking
+    from rcpforge.orchestrator.tracking import Tracking
 
     ledger = Tracking(campaign.tracking_uri, campaign.tracking.retry_s).campaign_ledger(campaign.name)
     return adaptive_record(campaign, campaign_looks(campaign, ledger))

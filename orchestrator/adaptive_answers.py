@@ -9,8 +9,8 @@ import math
 
 from scipy import special
 
-from analysis.sequential import SequentialInterval, arm, boundaries
-from sweeps.adaptive_spec import AdaptiveSpec
+from rcpforge.analysis.sequential import SequentialInterval, arm, boundaries
+from rcpforge.sweeps.adaptive_spec import AdaptiveSpec
 
 
 def answer(interval: SequentialInterval, settings: AdaptiveSpec) -> str | None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from cluster.backend import Backend, BackendError
-from orchestrator.ledger import LedgerEntry
-from sweeps.spec import Campaign
+from rcpforge.cluster.backend import Backend, BackendError
+from rcpforge.orchestrator.ledger import LedgerEntry
+from rcpforge.sweeps.spec import Campaign
 
 SLURM_PREFIX = "slurm:"
 
@@ -20,7 +20,7 @@ def check_backend(campaign: Campaign) -> None:
     GPU), before the tracking store or the cluster is touched."""
     spec = campaign.backend
     if spec.kind == "local":
-        from trainers.registry import TrainerError, check_local_host
+        from rcpforge.trainers.registry import TrainerError, check_local_host
 
         try:
             for trainer, _ in campaign.trainers():  # each model's settings (a model may ask for a GPU)
@@ -28,11 +28,11 @@ def check_backend(campaign: Campaign) -> None:
         except TrainerError as err:
             raise BackendError(str(err)) from None
     elif spec.kind == "slurm":
-        from cluster.slurm_states import preflight
+        from rcpforge.cluster.slurm_states import preflight
 
         preflight(spec.partition)
     elif spec.kind == "ray" and spec.address not in ("local", "auto"):
-        from cluster.ray_backend import check_reachable
+        from rcpforge.cluster.ray_backend import check_reachable
 
         check_reachable(spec.address)
 
@@ -40,14 +40,14 @@ def check_backend(campaign: Campaign) -> None:
 def backend_class(kind: str) -> type[Backend]:
     """The class of a `backend:` kind, for what it declares before one is started."""
     if kind == "ray":
-        from cluster.ray_backend import RayBackend
+        from rcpforge.cluster.ray_backend import RayBackend
 
         return RayBackend
     if kind == "slurm":
-        from cluster.slurm_backend import SlurmBackend
+        from rcpforge.cluster.slurm_backend import SlurmBackend
 
         return SlurmBackend
-    from cluster.local import LocalBackend
+    from rcpforge.cluster.local import LocalBackend
 
     return LocalBackend
 
@@ -57,15 +57,15 @@ def make_backend(campaign: Campaign, workers: int | None = None) -> Backend:
     anything is submitted."""
     spec = campaign.backend
     if spec.kind == "ray":
-        from cluster.ray_backend import RayBackend
+        from rcpforge.cluster.ray_backend import RayBackend
 
         return RayBackend(spec, gang=campaign.gang, gpu_type=campaign.launch.gpu_type)
     if spec.kind == "slurm":
-        from cluster.slurm_backend import SlurmBackend
+        from rcpforge.cluster.slurm_backend import SlurmBackend
 
         return SlurmBackend(spec, campaign.base_dir / spec.folder, job_name=f"rcpforge-{campaign.name}",
                             gang=campaign.gang, gpu_type=campaign.launch.gpu_type)
-    from cluster.local import LocalBackend
+    from rcpforge.cluster.local import LocalBackend
 
     return LocalBackend(workers or spec.workers, gang=campaign.gang, gpu_type=campaign.launch.gpu_type)
 
@@ -98,13 +98,13 @@ def slurm_states(ledger: dict[str, LedgerEntry]) -> dict[str, str]:
     jobs = slurm_jobs(ledger)
     if not jobs:
         return {}
-    from cluster.slurm_states import job_states
+    from rcpforge.cluster.slurm_states import job_states
 
     states = job_states(list(jobs.values()))
     return {key: states.get(job, "UNLISTED").split()[0] for key, job in jobs.items()}
 
 
 def live_keys(ledger: dict[str, LedgerEntry]) -> set[str]:
-    from cluster.slurm_states import ENDED
+    from rcpforge.cluster.slurm_states import ENDED
 
     return {key for key, state in slurm_states(ledger).items() if state not in ENDED and state != "UNLISTED"}

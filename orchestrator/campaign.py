@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Callable, Iterator
 
-from cluster.backend import Backend, BackendError, Job
-from orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
-from orchestrator.backends import backend_class, check_backend, live_keys, running_backend
-from orchestrator.execute import assignment_for, execute_run, has_outcome, note_requeue
-from orchestrator.failfast import FailFast
-from orchestrator.ledger import LedgerEntry, Plan, make_plan
-from orchestrator.tracking import Tracking
-from sweeps.expand import expand
-from sweeps.spec import Campaign
-from trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
+from rcpforge.cluster.backend import Backend, BackendError, Job
+from rcpforge.orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
+from rcpforge.orchestrator.backends import backend_class, check_backend, live_keys, running_backend
+from rcpforge.orchestrator.execute import assignment_for, execute_run, has_outcome, note_requeue
+from rcpforge.orchestrator.failfast import FailFast
+from rcpforge.orchestrator.ledger import LedgerEntry, Plan, make_plan
+from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
 
 
 FOLLOW_POLL_S = 2.0

@@ -21,16 +21,16 @@ def warnings_that_apply(campaign: Any) -> list[str]:
     warnings = list(campaign.warnings)
     if not warnings:
         return warnings
-    from sweeps.expand import expand
+    from rcpforge.sweeps.expand import expand
 
     keys = {spec.run_key for spec in expand(campaign)}
     return [] if _runs_logged_the_key(campaign.tracking_uri, campaign.name, keys) else warnings
 
 
 def _runs_logged_the_key(uri: str, name: str, keys: set[str]) -> bool:
-    from analysis.load import NoSuchCampaign
-    from analysis.load_sql import load_campaign_runs
-    from orchestrator.tracking import TrackingUnavailable, absent_sqlite_store, probe_store
+    from rcpforge.analysis.load import NoSuchCampaign
+    from rcpforge.analysis.load_sql import load_campaign_runs
+    from rcpforge.orchestrator.tracking import TrackingUnavailable, absent_sqlite_store, probe_store
 
     if absent_sqlite_store(uri) is not None:
         return False  # no store yet (and opening it would make one)
@@ -46,7 +46,7 @@ def unit_rule_settled(runs: list[dict[str, Any]], keys: set[str]) -> bool:
     """Some run of `keys` (the campaign's) has evals read under the unit rule, and every
     one that broke it has run again since and logged the key (the same run key, the
     file fixed). `runs`: rows of the runs table (run_key, tokens_trained, error)."""
-    from trainers.command.trainer import broke_unit_rule
+    from rcpforge.trainers.command.trainer import broke_unit_rule
 
     logged, broke = set(), set()
     for row in runs:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TOKENS_TRAINED, METRIC_WALL_S
+from rcpforge.trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TOKENS_TRAINED, METRIC_WALL_S
 
 
 @dataclass

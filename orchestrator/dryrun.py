@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.execute import task_folder
-from sweeps.expand import expand
-from sweeps.spec import Campaign
-from trainers.contract import RunSpec
-from trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.orchestrator.execute import task_folder
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.contract import RunSpec
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE
 
 # Where task 0's rendezvous is, per backend: chosen as the run starts (a port free then),
 # so a dry run names it instead of making one up.
@@ -74,7 +74,7 @@ def _task(campaign: Campaign, spec: RunSpec, folder: Path, variables: dict[str, 
                 "settings": dict(spec.trainer), "hparams": dict(spec.hparams),
                 "recipe_options": dict(spec.recipe_options), "budget": spec.budget.model_dump(mode="json"),
                 "target": spec.target.model_dump(mode="json"), "world_size": spec.world_size}
-    from trainers.command.trainer import command_settings, launch_of
+    from rcpforge.trainers.command.trainer import command_settings, launch_of
 
     launch = launch_of(spec, command_settings(spec), folder, campaign.base_dir.resolve(),
                        campaign.benchmark_of(spec.model), env=variables)

@@ -21,20 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.stall import Stalled, StallGuard
-from orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
-from sweeps.spec import Campaign
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, StopRun
-from trainers.contract.gang import gang_task
-from trainers.contract.mllog.read import facts_tags, run_facts, with_warning
-from trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter, add_missing_disclosure
-from trainers.contract.schema import (
+from rcpforge.orchestrator.stall import Stalled, StallGuard
+from rcpforge.orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, StopRun
+from rcpforge.trainers.contract.gang import gang_task
+from rcpforge.trainers.contract.mllog.read import facts_tags, run_facts, with_warning
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE, MllogReporter, MllogWriter, add_missing_disclosure
+from rcpforge.trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_TIME_TO_TRAIN,
     TAG_WARNING,
 )
-from trainers.registry import get_trainer
+from rcpforge.trainers.registry import get_trainer
 
 
 @dataclass
@@ -242,7 +242,7 @@ def note_requeue(job: RunAssignment) -> None:
     A backend that requeues (Slurm) calls it, as the `Job`'s `on_requeue`, with the job's
     arguments; a short retry window, as the job is killed soon after
     (backend.signal_delay_s) and the requeue matters more."""
-    from orchestrator.tracking import mark_preempted
+    from rcpforge.orchestrator.tracking import mark_preempted
 
     mark_preempted(job.tracking_uri, job.run_id, retry_s=_REQUEUE_NOTE_RETRY_S)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
+from rcpforge.trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
 
 _PATH = re.compile(r"/[^\s'\"`:,;()\[\]]+")
 _DIGITS = re.compile(r"\d+")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainers.contract import RunSpec, RunStatus
+from rcpforge.trainers.contract import RunSpec, RunStatus
 
 
 @dataclass(frozen=True)

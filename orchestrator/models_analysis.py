@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analysis.analyze import AnalysisRequest, AnalysisResult, analyze_runs
-from analysis.per_model import model_request, model_runs
-from sweeps.spec import Campaign
+from rcpforge.analysis.analyze import AnalysisRequest, AnalysisResult, analyze_runs
+from rcpforge.analysis.per_model import model_request, model_runs
+from rcpforge.sweeps.spec import Campaign
 
 
 def analyze_models(campaign: Campaign, runs: pa.Table, request: AnalysisRequest,
@@ -33,10 +33,10 @@ def analyze_models(campaign: Campaign, runs: pa.Table, request: AnalysisRequest,
 def model_parts(campaign: Campaign, runs: pa.Table, request: AnalysisRequest) -> list:
     """Each model's part of `rcpforge report` (analysis/campaign_report.py `ModelPart`), in
     the campaign's order: the numbers `analyze_models` writes, and the model's precision maps."""
-    from analysis.analyze import comparisons
-    from analysis.campaign_report import ModelPart
-    from analysis.layer_map import load_layer_maps
-    from analysis.rcp_table import rcp_table
+    from rcpforge.analysis.analyze import comparisons
+    from rcpforge.analysis.campaign_report import ModelPart
+    from rcpforge.analysis.layer_map import load_layer_maps
+    from rcpforge.analysis.rcp_table import rcp_table
 
     assert campaign.models is not None
     parts = []

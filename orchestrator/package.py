@@ -34,9 +34,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.results_dirs import Cell, campaign_cells, fetch_result_files, write_result_files
-from trainers.contract.mllog.read import CheckerStops, follow_file, read_result_file, run_facts
-from trainers.contract.submission import SUBMISSION_RUNS, benchmark_origin
+from rcpforge.orchestrator.results_dirs import Cell, campaign_cells, fetch_result_files, write_result_files
+from rcpforge.trainers.contract.mllog.read import CheckerStops, follow_file, read_result_file, run_facts
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS, benchmark_origin
 
 MARKER = ".rcpforge-package.json"
 DIVISIONS = ("closed", "open")
@@ -65,7 +65,7 @@ def training_rulesets() -> list[str]:
     with compliance rules that are also among the RCP checker's (`RULESETS`)."""
     import mlperf_logging.compliance_checker as compliance
 
-    from analysis.rcp_set import RULESETS
+    from rcpforge.analysis.rcp_set import RULESETS
 
     folder = Path(os.path.dirname(compliance.__file__))
     found = {m.group(1) for p in folder.iterdir() if (m := re.match(r"^training_(\d+\.\d+\.\d+)$", p.name))}

@@ -18,9 +18,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from orchestrator.adaptive import AdaptiveState, interval_text
-from orchestrator.ledger import Plan
-from trainers.contract import RunResult, RunSpec, RunStatus
+from rcpforge.orchestrator.adaptive import AdaptiveState, interval_text
+from rcpforge.orchestrator.ledger import Plan
+from rcpforge.trainers.contract import RunResult, RunSpec, RunStatus
 
 Cell = tuple[str, int]
 

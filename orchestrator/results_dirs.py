@@ -25,11 +25,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.tracking import ImportedRun, Tracking
-from trainers.contract import RunStatus
-from trainers.contract.mllog.read import events_facts, facts_tags, follow_events, with_warning
-from trainers.contract.mllog.write import RESULT_FILE, add_missing_disclosure
-from trainers.contract.schema import (
+from rcpforge.orchestrator.tracking import ImportedRun, Tracking
+from rcpforge.trainers.contract import RunStatus
+from rcpforge.trainers.contract.mllog.read import events_facts, facts_tags, follow_events, with_warning
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE, add_missing_disclosure
+from rcpforge.trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TIME_TO_TRAIN,
     TAG_ACCELERATOR,
@@ -52,7 +52,7 @@ from trainers.contract.schema import (
     TAG_TARGET_METRIC,
     TAG_TRAINER,
 )
-from trainers.contract.submission import system_settings
+from rcpforge.trainers.contract.submission import system_settings
 
 OUTCOME_VALUES = {s.value for s in (RunStatus.converged, RunStatus.not_converged, RunStatus.diverged)}
 _RESULT_NAME = re.compile(r"^result_(\d+)\.txt$")
@@ -89,7 +89,7 @@ def cell_folder(results_dir: Path, recipe: str, batch_size: int, model: str = ""
 
 def campaign_cells(tracking_uri: str, campaign: str) -> list[Cell]:
     """The campaign's cells in (model, recipe, batch size) order, those without an outcome too."""
-    from analysis.load import load_runs
+    from rcpforge.analysis.load import load_runs
 
     cells: dict[tuple[str, str, int], list[dict]] = {}
     for run in load_runs(tracking_uri, campaign).to_pylist():

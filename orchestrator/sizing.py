@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from analysis.rcp import trimmed_count
-from analysis.sequential import arm, factor_interval, runs_for_half_width
-from orchestrator.adaptive import Outcome, campaign_outcomes, unit_cost
-from orchestrator.ledger import LedgerEntry
-from sweeps.spec import Campaign
+from rcpforge.analysis.rcp import trimmed_count
+from rcpforge.analysis.sequential import arm, factor_interval, runs_for_half_width
+from rcpforge.orchestrator.adaptive import Outcome, campaign_outcomes, unit_cost
+from rcpforge.orchestrator.ledger import LedgerEntry
+from rcpforge.sweeps.spec import Campaign
 
 PRECISIONS = (0.02, 0.03, 0.05)
 

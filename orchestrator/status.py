@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from orchestrator.adaptive import arm_of, campaign_looks, look_specs, stop_facts
-from orchestrator.backends import slurm_states
-from orchestrator.cost import CellCost, add_dollars, compute_unit, estimates, usd_per_hour
-from orchestrator.failfast import reason_line
-from orchestrator.ledger import LedgerEntry
-from orchestrator.tracking import Tracking
-from sweeps.expand import expand
-from sweeps.spec import Campaign
-from trainers.contract import RunStatus
+from rcpforge.orchestrator.adaptive import arm_of, campaign_looks, look_specs, stop_facts
+from rcpforge.orchestrator.backends import slurm_states
+from rcpforge.orchestrator.cost import CellCost, add_dollars, compute_unit, estimates, usd_per_hour
+from rcpforge.orchestrator.failfast import reason_line
+from rcpforge.orchestrator.ledger import LedgerEntry
+from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.contract import RunStatus
 
 COLUMNS = ("pending", "running", "converged", "not_converged", "diverged", "failed")
 
@@ -67,7 +67,7 @@ def failure_of(run_name: str, entry: LedgerEntry) -> dict:
 
 
 def _column(status: RunStatus, slurm_state: str | None) -> str:
-    from cluster.slurm_states import ENDED
+    from rcpforge.cluster.slurm_states import ENDED
 
     if status.is_outcome or status is RunStatus.failed:
         return status.value

@@ -17,22 +17,39 @@ docs/analysts.md walks through it."""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from rcpforge.campaign import Campaign, load
-from rcpforge.errors import RcpforgeError
-from rcpforge.submissions import Round, check, round
-
 if TYPE_CHECKING:
-    from analysis.check import CheckResult
+    from rcpforge.analysis.check import CheckResult
+    from rcpforge.campaign import Campaign, load
+    from rcpforge.errors import RcpforgeError
+    from rcpforge.submissions import Round, check, round
 
 __all__ = ["Campaign", "CheckResult", "RcpforgeError", "Round", "check", "load", "round"]
 
+# Every public name loads on first use: this module runs before every internal import
+# (`import rcpforge.trainers.tinylm` runs it first), so it must load nothing itself; and
+# CheckResult's module loads scipy (a second), which `import rcpforge` should not wait for.
+_HOMES = {
+    "Campaign": "rcpforge.campaign",
+    "load": "rcpforge.campaign",
+    "RcpforgeError": "rcpforge.errors",
+    "Round": "rcpforge.submissions",
+    "check": "rcpforge.submissions",
+    "round": "rcpforge.submissions",
+    "CheckResult": "rcpforge.analysis.check",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # CheckResult on first use: its module loads scipy (a second), which `import rcpforge` should not wait for
-    if name == "CheckResult":
-        from analysis.check import CheckResult
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rcpforge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup finds it without this function
+    return value
 
-        return CheckResult
-    raise AttributeError(f"module 'rcpforge' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

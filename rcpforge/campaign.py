@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from analysis.analyze import AnalysisRequest, AnalysisResult
-    from sweeps.spec import Campaign as CampaignSpec
+    from rcpforge.analysis.analyze import AnalysisRequest, AnalysisResult
+    from rcpforge.sweeps.spec import Campaign as CampaignSpec
 
 DEFAULT_REFERENCE = "bf16"  # the analysis' reference recipe where the campaign file names none
 
@@ -59,11 +59,11 @@ class Campaign:
 
     def runs_arrow(self) -> pa.Table:
         """The runs table as a pyarrow Table, one row per run (the schema of
-        `analysis.load.RUN_SCHEMA`: run_id, run_key, recipe, batch_size, seed, status,
+        `rcpforge.analysis.load.RUN_SCHEMA`: run_id, run_key, recipe, batch_size, seed, status,
         tokens_to_target, samples_to_target, tokens_trained, wall_s, error, hparams, and the
         model axis' model, model_params, model_flops_per_token: docs/models.md), sorted by
         model, recipe, batch size, seed: what `rcpforge export --parquet` writes."""
-        from analysis.load_sql import load_campaign_runs
+        from rcpforge.analysis.load_sql import load_campaign_runs
 
         return load_campaign_runs(self.tracking_uri, self.name)
 
@@ -78,7 +78,7 @@ class Campaign:
         degenerate, note: `rcpforge analyze`'s rcp_table.parquet. On a model axis, the
         table of `model` (required where the campaign has more than one), under its
         benchmark: `<out>/<model>/rcp_table.parquet`."""
-        from analysis.rcp_table import rcp_table
+        from rcpforge.analysis.rcp_table import rcp_table
 
         chosen = self._model(model)
         benchmark = self.benchmark if chosen is None else chosen.benchmark
@@ -95,8 +95,8 @@ class Campaign:
         axis, `model`'s candidates against the reference recipe of the same model."""
         import pandas as pd
 
-        from analysis.analyze import reference_factors
-        from analysis.factors import Factor
+        from rcpforge.analysis.analyze import reference_factors
+        from rcpforge.analysis.factors import Factor
 
         chosen = self._model(model)
         request = self.request(reference, seed=seed, resamples=resamples, confidence=confidence, model=chosen)
@@ -113,8 +113,8 @@ class Campaign:
         model axis, `model`'s cells against the same model's reference RCPs."""
         import pandas as pd
 
-        from analysis.analyze import cell_selections
-        from analysis.rcp_table import rcp_table
+        from rcpforge.analysis.analyze import cell_selections
+        from rcpforge.analysis.rcp_table import rcp_table
 
         chosen = self._model(model)
         table_runs = self._runs(runs, chosen)
@@ -136,7 +136,7 @@ class Campaign:
         the notes. `reference_rcps`: MLCommons RCP records to derive the candidates' RCPs
         from instead of the campaign's reference-recipe RCPs. On a model axis, `model`'s
         analysis: what `rcpforge analyze` writes into `<out>/<model>/`."""
-        from analysis.analyze import analyze_runs
+        from rcpforge.analysis.analyze import analyze_runs
 
         chosen = self._model(model)
         request = self.request(reference, seed=seed, resamples=resamples, reference_rcps=reference_rcps,
@@ -151,7 +151,7 @@ class Campaign:
         model's factor) are lists of dicts (`pandas.DataFrame(result["trends"])`).
         `extrapolate_to`: a parameter count to predict each factor at, labelled an
         extrapolation. RcpforgeError where the runs hold fewer than two models."""
-        from analysis.analyze import scale_of
+        from rcpforge.analysis.analyze import scale_of
 
         request = self.request(reference, seed=seed, resamples=resamples, confidence=confidence,
                                extrapolate_to=extrapolate_to)
@@ -163,12 +163,12 @@ class Campaign:
 
     def request(self, reference: str | None = None, *, seed: int = 0, model: Model | None = None,
                 **settings: Any) -> AnalysisRequest:
-        """The analysis of this campaign in the terms `analysis.analyze` takes (internal:
+        """The analysis of this campaign in the terms `rcpforge.analysis.analyze` takes (internal:
         the methods above and the command line build theirs here); narrowed to `model`
         where given (analysis/per_model.py, as `rcpforge analyze` does per model)."""
-        from analysis.analyze import AnalysisRequest
-        from analysis.per_model import model_request
-        from analysis.selection import SelectionSettings
+        from rcpforge.analysis.analyze import AnalysisRequest
+        from rcpforge.analysis.per_model import model_request
+        from rcpforge.analysis.selection import SelectionSettings
 
         request = AnalysisRequest(
             campaign=self.name, benchmark=self.benchmark, submission_runs=self.submission_runs,
@@ -197,7 +197,7 @@ class Campaign:
         return self.models[names.index(model)]
 
     def _runs(self, runs: pa.Table | None, model: Model | None = None) -> pa.Table:
-        from analysis.per_model import model_runs
+        from rcpforge.analysis.per_model import model_runs
 
         table = self.runs_arrow() if runs is None else runs
         return table if model is None else model_runs(table, model.name)
@@ -225,7 +225,7 @@ def load(campaign_file: str | Path | None = None, *, tracking_uri: str | None = 
         if tracking_uri is not None or campaign is not None or benchmark is not None or submission_runs is not None:
             raise RcpforgeError("rcpforge.load: give a campaign file, or tracking_uri= and campaign= (with "
                                 "benchmark= and submission_runs= if needed), not both")
-        from sweeps.spec import CampaignError, load_campaign
+        from rcpforge.sweeps.spec import CampaignError, load_campaign
 
         try:
             spec = load_campaign(campaign_file)
@@ -246,8 +246,8 @@ def require_in_store(tracking_uri: str, campaign: str, then: str) -> None:
     no experiment of the campaign; asked without making either (MLflow would make the
     SQLite file, a database's tables, a server's experiment; and a mistyped store would
     then read as a campaign whose runs are lost)."""
-    from analysis.load_sql import absent_sqlite_store, campaign_in_store
-    from trainers.contract.uri import redact_uri
+    from rcpforge.analysis.load_sql import absent_sqlite_store, campaign_in_store
+    from rcpforge.trainers.contract.uri import redact_uri
 
     if (db := absent_sqlite_store(tracking_uri)) is not None:
         raise RcpforgeError(f"no runs of campaign {campaign} at {db} (no such store yet): {then}")
@@ -256,7 +256,7 @@ def require_in_store(tracking_uri: str, campaign: str, then: str) -> None:
 
 
 def from_spec(spec: CampaignSpec, adaptive: dict | None = None) -> Campaign:
-    """The handle of a validated campaign file (`sweeps.spec.Campaign`)."""
+    """The handle of a validated campaign file (`rcpforge.sweeps.spec.Campaign`)."""
     return Campaign(
         name=spec.name, tracking_uri=spec.tracking_uri, benchmark=spec.benchmark,
         submission_runs=spec.submission_runs, recipes=tuple(r.name for r in spec.recipes),
@@ -268,8 +268,8 @@ def from_spec(spec: CampaignSpec, adaptive: dict | None = None) -> Campaign:
 def _from_store(tracking_uri: str, name: str, benchmark: str | None, submission_runs: int | None) -> Campaign:
     from collections import Counter
 
-    from analysis.load_sql import load_campaign_runs
-    from trainers.contract.submission import SUBMISSION_RUNS, model_benchmark, name_as_benchmark
+    from rcpforge.analysis.load_sql import load_campaign_runs
+    from rcpforge.trainers.contract.submission import SUBMISSION_RUNS, model_benchmark, name_as_benchmark
 
     runs = load_campaign_runs(tracking_uri, name)
     cells = Counter(zip(runs["model"].to_pylist(), runs["recipe"].to_pylist(), runs["batch_size"].to_pylist(),
@@ -288,8 +288,8 @@ def _from_store(tracking_uri: str, name: str, benchmark: str | None, submission_
 def _imported_benchmark(tracking_uri: str, campaign: str) -> str | None:
     """The benchmark the first imported result file of the campaign names (None for runs
     rcpforge trained: their benchmark is the campaign file's)."""
-    from analysis.load import StoreReader
-    from trainers.contract.schema import TAG_BENCHMARK
+    from rcpforge.analysis.load import StoreReader
+    from rcpforge.trainers.contract.schema import TAG_BENCHMARK
 
     store = StoreReader(tracking_uri)
     first = next(store.runs(store.experiment_id(campaign), "campaign"), None)

@@ -14,7 +14,7 @@ from rcpforge.errors import RcpforgeError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analysis.check import CheckResult
+    from rcpforge.analysis.check import CheckResult
 
 DEFAULT_RULESET = "6.0.0"  # the checker's command-line default (analysis/check.py)
 
@@ -22,7 +22,7 @@ DEFAULT_RULESET = "6.0.0"  # the checker's command-line default (analysis/check.
 def rcp_source(rcps: str | Path, ruleset: str) -> tuple[Path | None, str]:
     """`rcps` as the checker takes it: an RCP file (read with `ruleset`'s rules), or a
     ruleset version, whose shipped RCPs are used."""
-    from analysis.rcp_set import RULESETS
+    from rcpforge.analysis.rcp_set import RULESETS
 
     text = str(rcps)
     if text in RULESETS:
@@ -42,8 +42,8 @@ def check(results_dir: str | Path, rcps: str | Path, *, rcp_pass: str = "pruned"
     `to_json()` is what `rcpforge check --json` prints). `prune="envelope"` is a what-if
     (the true lower convex envelope), not the checker's verdict; `submission_runs`: N of
     a benchmark the checker does not know. Raises RcpforgeError for bad input."""
-    from analysis.check import check_directory
-    from analysis.rcp_set import RcpError
+    from rcpforge.analysis.check import check_directory
+    from rcpforge.analysis.rcp_set import RcpError
 
     if not Path(results_dir).is_dir():
         raise RcpforgeError(f"results_dir {str(results_dir)!r} is not a folder")
@@ -71,13 +71,13 @@ class Round:
 
     def table(self) -> pd.DataFrame:
         """The submissions as a DataFrame, one row each: `round --parquet`'s columns."""
-        from analysis.round.report import round_table
+        from rcpforge.analysis.round.report import round_table
 
         return round_table(self.submissions).to_pandas()
 
     def groups(self) -> list[dict]:
         """Per group of like submissions: its label, submissions, pass count, flagged."""
-        from analysis.round.groups import group_summaries
+        from rcpforge.analysis.round.groups import group_summaries
 
         return group_summaries(self.submissions)
 
@@ -94,10 +94,10 @@ def round(root: str | Path, rcps: str | Path, *, group_by: str | Sequence[str] |
     (`precision_map`: a JSON or CSV file, or a dict, of results directory -> precision).
     Reads files only (`rcpforge round` also imports them into a store). Raises
     RcpforgeError for bad input."""
-    from analysis.rcp_set import RcpError
-    from analysis.round.groups import FlagSettings, parse_group_keys
-    from analysis.round.precision import load_precision_map, precision_factors
-    from analysis.round.verdicts import analyze_round
+    from rcpforge.analysis.rcp_set import RcpError
+    from rcpforge.analysis.round.groups import FlagSettings, parse_group_keys
+    from rcpforge.analysis.round.precision import load_precision_map, precision_factors
+    from rcpforge.analysis.round.verdicts import analyze_round
 
     if not 0 < p_threshold < 1:
         raise RcpforgeError(f"--p-threshold {p_threshold}: give a probability between 0 and 1")

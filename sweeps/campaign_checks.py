@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.launch import LaunchSpec
+from rcpforge.sweeps.launch import LaunchSpec
 
 
 def check_warmup_within_budget(hparams: dict[int, dict[str, Any]], max_tokens: int) -> None:

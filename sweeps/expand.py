@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sweeps.models_spec import ModelChoice
-from sweeps.spec import Campaign
-from trainers.contract import RunSpec
+from rcpforge.sweeps.models_spec import ModelChoice
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.contract import RunSpec
 
 
 def expand(campaign: Campaign) -> list[RunSpec]:

@@ -15,7 +15,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trainers.contract.gang import Gang
+from rcpforge.trainers.contract.gang import Gang
 
 
 class LaunchSpec(BaseModel):

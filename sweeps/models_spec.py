@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainers.registry import (
+from rcpforge.trainers.registry import (
     TrainerError,
     free_model_settings,
     model_size,
@@ -105,7 +105,7 @@ def _whole(value: Any) -> Any:
 
 
 def _with_table(item: dict[str, Any], base_dir: Path) -> dict[Any, dict[str, Any]]:
-    from sweeps.tune_table import load_hparams_table
+    from rcpforge.sweeps.tune_table import load_hparams_table
 
     try:
         table = load_hparams_table(base_dir, item["hparams_from"])

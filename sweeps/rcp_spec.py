@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainers.contract.submission import SUBMISSION_RUNS
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS
 
 
 class RcpSpec(BaseModel):

@@ -29,25 +29,25 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sweeps.adaptive_spec import AdaptiveSpec
-from sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
-from sweeps.campaign_checks import (
+from rcpforge.sweeps.adaptive_spec import AdaptiveSpec
+from rcpforge.sweeps.backends import BackendSpec, LocalBackendSpec, default_kind
+from rcpforge.sweeps.campaign_checks import (
     check_launch_against_backend,
     check_schedule_within_budget,
     check_warmup_within_budget,
 )
-from sweeps.cost_spec import PricedCost
-from sweeps.launch import LaunchSpec
-from sweeps.models_spec import ModelChoice, model_forms, resolve_model
-from sweeps.rcp_spec import RcpSpec
-from sweeps.recipe_grid import expand_grid
-from sweeps.tracking_spec import DEFAULT_DB, TrackingSpec
-from trainers.contract import Budget, RunSpec, Target
-from trainers.contract.fields import validation_message
-from trainers.contract.gang import Gang
-from trainers.contract.submission import SUBMISSION_RUNS, model_benchmark, name_as_benchmark
-from sweeps.tune_spec import TuneSpec
-from trainers.registry import (
+from rcpforge.sweeps.cost_spec import PricedCost
+from rcpforge.sweeps.launch import LaunchSpec
+from rcpforge.sweeps.models_spec import ModelChoice, model_forms, resolve_model
+from rcpforge.sweeps.rcp_spec import RcpSpec
+from rcpforge.sweeps.recipe_grid import expand_grid
+from rcpforge.sweeps.tracking_spec import DEFAULT_DB, TrackingSpec
+from rcpforge.trainers.contract import Budget, RunSpec, Target
+from rcpforge.trainers.contract.fields import validation_message
+from rcpforge.trainers.contract.gang import Gang
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS, model_benchmark, name_as_benchmark
+from rcpforge.sweeps.tune_spec import TuneSpec
+from rcpforge.trainers.registry import (
     TrainerError,
     check_campaign_fit,
     campaign_warnings,
@@ -116,7 +116,7 @@ class Campaign(_Strict):
     def _load_hparams_from(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not data.get("hparams_from"):
             return data
-        from sweeps.tune_table import load_hparams_table
+        from rcpforge.sweeps.tune_table import load_hparams_table
 
         table = load_hparams_table(Path(data.get("base_dir", ".")), data["hparams_from"])
         inline = data.get("hparams") or {}

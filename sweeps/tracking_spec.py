@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trainers.contract.uri import uri_form_problem
+from rcpforge.trainers.contract.uri import uri_form_problem
 
 DEFAULT_DB = "rcpforge-mlflow.db"
 

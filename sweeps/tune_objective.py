@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainers.contract import RunResult, RunStatus, Target
+from rcpforge.trainers.contract import RunResult, RunStatus, Target
 
 # The distance of a seed whose final metric is not a number (its loss blew up).
 NAN_DISTANCE = 1e6

@@ -12,7 +12,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeps.tune_spec import PrunerSpec, SamplerSpec, TuneSpec
+from rcpforge.sweeps.tune_spec import PrunerSpec, SamplerSpec, TuneSpec
 
 if TYPE_CHECKING:
     from optuna.study import Study

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainers.registry import TrainerError, validate_hparams
+from rcpforge.trainers.registry import TrainerError, validate_hparams
 
 DEFAULT_STORAGE = "rcpforge-optuna.db"
 # Tune runs use their own seeds: tuning on the seeds the campaign later measures would

@@ -17,10 +17,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeps.spec import Campaign
-from trainers.contract.uri import redact_uri
-from sweeps.tune_optuna import make_pruner, make_sampler, sampler_settings
-from sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.sweeps.tune_optuna import make_pruner, make_sampler, sampler_settings
+from rcpforge.sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
 
 _SPACE_ATTR = "rcpforge.space"
 _WHAT = {

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from cluster.gang import free_port
+from rcpforge.cluster.gang import free_port
 from tests.helpers.ray_cluster import two_node_ray  # noqa: F401 - the two-node Ray of tests/cluster/test_ray_gangs.py
 from tests.helpers.skip_guard import (  # noqa: F401 - hooks: in CI a skip not on tests/allowed_skips.txt fails
     pytest_configure,
@@ -33,7 +33,7 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
     """Run the real `rcpforge` command line in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
+        [sys.executable, "-m", "rcpforge.orchestrator.cli", *args],
         cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=timeout,
     )
 
@@ -47,7 +47,7 @@ def cli():
 def finished(tmp_path_factory):
     """The tiny campaign (12 real runs), run once by the CLI and then run again; shared
     by every test that needs a finished campaign."""
-    from sweeps.spec import load_campaign
+    from rcpforge.sweeps.spec import load_campaign
     from tests.helpers.campaigns import tiny_campaign, write_campaign
 
     folder = tmp_path_factory.mktemp("campaign")

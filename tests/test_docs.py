@@ -85,7 +85,7 @@ def cli_flags() -> dict[str, set[str]]:
     """Each command of the `rcpforge` app and the long flags it takes."""
     from typer.main import get_command
 
-    from orchestrator.cli import app
+    from rcpforge.orchestrator.cli import app
 
     commands = {}
     for name, command in get_command(app).commands.items():

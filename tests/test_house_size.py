@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.modules import FOLDERS, module_name
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("orchestrator", "trainers", "sweeps", "analysis", "cluster", "rcpforge")
+PACKAGES = FOLDERS
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -84,20 +86,13 @@ class _Reader(ast.NodeVisitor):
         self.imported.append((module, tuple(alias.name for alias in node.names), node.lineno))
 
 
-def _module_name(path: Path, root: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def survey(root: Path, packages: tuple[str, ...] = PACKAGES) -> House:
     house = House()
     read: dict[str, tuple[str, _Reader]] = {}
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
             rel, text = path.relative_to(root).as_posix(), path.read_text()
-            module = _module_name(path, root)
+            module = module_name(path, root)
             reader = _Reader(module.split(".") if path.name == "__init__.py" else module.split(".")[:-1])
             reader.visit(ast.parse(text, rel))
             house.files[rel] = len(text.splitlines())

@@ -3,8 +3,8 @@ trainer class (imported only inside a worker, where the training happens).
 
 A kind is a registered name (`tinylm`), or `module:Class` for a user's own Python
 trainer whose class may define a pydantic `Settings` model. What a kind declares, and
-the default of what it leaves out: `trainers.contract.Trainer` for the trainer class,
-`trainers.settings.TrainerSettings` for the settings model's checks of a campaign.
+the default of what it leaves out: `rcpforge.trainers.contract.Trainer` for the trainer class,
+`rcpforge.trainers.settings.TrainerSettings` for the settings model's checks of a campaign.
 """
 
 from __future__ import annotations
@@ -18,21 +18,21 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from trainers.contract import Trainer
-from trainers.contract.fields import known_fields, unknown_field
-from trainers.settings import TrainerSettings
+from rcpforge.trainers.contract import Trainer
+from rcpforge.trainers.contract.fields import known_fields, unknown_field
+from rcpforge.trainers.settings import TrainerSettings
 
 # kind -> (settings model, hyperparameters model, trainer class)
 _BUILTIN: dict[str, tuple[str, str, str]] = {
     "tinylm": (
-        "trainers.tinylm.settings:TinyLMSettings",
-        "trainers.tinylm.settings:TinyLMHParams",
-        "trainers.tinylm.train:TinyLMTrainer",
+        "rcpforge.trainers.tinylm.settings:TinyLMSettings",
+        "rcpforge.trainers.tinylm.settings:TinyLMHParams",
+        "rcpforge.trainers.tinylm.train:TinyLMTrainer",
     ),
     "command": (
-        "trainers.command.settings:CommandSettings",
-        "trainers.command.settings:CommandHParams",
-        "trainers.command.trainer:CommandTrainer",
+        "rcpforge.trainers.command.settings:CommandSettings",
+        "rcpforge.trainers.command.settings:CommandHParams",
+        "rcpforge.trainers.command.trainer:CommandTrainer",
     ),
 }
 
@@ -206,7 +206,7 @@ def validate_recipe(kind: str, name: str, options: dict[str, Any]) -> dict[str, 
     """A campaign's recipe for this trainer kind: a label with free-form options where
     the trainer takes labels, else one of rcpforge's quantizer recipes with its options
     (defaults filled in)."""
-    from trainers.recipes.resolve import validate_recipe_options
+    from rcpforge.trainers.recipes.resolve import validate_recipe_options
 
     declared = _declared(kind)
     try:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from analysis.policy.distributions import Distribution, campaign_distributions, rcp_distributions
-from analysis.policy.simulate import Case
-from analysis.policy.thresholds import bootstrapped, today
-from analysis.rcp import trimmed_count
-from analysis.rcp_set import RULESETS, RcpError, RcpSet, convergence_key, ruleset_folder
+from rcpforge.analysis.policy.distributions import Distribution, campaign_distributions, rcp_distributions
+from rcpforge.analysis.policy.simulate import Case
+from rcpforge.analysis.policy.thresholds import bootstrapped, today
+from rcpforge.analysis.rcp import trimmed_count
+from rcpforge.analysis.rcp_set import RULESETS, RcpError, RcpSet, convergence_key, ruleset_folder
 
 
 class PolicyError(ValueError):
@@ -71,7 +71,7 @@ def rcp_set_cases(rcp_set: RcpSet, batch_sizes: Sequence[int] | None, ruleset: s
 
 def campaign_cases(table, benchmark: str, submission_runs: int, reference: str, candidate: str,
                    batch_sizes: Sequence[int] | None, sims: int) -> list[Case]:
-    """A campaign's runs (`analysis.load`'s table): the reference recipe's complete cells
+    """A campaign's runs (`rcpforge.analysis.load`'s table): the reference recipe's complete cells
     (every run converged, as real RCPs are) are the RCPs, the candidate's runs its
     distribution, at the batch sizes both have."""
     ref = campaign_distributions(table, reference)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.rcp_set import RcpSet
-from trainers.contract.mllog.read import NOT_CONVERGED
+from rcpforge.analysis.rcp_set import RcpSet
+from rcpforge.trainers.contract.mllog.read import NOT_CONVERGED
 
 # a draw within this fraction of a grid step above a grid point is on it (float noise)
 _ON_GRID = 1e-6
@@ -91,7 +91,7 @@ def rcp_distributions(rcp_set: RcpSet) -> dict[int, Distribution]:
 
 
 def campaign_distributions(table, recipe: str) -> dict[int, Distribution]:
-    """Per batch size: a campaign recipe's runs (a runs table of `analysis.load`), a run
+    """Per batch size: a campaign recipe's runs (a runs table of `rcpforge.analysis.load`), a run
     that did not converge as inf."""
     cells: dict[int, list[float]] = {}
     for row in table.to_pylist():

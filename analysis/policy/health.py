@@ -10,12 +10,12 @@ import math
 
 import numpy as np
 
-from analysis.check import DEFAULT_RULESET
-from analysis.policy.submitters import draw, olympic
-from analysis.policy.thresholds import today
-from analysis.rcp import trimmed_count
-from analysis.rcp_set import RcpSet
-from analysis.rcp_table import rcp_records
+from rcpforge.analysis.check import DEFAULT_RULESET
+from rcpforge.analysis.policy.submitters import draw, olympic
+from rcpforge.analysis.policy.thresholds import today
+from rcpforge.analysis.rcp import trimmed_count
+from rcpforge.analysis.rcp_set import RcpSet
+from rcpforge.analysis.rcp_table import rcp_records
 
 COARSE_DISTINCT = 3
 # The campaign report's simulations per RCP: modest (the report stays fast), seeded (the

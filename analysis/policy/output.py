@@ -1,6 +1,6 @@
 """What a policy run writes besides JSON: a summary table per benchmark (the rates as
 means over the batch sizes simulated), the one-page brief in plain words (Markdown), and
-the self-contained HTML report (`analysis.report`'s sections, figures as base64 PNG)."""
+the self-contained HTML report (`rcpforge.analysis.report`'s sections, figures as base64 PNG)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.display import Shown
-from analysis.report import Section, write_report
+from rcpforge.analysis.display import Shown
+from rcpforge.analysis.report import Section, write_report
 
 LABELS = {"today": "today's rule", "precision_rcp": "precision-specific RCP", "factor": "convergence factor",
           "group": "group comparison", "m_of_n": "M > N runs"}
@@ -148,7 +148,7 @@ def write_brief(path: Path, rows: list[dict], source: str, sims: int, seed: int)
 
 
 def _figure_catch(rows: list[dict]) -> bytes | None:
-    from analysis.plots import _png, plt
+    from rcpforge.analysis.plots import _png, plt
 
     factors = sorted({r["factor"] for r in rows})
     fig, axes = plt.subplots(1, len(factors), figsize=(4.2 * len(factors), 3.4), squeeze=False)
@@ -169,7 +169,7 @@ def _figure_catch(rows: list[dict]) -> bytes | None:
 
 
 def _figure_honest(rows: list[dict]) -> bytes | None:
-    from analysis.plots import _png, plt
+    from rcpforge.analysis.plots import _png, plt
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     factors = sorted({r["factor"] for r in rows})

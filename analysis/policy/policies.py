@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
-from analysis.policy.submitters import draw, olympic
-from analysis.policy.thresholds import Threshold, _slack, min_acceptable_means
-from analysis.round.groups import MIN_GROUP, FlagSettings, lognormal_olympics
+from rcpforge.analysis.policy.submitters import draw, olympic
+from rcpforge.analysis.policy.thresholds import Threshold, _slack, min_acceptable_means
+from rcpforge.analysis.round.groups import MIN_GROUP, FlagSettings, lognormal_olympics
 
 POLICIES = ("today", "precision_rcp", "factor", "group", "m_of_n")
 BOUNDS = ("lower", "point", "upper")
@@ -95,7 +95,7 @@ def factor_judge(threshold: Threshold, bounds: np.ndarray) -> Judge:
 
 
 def _robust_z_first(scores: np.ndarray) -> np.ndarray:
-    """`analysis.stats.robust_z` of column 0 of each row (the same MAD-of-0 fallback)."""
+    """`rcpforge.analysis.stats.robust_z` of column 0 of each row (the same MAD-of-0 fallback)."""
     med = np.median(scores, axis=1)
     dev = np.abs(scores - med[:, None])
     mad, meanad = np.median(dev, axis=1), dev.mean(axis=1)

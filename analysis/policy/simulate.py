@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.policy import policies as pol
-from analysis.policy.distributions import Distribution
-from analysis.policy.submitters import PICK_MODES, draw, kept_olympic, kept_window, olympic
-from analysis.policy.thresholds import Threshold
-from analysis.round.groups import FlagSettings
+from rcpforge.analysis.policy import policies as pol
+from rcpforge.analysis.policy.distributions import Distribution
+from rcpforge.analysis.policy.submitters import PICK_MODES, draw, kept_olympic, kept_window, olympic
+from rcpforge.analysis.policy.thresholds import Threshold
+from rcpforge.analysis.round.groups import FlagSettings
 
 ROW_KEYS = ("benchmark", "batch_size", "policy", "factor", "pick", "pick_mode", "honest_rejected",
             "honest_rejected_se", "caught", "caught_se", "advantage_kept_pct", "advantage_kept_evals",

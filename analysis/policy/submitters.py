@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from analysis.stats import olympic_means
+from rcpforge.analysis.stats import olympic_means
 
 PICK_MODES = ("sets", "runs")
 

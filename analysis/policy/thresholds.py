@@ -1,6 +1,6 @@
 """Today's rule as numbers: per batch size, the olympic mean below which the checker
 rejects a submission and the RCP mean it normalizes a faster one to, found as the
-checker finds them (`analysis.check._decide`: the pruned pass, a record at the batch
+checker finds them (`rcpforge.analysis.check._decide`: the pruned pass, a record at the batch
 size, else the interpolation of its pruned neighbours, else the smallest record; the
 llama31_405b slack). With the two-level bootstrap, the records behind that threshold are
 redrawn (their runs with replacement) once per simulated submission, so the rates include
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from analysis.rcp import ALPHA, trimmed_count
-from analysis.rcp_set import SLACK_405B, RcpSet, Record, version_at_least, with_405b_slack
+from rcpforge.analysis.rcp import ALPHA, trimmed_count
+from rcpforge.analysis.rcp_set import SLACK_405B, RcpSet, Record, version_at_least, with_405b_slack
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ and per submission how unusual its olympic mean is.
 Two numbers per submission, both one-sided (only "too fast" is suspicious):
 
 - `robust_z`: the modified z-score of Iglewicz and Hoaglin, 0.6745 (x - median) / MAD,
-  over the group's submissions (`analysis.stats.robust_z`), x being each submission's
+  over the group's submissions (`rcpforge.analysis.stats.robust_z`), x being each submission's
   olympic mean divided by its RCP mean where every member of the group has one (so a
   grouping without batch size still compares like with like), else the olympic mean
   itself. Only for groups of at least `MIN_GROUP` submissions with an olympic mean.
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
-from analysis.rcp_set import RcpError
-from analysis.stats import robust_z
+from rcpforge.analysis.rcp_set import RcpError
+from rcpforge.analysis.stats import robust_z
 
 # keys a submission carries that a grouping may name
 GROUP_KEYS = ("benchmark", "batch_size", "submitter", "system", "division", "framework", "accelerator",
@@ -117,7 +117,7 @@ def p_lognormal(observed: float, m: int, trim: int, mean: float, stdev: float, r
 def lognormal_olympics(m: int, trim: int, mean: float, stdev: float, rcp_runs: int | None = None,
                        draws: int = 50_000, seed: int = 0) -> np.ndarray | None:
     """The `draws` olympic means of honest m-run submissions that `p_lognormal` counts
-    (None where it models nothing); `analysis.policy` flags whole arrays of submissions
+    (None where it models nothing); `rcpforge.analysis.policy` flags whole arrays of submissions
     against them."""
     if m <= 2 * trim or not (mean > 0) or not math.isfinite(stdev) or stdev < 0:
         return None
@@ -151,7 +151,7 @@ def assign_groups(rows: list[dict], keys: Sequence[str], settings: FlagSettings 
     """Adds group, group_size, score (the value compared: olympic mean / RCP mean, or the
     olympic mean), robust_z, p_value(_rcp, _pooled), flagged, flag_reason and the group's
     median score and spread (group_median, group_spread_pct) to every row (a submission
-    of `analysis.round.verdicts`)."""
+    of `rcpforge.analysis.round.verdicts`)."""
     settings = settings or FlagSettings()
     groups: dict[str, list[dict]] = {}
     for row in rows:

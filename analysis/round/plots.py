@@ -1,10 +1,10 @@
-"""The round report's figures (matplotlib, PNG bytes; `analysis.plots`' rendering)."""
+"""The round report's figures (matplotlib, PNG bytes; `rcpforge.analysis.plots`' rendering)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.plots import _png, plt
+from rcpforge.analysis.plots import _png, plt
 
 _FLAG, _OK, _BAND = "#c0392b", "#2c6fbb", "#d9e6f5"
 

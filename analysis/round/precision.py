@@ -6,7 +6,7 @@ interval over submissions (resampled with replacement, fixed seed). A cell of on
 submission has no interval.
 
 The label is what the submission disclosed (`lowest_numerical_precision_in_linear`,
-mandatory from the 6.1 rules; `analysis.round.verdicts.settings_of`), or what a precision map
+mandatory from the 6.1 rules; `rcpforge.analysis.round.verdicts.settings_of`), or what a precision map
 gives it, for rounds before 6.1: a JSON object `{"<dir>": "<label>"}` or a CSV of
 `dir,precision` lines, dir as the round analysis shows it (or a trailing part of it)."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.rcp_set import RcpError
+from rcpforge.analysis.rcp_set import RcpError
 
 
 def load_precision_map(path: Path) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """A round's outputs besides the console: the submissions as a Parquet file, and a
-self-contained HTML round report (`analysis.report`'s sections; figures embedded as
+self-contained HTML round report (`rcpforge.analysis.report`'s sections; figures embedded as
 base64 PNG): the flags with the numbers behind them, each group of like submissions
 against its RCP band, every submission's deviation from its RCP, and the factors by
 precision."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.report import Section, write_report
-from analysis.round.groups import group_summaries
+from rcpforge.analysis.report import Section, write_report
+from rcpforge.analysis.round.groups import group_summaries
 
 # columns of the Parquet file that are not plain scalars
 _LIST_COLUMNS = {"run_values": pa.list_(pa.float64())}
@@ -49,7 +49,7 @@ _SUBMISSION_COLUMNS = ["dir", "batch_size", "passed", "message", "norm_factor", 
 
 
 def round_sections(rows: list[dict], factors: list[dict], keys: Sequence[str]) -> list[Section]:
-    from analysis.round.plots import deviations_figure, factors_figure, groups_figure
+    from rcpforge.analysis.round.plots import deviations_figure, factors_figure, groups_figure
 
     groups = group_summaries(rows)
     number = {g["group"]: i for i, g in enumerate(groups, 1)}

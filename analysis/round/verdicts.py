@@ -1,5 +1,5 @@
 """A published round as one dataset: per submission (results directory) the checker's
-verdict, message and normalization factor (`analysis.check`, the checker's own rules),
+verdict, message and normalization factor (`rcpforge.analysis.check`, the checker's own rules),
 its olympic mean against the RCP mean in percent and in eval intervals (the unit
 submitters argue in), and the rules' M > N score: where more than N runs were
 submitted, the olympic mean of the median window of N consecutive runs by start time."""
@@ -12,18 +12,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.check import check_directory
-from analysis.rcp_set import RULESETS, RcpError
-from analysis.round.groups import DEFAULT_GROUP_KEYS, FlagSettings, assign_groups
-from analysis.round.summary import add_summaries
-from trainers.contract.mllog.read import (
+from rcpforge.analysis.check import check_directory
+from rcpforge.analysis.rcp_set import RULESETS, RcpError
+from rcpforge.analysis.round.groups import DEFAULT_GROUP_KEYS, FlagSettings, assign_groups
+from rcpforge.analysis.round.summary import add_summaries
+from rcpforge.trainers.contract.mllog.read import (
     NOT_CONVERGED,
     convergence_unit,
     events_facts,
     follow_events,
     read_result_file,
 )
-from trainers.contract.submission import SUBMISSION_RUNS, system_settings
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS, system_settings
 
 
 def submission_dirs(root: Path) -> list[Path]:
@@ -41,9 +41,9 @@ def analyze_round(root: Path, rcps: str, ruleset: str = "5.0.0", group_by: Seque
                   notes: list[str] | None = None) -> list[dict]:
     """`rcps` is a ruleset (its shipped RCPs) or an RCP file (read with `ruleset`'s rules).
     Every submission is grouped by `group_by` and scored within its group
-    (`analysis.round.groups`); `precision_map` (dir -> label) overrides the MLLOG
+    (`rcpforge.analysis.round.groups`); `precision_map` (dir -> label) overrides the MLLOG
     precision disclosure. Where the round has summary.json files, each submission also
-    gets what they say and where that disagrees (`analysis.round.summary`); `notes`
+    gets what they say and where that disagrees (`rcpforge.analysis.round.summary`); `notes`
     receives the files that could not be read."""
     if rcps in RULESETS:
         rcp_file, ruleset = None, rcps

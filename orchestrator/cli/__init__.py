@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.cli.app import app
+from rcpforge.orchestrator.cli.app import app
 # each module registers its commands on `app`
-from orchestrator.cli import analysis, plan, policy, recipes, report, results, round, run, status, tune  # noqa: F401,E402
+from rcpforge.orchestrator.cli import analysis, plan, policy, recipes, report, results, round, run, status, tune  # noqa: F401,E402
 
 __all__ = ["app", "main"]
 

@@ -1,5 +1,5 @@
-"""`python -m orchestrator.cli`: the `rcpforge` command."""
+"""`python -m rcpforge.orchestrator.cli`: the `rcpforge` command."""
 
-from orchestrator.cli import main
+from rcpforge.orchestrator.cli import main
 
 main()

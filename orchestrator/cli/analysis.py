@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from orchestrator.cli import render
-from orchestrator.cli.app import (
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.cli.app import (
     EXIT_FAILED_CHECK,
     app,
     campaign_handle,
@@ -59,8 +59,8 @@ def analyze(
             err_console.print("note: --extrapolate-to: the campaign has one model; a trend across sizes needs a "
                               "`models:` axis of two or more", highlight=False, markup=False)
     else:
-        from analysis.analyze import analyze_across_models
-        from orchestrator.models_analysis import analyze_models
+        from rcpforge.analysis.analyze import analyze_across_models
+        from rcpforge.orchestrator.models_analysis import analyze_models
 
         request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference,
                                    extrapolate_to=extrapolate_to)
@@ -71,7 +71,7 @@ def analyze(
             console.print(f"wrote {path}")
         for note in across.notes:
             err_console.print(f"note: {note}", highlight=False, markup=False)
-    from orchestrator.status import outside_plan
+    from rcpforge.orchestrator.status import outside_plan
 
     if outside := outside_plan(campaign, runs["run_key"].to_pylist()):
         err_console.print(f"note: {len(outside)} runs in the store are not runs of this campaign file (imported, or "
@@ -121,7 +121,7 @@ def extrapolate_or_fail(params: float | None) -> None:
 
 
 def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
-    from analysis.rcp_set import RULESETS, RcpError, ruleset_file
+    from rcpforge.analysis.rcp_set import RULESETS, RcpError, ruleset_file
 
     try:
         path = ruleset_file(source, benchmark) if source in RULESETS else Path(source)
@@ -135,7 +135,7 @@ def _reference_rcps_or_fail(source: str, benchmark: str) -> dict:
 
 def _print_table(table, title: str, submission_runs: int) -> None:
     """The table with a short mark per row; the notes in full follow on stderr."""
-    from analysis.display import NOT_MEANINGFUL
+    from rcpforge.analysis.display import NOT_MEANINGFUL
 
     console.print(render.rcp_table(table, title, submission_runs))
     if any(r["degenerate"] for r in table.to_pylist()):
@@ -200,8 +200,8 @@ def rcp_stats_cmd(
 ) -> None:
     """Per RCP record: mean, stdev, min acceptable mean, max speedup, kept by pruning, today's honest
     rejection rate (seeded Monte Carlo, 10,000 submissions) and a mark for coarse RCPs."""
-    from analysis.rcp_set import RcpError, load_rcp_sets, stats_rows
-    from trainers.contract.submission import SUBMISSION_RUNS
+    from rcpforge.analysis.rcp_set import RcpError, load_rcp_sets, stats_rows
+    from rcpforge.trainers.contract.submission import SUBMISSION_RUNS
 
     try:
         sets = load_rcp_sets(rcps, benchmark, unknown_runs=submission_runs)
@@ -212,8 +212,8 @@ def rcp_stats_cmd(
         rows = [row for s in sets for row in stats_rows(s)]
     except RcpError as err:
         fail(str(err))
-    from analysis.policy.health import rcp_health
-    from analysis.rcp_set import RULESETS
+    from rcpforge.analysis.policy.health import rcp_health
+    from rcpforge.analysis.rcp_set import RULESETS
 
     health = {(s.benchmark, name): entry for s in sets
               for name, entry in rcp_health(s, rcps if rcps in RULESETS else "6.0.0").items()}

@@ -54,7 +54,7 @@ def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False):
 
 
 def _checked_campaign_or_fail(path: Path, waits_for_store: bool):
-    from sweeps.spec import CampaignError, load_campaign
+    from rcpforge.sweeps.spec import CampaignError, load_campaign
 
     try:
         campaign = load_campaign(path)
@@ -66,7 +66,7 @@ def _checked_campaign_or_fail(path: Path, waits_for_store: bool):
 
 def _warn(campaign, path: Path) -> None:
     if campaign.warnings:  # only then is the store read for them (orchestrator/campaign_warnings.py)
-        from orchestrator.campaign_warnings import warnings_that_apply
+        from rcpforge.orchestrator.campaign_warnings import warnings_that_apply
 
         for warning in warnings_that_apply(campaign):
             err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(warning)}", highlight=False)
@@ -75,7 +75,7 @@ def _warn(campaign, path: Path) -> None:
 def tracking_uri_or_fail(uri: str, field: str, *, probe: bool = True) -> None:
     """One line naming the URI and the fix for a tracking URI that cannot work here, or
     (with `probe`) a tracking server or database server that does not answer soon."""
-    from orchestrator.tracking import TrackingUnavailable, TrackingUriError, check_tracking_uri, probe_store
+    from rcpforge.orchestrator.tracking import TrackingUnavailable, TrackingUriError, check_tracking_uri, probe_store
 
     try:
         check_tracking_uri(uri)
@@ -91,9 +91,9 @@ def stored_campaign_or_fail(path: Path):
     """The campaign of a command that reads its runs (status, analyze, report, export): a
     store that does not exist yet, or holds no experiment of the campaign, is one line, and
     stays as it was (`rcpforge.campaign.require_in_store`, as `rcpforge.load` asks)."""
-    from orchestrator.tracking import TrackingUnavailable
     from rcpforge import RcpforgeError
     from rcpforge.campaign import require_in_store
+    from rcpforge.orchestrator.tracking import TrackingUnavailable
 
     campaign = _checked_campaign_or_fail(path, waits_for_store=False)
     try:
@@ -107,9 +107,9 @@ def stored_campaign_or_fail(path: Path):
 def campaign_handle(campaign, *, adaptive: bool = False):
     """The API's handle (`rcpforge.Campaign`) of a campaign file's campaign; `adaptive`:
     with an adaptive campaign's looks and stops, read from its tracking store."""
-    from orchestrator.adaptive import read_adaptive_record
-    from orchestrator.tracking import TrackingUnavailable
     from rcpforge.campaign import from_spec
+    from rcpforge.orchestrator.adaptive import read_adaptive_record
+    from rcpforge.orchestrator.tracking import TrackingUnavailable
 
     try:
         return from_spec(campaign, read_adaptive_record(campaign) if adaptive else None)
@@ -119,7 +119,7 @@ def campaign_handle(campaign, *, adaptive: bool = False):
 
 def load_runs_or_fail(campaign):
     """The campaign's runs table, or one line saying there is no such campaign."""
-    from analysis.load import NoSuchCampaign
+    from rcpforge.analysis.load import NoSuchCampaign
 
     try:
         return campaign_handle(campaign).runs_arrow()

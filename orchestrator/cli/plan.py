@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from orchestrator.cli import render
-from orchestrator.cli.app import app, console, fail, load_campaign_or_fail, reference_or_fail
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.cli.app import app, console, fail, load_campaign_or_fail, reference_or_fail
 
 
 @app.command()
@@ -39,10 +39,10 @@ def plan(
     if slope_precision and any(not p > 0 for p in slope_precision):
         fail(f"--slope-precision: each is a positive half-width of the slope (0.02 is +-0.02), got {slope_precision}")
     reference = reference_or_fail(campaign, reference)
-    from analysis.load_sql import campaign_in_store
-    from analysis.scale_plan import SLOPE_PRECISIONS
-    from orchestrator.sizing import PRECISIONS, campaign_totals, size_comparisons
-    from orchestrator.tracking import Tracking, TrackingUnavailable, absent_sqlite_store
+    from rcpforge.analysis.load_sql import campaign_in_store
+    from rcpforge.analysis.scale_plan import SLOPE_PRECISIONS
+    from rcpforge.orchestrator.sizing import PRECISIONS, campaign_totals, size_comparisons
+    from rcpforge.orchestrator.tracking import Tracking, TrackingUnavailable, absent_sqlite_store
 
     try:
         if pilot:
@@ -54,7 +54,7 @@ def plan(
             slopes = _slope_sizes(campaign, reference, tuple(slope_precision or SLOPE_PRECISIONS))
     except TrackingUnavailable as err:
         fail(escape(str(err)))
-    from orchestrator.cost import compute_unit, plan_dollars, usd_per_hour
+    from rcpforge.orchestrator.cost import compute_unit, plan_dollars, usd_per_hour
 
     rows = size_comparisons(campaign, ledger, reference, precisions or PRECISIONS)
     totals = campaign_totals(rows, reference)
@@ -75,9 +75,9 @@ def plan(
 
 def _slope_sizes(campaign, reference: str, goals: tuple[float, ...]) -> list:
     """The runs per model each trend's slope needs, where the runs have more than one model."""
-    from analysis.load_sql import load_campaign_runs
-    from analysis.scale import has_model_axis
-    from analysis.scale_plan import size_slopes
+    from rcpforge.analysis.load_sql import load_campaign_runs
+    from rcpforge.analysis.scale import has_model_axis
+    from rcpforge.analysis.scale_plan import size_slopes
 
     runs = load_campaign_runs(campaign.tracking_uri, campaign.name)
     return size_slopes(runs, reference, campaign.benchmark, goals) if has_model_axis(runs) else []
@@ -95,7 +95,7 @@ def _print_slopes(rows, goals: list[str], reference: str) -> None:
 def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, reference: str, campaign) -> None:
     """The sizing table, each comparison's reason where it has no prediction, the
     campaign's totals per precision (in US dollars too, with a `cost:` section)."""
-    from orchestrator.cost import usd_per_hour
+    from rcpforge.orchestrator.cost import usd_per_hour
 
     price = usd_per_hour(campaign)
     console.print(render.sizes_table(rows, goals, unit, design, reference, campaign, price))
@@ -117,8 +117,8 @@ def _print_sizes(rows, totals: dict, goals: list[str], unit: str, design: str, r
 def _run_pilot(campaign, seeds: int) -> None:
     """Seeds 0..seeds-1 of every cell, as a fixed campaign: the same run keys, so the
     campaign counts them later and never runs them twice."""
-    from orchestrator.campaign import run_campaign
-    from orchestrator.progress import RunProgress
+    from rcpforge.orchestrator.campaign import run_campaign
+    from rcpforge.orchestrator.progress import RunProgress
 
     pilot = campaign.model_copy(update={"seeds": {"default": seeds}, "adaptive": None})
     progress = RunProgress(console)

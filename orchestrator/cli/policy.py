@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli.app import app, console, err_console, fail, output_path_or_fail
+from rcpforge.orchestrator.cli.app import app, console, err_console, fail, output_path_or_fail
 
 
 def _checked_numbers(factors: list[float], picks: list[int], m0: int, group: int, sims: int, bound: str,
@@ -30,7 +30,7 @@ def _checked_numbers(factors: list[float], picks: list[int], m0: int, group: int
         fail(f"--group {group}: a group holds the submission and its peers; give 1 or more")
     if sims < 100:
         fail(f"--sims {sims}: too few simulated submitters for a rate; give 100 or more (default 20000)")
-    from analysis.policy.policies import BOUNDS
+    from rcpforge.analysis.policy.policies import BOUNDS
 
     if bound not in BOUNDS:
         fail(f"--factor-bound {escape(bound)!r} is not allowed; give one of {', '.join(BOUNDS)}")
@@ -39,8 +39,8 @@ def _checked_numbers(factors: list[float], picks: list[int], m0: int, group: int
 
 
 def _campaign_cases(campaign_file: Path, reference: str | None, candidate: str | None, batch_sizes, sims):
-    from analysis.policy.cases import campaign_cases
-    from orchestrator.cli.app import load_runs_or_fail, reference_or_fail, stored_campaign_or_fail
+    from rcpforge.analysis.policy.cases import campaign_cases
+    from rcpforge.orchestrator.cli.app import load_runs_or_fail, reference_or_fail, stored_campaign_or_fail
 
     campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)
@@ -55,7 +55,7 @@ def _campaign_cases(campaign_file: Path, reference: str | None, candidate: str |
 
 
 def _table(rows: list[dict], title: str) -> Table:
-    from analysis.policy.output import brief_table
+    from rcpforge.analysis.policy.output import brief_table
 
     header, body = brief_table(rows)
     view = Table(title=title)
@@ -100,9 +100,9 @@ def policy_cmd(
     brief: Path | None = typer.Option(None, "--brief", help="also write a one-page Markdown brief per benchmark"),
 ) -> None:
     """Simulate honest and cherry-picking submitters under today's RCP rule and four proposals."""
-    from analysis.policy.policies import FactorSettings
-    from analysis.policy.simulate import PolicySettings, simulate_case
-    from analysis.round.groups import FlagSettings
+    from rcpforge.analysis.policy.policies import FactorSettings
+    from rcpforge.analysis.policy.simulate import PolicySettings, simulate_case
+    from rcpforge.analysis.round.groups import FlagSettings
 
     for path, flag in ((html, "--html"), (brief, "--brief")):
         if path is not None:
@@ -129,7 +129,7 @@ def policy_cmd(
 def _cases_or_fail(campaign_file: Path | None, rcps: str | None, benchmark: str | None, batch_size: list[int],
                    reference: str | None, candidate: str | None, sims: int):
     """The cases of the ruleset form or of the campaign form, and a line naming the source."""
-    from analysis.policy.cases import PolicyError, ruleset_cases
+    from rcpforge.analysis.policy.cases import PolicyError, ruleset_cases
 
     if (campaign_file is None) == (rcps is None):
         fail("give either --rcps RULESET --benchmark B, or a campaign file with --reference and --candidate")
@@ -144,7 +144,7 @@ def _cases_or_fail(campaign_file: Path | None, rcps: str | None, benchmark: str 
 
 
 def _write(rows: list[dict], source: str, settings, html: Path | None, brief: Path | None) -> None:
-    from analysis.policy.output import write_brief, write_html
+    from rcpforge.analysis.policy.output import write_brief, write_html
 
     if brief is not None:
         write_brief(brief, rows, source, settings.sims, settings.seed)

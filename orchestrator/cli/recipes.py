@@ -6,8 +6,8 @@ import json
 
 import typer
 
-from orchestrator.cli import render
-from orchestrator.cli.app import app, console
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.cli.app import app, console
 
 
 @app.command()
@@ -16,21 +16,21 @@ def recipes(as_json: bool = typer.Option(False, "--json", help="machine-readable
     (with defaults) a campaign may set as `{recipe: {option: value}}`; the grammar of a
     recipe written in the campaign file by its operands and of an ablation `grid:`; and, for a command
     trainer (your own program), recipe labels and the placeholders of its argv and env."""
-    from trainers.recipes.named import RECIPES
+    from rcpforge.trainers.recipes.named import RECIPES
 
     rows = [r.summary() for r in RECIPES.values()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     console.print(render.recipes_table(rows))
-    from trainers.recipes.written import grammar_lines
+    from rcpforge.trainers.recipes.written import grammar_lines
 
     console.print("\n".join(grammar_lines()), highlight=False, markup=False)
     _command_trainer_help()
 
 
 def _command_trainer_help() -> None:
-    from trainers.command.settings import MLPERF_PRECISIONS, PLACEHOLDERS
+    from rcpforge.trainers.command.settings import MLPERF_PRECISIONS, PLACEHOLDERS
 
     console.print(
         "The recipes above are rcpforge's own quantizers, for the tiny LM (an unknown name is an error there).\n"

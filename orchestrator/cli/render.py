@@ -30,8 +30,8 @@ def duration(seconds: float | None) -> str:
 
 def rcp_table(table, title: str, submission_runs: int) -> Table:
     """`analyze`: the RCP table with a short mark per row; the notes in full follow on stderr."""
-    from analysis.display import cell_text, rcp_row_shown
-    from analysis.rcp import not_an_rcp
+    from rcpforge.analysis.display import cell_text, rcp_row_shown
+    from rcpforge.analysis.rcp import not_an_rcp
 
     view = Table(title=title)
     # a recipe's name is never cut (grid variants differ at their ends: ...-sr_on, ...-sr_off)
@@ -145,7 +145,7 @@ def status_table(campaign, found, compute: str, outside: int, live: bool = False
     compute spent (and its price, with a `cost:` section) and an ETA; an adaptive
     campaign's stops; runs not of this file; with `live` (`--watch`), each running run's
     latest eval point."""
-    from orchestrator.status import COLUMNS
+    from rcpforge.orchestrator.status import COLUMNS
 
     view = Table(title=f"campaign {campaign.name}")
     adaptive, priced = campaign.adaptive is not None, "cost_usd" in found.totals
@@ -203,7 +203,7 @@ def round_tables(rows: list[dict], groups: list[dict], factors: list[dict]) -> l
     """`round`: the submissions, the groups of like submissions, those flagged for the
     chair (if any), where the round's summary.json disagrees (if anywhere) and the
     precision factors (if any), in that order."""
-    from analysis.display import cell_text, header
+    from rcpforge.analysis.display import cell_text, header
 
     group_no = {g["group"]: i for i, g in enumerate(groups, 1)}
     columns = ["dir", "batch_size", "passed", "message", "norm_factor", "olympic_mean", "rcp_mean", "vs_rcp_pct",

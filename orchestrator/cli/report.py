@@ -7,9 +7,16 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.analysis import analysis_request, extrapolate_or_fail
-from orchestrator.cli.app import app, console, fail, output_path_or_fail, reference_or_fail, stored_campaign_or_fail
-from trainers.contract.uri import redact_uri
+from rcpforge.orchestrator.cli.analysis import analysis_request, extrapolate_or_fail
+from rcpforge.orchestrator.cli.app import (
+    app,
+    console,
+    fail,
+    output_path_or_fail,
+    reference_or_fail,
+    stored_campaign_or_fail,
+)
+from rcpforge.trainers.contract.uri import redact_uri
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 
@@ -52,13 +59,13 @@ def report(
     points = _points_or_fail(reference_points)
     campaign = stored_campaign_or_fail(campaign_file)
     reference = reference_or_fail(campaign, reference)  # before the runs are read
-    from analysis.analyze import scale_of
-    from analysis.campaign_report import CampaignFacts, build_axis_sections
-    from analysis.curves import load_curves, telemetry_metrics
-    from analysis.load import NoSuchCampaign, load_runs
-    from analysis.report import write_report
-    from orchestrator.models_analysis import model_parts
-    from orchestrator.status import campaign_status
+    from rcpforge.analysis.analyze import scale_of
+    from rcpforge.analysis.campaign_report import CampaignFacts, build_axis_sections
+    from rcpforge.analysis.curves import load_curves, telemetry_metrics
+    from rcpforge.analysis.load import NoSuchCampaign, load_runs
+    from rcpforge.analysis.report import write_report
+    from rcpforge.orchestrator.models_analysis import model_parts
+    from rcpforge.orchestrator.status import campaign_status
 
     try:
         runs = load_runs(campaign.tracking_uri, campaign.name)
@@ -87,10 +94,10 @@ def report(
 
 def _sections(campaign, facts, runs, curves, telemetry: list[str], points: list) -> list:
     """The report of a campaign without a model axis: one RCP table, one set of factors."""
-    from analysis.analyze import comparisons, scale_of
-    from analysis.campaign_report import build_sections
-    from analysis.layer_map import load_layer_maps
-    from analysis.rcp_table import rcp_table
+    from rcpforge.analysis.analyze import comparisons, scale_of
+    from rcpforge.analysis.campaign_report import build_sections
+    from rcpforge.analysis.layer_map import load_layer_maps
+    from rcpforge.analysis.rcp_table import rcp_table
 
     request = facts.request
     table = rcp_table(runs, campaign.benchmark, campaign.submission_runs)
@@ -103,7 +110,7 @@ def _sections(campaign, facts, runs, curves, telemetry: list[str], points: list)
 
 def _points_or_fail(source: str) -> list:
     """--reference-points: the shipped MLPerf FP4 file, none, or a file of the user's."""
-    from analysis.scale_points import MLPERF_FP4, PointsError, load_points
+    from rcpforge.analysis.scale_points import MLPERF_FP4, PointsError, load_points
 
     if source == "none":
         return []

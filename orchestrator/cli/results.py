@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from orchestrator.cli.app import (
+from rcpforge.orchestrator.cli.app import (
     app,
     console,
     err_console,
@@ -18,7 +18,7 @@ from orchestrator.cli.app import (
     stored_campaign_or_fail,
     tracking_uri_or_fail,
 )
-from trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.uri import redact_uri
 
 
 @app.command("import")
@@ -33,8 +33,8 @@ def import_cmd(
     runs, in bulk; files imported before are skipped."""
     import re
 
-    from orchestrator.results_dirs import ResultsError, import_results
-    from sweeps.tracking_spec import DEFAULT_DB
+    from rcpforge.orchestrator.results_dirs import ResultsError, import_results
+    from rcpforge.sweeps.tracking_spec import DEFAULT_DB
 
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", campaign):
         fail(f"--campaign {campaign!r}: use letters, digits, '_', '.', '-' (starting with a letter or digit)")
@@ -82,7 +82,7 @@ def export(
             output_path_or_fail(path, flag, folder=folder)
     campaign = stored_campaign_or_fail(campaign_file)
     if parquet is not None:
-        from analysis.load import write_parquet
+        from rcpforge.analysis.load import write_parquet
 
         runs = load_runs_or_fail(campaign)
         write_parquet(runs, parquet)
@@ -94,7 +94,7 @@ def export(
 
 
 def _package_request(submitter, system, recipe, batch_size, division, ruleset):
-    from orchestrator.package import PackageError, PackageRequest, training_rulesets
+    from rcpforge.orchestrator.package import PackageError, PackageRequest, training_rulesets
 
     for flag, value in (("--submitter", submitter), ("--system", system)):
         if value is None:
@@ -111,8 +111,8 @@ def _package_request(submitter, system, recipe, batch_size, division, ruleset):
 
 
 def _export_results(campaign, campaign_file: Path, results: Path) -> None:
-    from analysis.load import NoSuchCampaign
-    from orchestrator.results_dirs import ResultsError, export_results
+    from rcpforge.analysis.load import NoSuchCampaign
+    from rcpforge.orchestrator.results_dirs import ResultsError, export_results
 
     try:
         cells = export_results(campaign.tracking_uri, campaign.name, results, campaign.run_dir,
@@ -139,9 +139,9 @@ def _export_package(campaign, campaign_file: Path, package: Path, request) -> No
     import shlex
     from dataclasses import replace
 
-    from analysis.load import NoSuchCampaign
-    from orchestrator.package import PackageError, export_package
-    from orchestrator.results_dirs import ResultsError
+    from rcpforge.analysis.load import NoSuchCampaign
+    from rcpforge.orchestrator.package import PackageError, export_package
+    from rcpforge.orchestrator.results_dirs import ResultsError
 
     launch = campaign.launch
     request = replace(request, nodes=launch.nodes, accelerators_per_node=launch.processes_per_node * launch.gpus_per_process,

@@ -13,8 +13,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from orchestrator.cli import render
-from orchestrator.cli.app import app, console, err_console, fail, output_path_or_fail
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.cli.app import app, console, err_console, fail, output_path_or_fail
 
 
 @app.command("round")
@@ -72,8 +72,8 @@ def round_cmd(
 
 def _import_round(root: Path, tracking_uri: str | None) -> None:
     """The round's result files not imported yet, into the store (rcpforge-mlflow.db here by default)."""
-    from orchestrator.results_dirs import ResultsError, import_results
-    from sweeps.tracking_spec import DEFAULT_DB
+    from rcpforge.orchestrator.results_dirs import ResultsError, import_results
+    from rcpforge.sweeps.tracking_spec import DEFAULT_DB
 
     tracking_uri = tracking_uri or f"sqlite:///{(Path.cwd() / DEFAULT_DB).resolve()}"
     try:
@@ -87,12 +87,12 @@ def _write_files(rows: list[dict], factors: list[dict], keys, parquet: Path | No
                  title: str) -> None:
     try:
         if parquet is not None:
-            from analysis.round.report import write_parquet
+            from rcpforge.analysis.round.report import write_parquet
 
             write_parquet(rows, parquet)
             err_console.print(f"wrote {parquet}", highlight=False)
         if html is not None:
-            from analysis.round.report import write_round_report
+            from rcpforge.analysis.round.report import write_round_report
 
             write_round_report(html, rows, factors, keys, title)
             err_console.print(f"wrote {html}", highlight=False)
@@ -101,7 +101,7 @@ def _write_files(rows: list[dict], factors: list[dict], keys, parquet: Path | No
 
 
 def _tables(rows: list[dict], factors: list[dict]) -> None:
-    from analysis.round.groups import group_summaries
+    from rcpforge.analysis.round.groups import group_summaries
 
     groups = group_summaries(rows)
     for table in render.round_tables(rows, groups, factors):

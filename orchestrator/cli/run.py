@@ -10,9 +10,17 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.app import EXIT_NO_OUTCOME, EXIT_USAGE, app, console, err_console, fail, load_campaign_or_fail
-from trainers.contract.schema import TAG_ERROR
-from trainers.contract.uri import redact_uri
+from rcpforge.orchestrator.cli.app import (
+    EXIT_NO_OUTCOME,
+    EXIT_USAGE,
+    app,
+    console,
+    err_console,
+    fail,
+    load_campaign_or_fail,
+)
+from rcpforge.trainers.contract.schema import TAG_ERROR
+from rcpforge.trainers.contract.uri import redact_uri
 
 
 @app.command()
@@ -41,10 +49,10 @@ def run(
     if dry_run:
         _dry_run(campaign, as_json)
         return
-    from cluster.backend import BackendError
-    from orchestrator.campaign import CampaignBusy, run_campaign
-    from orchestrator.progress import RunProgress
-    from orchestrator.tracking import TrackingUnavailable
+    from rcpforge.cluster.backend import BackendError
+    from rcpforge.orchestrator.campaign import CampaignBusy, run_campaign
+    from rcpforge.orchestrator.progress import RunProgress
+    from rcpforge.orchestrator.tracking import TrackingUnavailable
 
     progress = RunProgress(console)
     try:
@@ -106,7 +114,7 @@ def _stopped(campaign, campaign_file: Path, summary) -> None:
 
 def _dry_run(campaign, as_json: bool) -> None:
     """What the launch would start, from the code that launches (orchestrator/dryrun.py)."""
-    from orchestrator.dryrun import dry_run
+    from rcpforge.orchestrator.dryrun import dry_run
 
     configs = dry_run(campaign)
     if as_json:
@@ -148,7 +156,7 @@ def _words(value) -> str:
 
 
 def _with_backend(campaign, kind: str):
-    from sweeps.backends import with_kind
+    from rcpforge.sweeps.backends import with_kind
 
     try:
         return campaign.model_copy(update={"backend": with_kind(campaign.backend, kind)})

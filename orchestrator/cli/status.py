@@ -8,9 +8,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from orchestrator.cli import render
-from orchestrator.cli.app import app, console, fail, stored_campaign_or_fail
-from orchestrator.cost import compute_unit
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.cli.app import app, console, fail, stored_campaign_or_fail
+from rcpforge.orchestrator.cost import compute_unit
 
 
 @app.command()
@@ -33,9 +33,9 @@ def status(
     if watch:
         _watch(campaign, interval)
         return
-    from orchestrator.status import campaign_status
-    from orchestrator.tracking import TrackingUnavailable
-    from trainers.contract.uri import redact_uri
+    from rcpforge.orchestrator.status import campaign_status
+    from rcpforge.orchestrator.tracking import TrackingUnavailable
+    from rcpforge.trainers.contract.uri import redact_uri
 
     try:
         found = campaign_status(campaign)
@@ -66,8 +66,8 @@ def status(
 
 
 def _watch(campaign, interval: float) -> None:
-    from orchestrator.cli.watch import watch
-    from orchestrator.tracking import TrackingUnavailable
+    from rcpforge.orchestrator.cli.watch import watch
+    from rcpforge.orchestrator.tracking import TrackingUnavailable
 
     try:
         watch(campaign, interval, console, compute_unit(campaign))

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli import render
-from orchestrator.cli.app import EXIT_NO_OUTCOME, app, console, err_console, fail, load_campaign_or_fail
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.cli.app import EXIT_NO_OUTCOME, app, console, err_console, fail, load_campaign_or_fail
 
 
 @app.command()
@@ -23,10 +23,10 @@ def tune(
     """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write
     hparams.<recipe>.yaml beside the campaign. Running it again continues the studies."""
     campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
-    from trainers.contract.uri import redact_uri
-    from orchestrator.tune.launcher import select_cells, tune_campaign
-    from sweeps.tune_study import TuneError, storage_url
-    from sweeps.tune_table import table_path
+    from rcpforge.trainers.contract.uri import redact_uri
+    from rcpforge.orchestrator.tune.launcher import select_cells, tune_campaign
+    from rcpforge.sweeps.tune_study import TuneError, storage_url
+    from rcpforge.sweeps.tune_table import table_path
 
     try:
         cells = select_cells(campaign, recipe, batch_size)
@@ -40,8 +40,8 @@ def tune(
         shown = "" if value is None else f" objective {value:,.0f}"
         console.print(f"{cell.recipe} bs {cell.batch_size} trial {number}: {outcome}{shown}", highlight=False)
 
-    from cluster.backend import BackendError
-    from orchestrator.tracking import TrackingUnavailable
+    from rcpforge.cluster.backend import BackendError
+    from rcpforge.orchestrator.tracking import TrackingUnavailable
 
     try:
         summaries = tune_campaign(campaign, cells, trials=trials, workers=workers, on_event=on_event)

@@ -16,9 +16,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from orchestrator.cli import render
-from orchestrator.status import COLUMNS, CampaignStatus, campaign_status
-from sweeps.spec import Campaign
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.status import COLUMNS, CampaignStatus, campaign_status
+from rcpforge.sweeps.spec import Campaign
 
 
 def finished(found: CampaignStatus) -> bool:

@@ -17,7 +17,7 @@ The tag schema (`trainers/contract/schema.py`) is a public contract: analysis re
 
 from __future__ import annotations
 
-from orchestrator.tracking.client import (
+from rcpforge.orchestrator.tracking.client import (
     DEFAULT_RETRY_S,
     READ_RETRY_S,
     TrackingUnavailable,
@@ -28,9 +28,9 @@ from orchestrator.tracking.client import (
     probe_store,
     sqlite_uri,
 )
-from orchestrator.tracking.records import ImportedRun, run_params, spec_tags
-from orchestrator.tracking.run_log import RunLog
-from orchestrator.tracking.store import Tracking, mark_preempted
+from rcpforge.orchestrator.tracking.records import ImportedRun, run_params, spec_tags
+from rcpforge.orchestrator.tracking.run_log import RunLog
+from rcpforge.orchestrator.tracking.store import Tracking, mark_preempted
 
 __all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "ImportedRun", "RunLog", "Tracking", "TrackingUnavailable",
            "TrackingUriError", "_RetryingClient", "absent_sqlite_store", "check_tracking_uri", "mark_preempted",

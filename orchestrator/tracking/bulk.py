@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import uuid
 
-from orchestrator.tracking.records import ImportedRun, points_of, store_result_file
-from trainers.contract.schema import TAG_RUN_KEY
+from rcpforge.orchestrator.tracking.records import ImportedRun, points_of, store_result_file
+from rcpforge.trainers.contract.schema import TAG_RUN_KEY
 
 CHUNK = 250  # runs a transaction: a crash loses at most one chunk, which a re-import redoes
 

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.load_sql import absent_sqlite_store  # noqa: F401 - orchestrator.tracking exports it (a read-side fact, shared with rcpforge/)
-from trainers.contract.retry import DEFAULT_RETRY_S, TrackingUnavailable, first_line, under_retry_policy
-from trainers.contract.retry import RetryingClient as _RetryingClient  # noqa: F401 - orchestrator.tracking exports it
+from rcpforge.analysis.load_sql import absent_sqlite_store  # noqa: F401 - rcpforge.orchestrator.tracking exports it (a read-side fact, shared with rcpforge/)
+from rcpforge.trainers.contract.retry import DEFAULT_RETRY_S, TrackingUnavailable, first_line, under_retry_policy
+from rcpforge.trainers.contract.retry import RetryingClient as _RetryingClient  # noqa: F401 - rcpforge.orchestrator.tracking exports it
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -36,7 +36,7 @@ def check_tracking_uri(uri: str) -> None:
     """Refuse, before any call, a URI that cannot work here: malformed, a database driver
     that is not installed, a SQLite file whose folder cannot be made or written. MLflow
     answers each with a long traceback, or retries opening the file for minutes."""
-    from trainers.contract.uri import DATABASE_SCHEMES, redact_uri, uri_form_problem
+    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, redact_uri, uri_form_problem
 
     problem = uri_form_problem(uri)
     if problem is None and uri.split(":", 1)[0].split("+", 1)[0].lower() in DATABASE_SCHEMES:
@@ -102,7 +102,7 @@ def probe_store(uri: str, retry_s: float | None = None) -> None:
     retried for `retry_s` (READ_RETRY_S) at most; a store that does not answer raises
     TrackingUnavailable naming it, the wait and the fix. (MLflow itself retries a database
     connection for about 100 s, then prints its traceback.) A SQLite file needs no probe."""
-    from trainers.contract.uri import DATABASE_SCHEMES, SERVER_SCHEMES, redact_uri
+    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, SERVER_SCHEMES, redact_uri
 
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
     retry_s = READ_RETRY_S if retry_s is None else retry_s
@@ -131,7 +131,7 @@ def _probe_database(uri: str, retry_s: float) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from trainers.contract.uri import redact_uri
+    from rcpforge.trainers.contract.uri import redact_uri
 
     deadline = time.monotonic() + retry_s
     timeout = max(1, min(5, int(retry_s)))

@@ -1,7 +1,7 @@
 """What the tracking modules write, as records they share: a run's tags and params from
 its RunSpec, an attempt's tags, an imported run and its metric points as MLflow stores
 them, a result file put where its run's artifacts go. A leaf: it imports no other module
-of `orchestrator.tracking`, so each of them may import it."""
+of `rcpforge.orchestrator.tracking`, so each of them may import it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from trainers.contract import RunSpec, RunStatus
-from trainers.contract.mllog.write import RESULT_FILE
-from trainers.contract.schema import (
+from rcpforge.trainers.contract import RunSpec, RunStatus
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.schema import (
     TAG_ATTEMPT_STARTED,
     TAG_ATTEMPTS,
     TAG_BATCH_SIZE,

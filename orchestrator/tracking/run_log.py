@@ -6,11 +6,11 @@ import time
 from functools import cached_property
 from pathlib import Path
 
-from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
-from orchestrator.tracking.records import MAX_TAG, attempt_tags, store_result_file
-from orchestrator.tracking.writes import ClientWrites, writes_for
-from trainers.contract import ErrorKind, EvalPoint, RunResult, RunStatus
-from trainers.contract.schema import (
+from rcpforge.orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from rcpforge.orchestrator.tracking.records import MAX_TAG, attempt_tags, store_result_file
+from rcpforge.orchestrator.tracking.writes import ClientWrites, writes_for
+from rcpforge.trainers.contract import ErrorKind, EvalPoint, RunResult, RunStatus
+from rcpforge.trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,

@@ -7,13 +7,13 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from orchestrator.ledger import LedgerEntry
-from orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
-from orchestrator.tracking.records import MAX_TAG, ImportedRun, attempt_tags, run_params, spec_tags
-from orchestrator.tracking.writes import ClientWrites, writes_for
-from trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
-from trainers.contract.mllog.write import RESULT_FILE
-from trainers.contract.schema import (
+from rcpforge.orchestrator.ledger import LedgerEntry
+from rcpforge.orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from rcpforge.orchestrator.tracking.records import MAX_TAG, ImportedRun, attempt_tags, run_params, spec_tags
+from rcpforge.orchestrator.tracking.writes import ClientWrites, writes_for
+from rcpforge.trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.tracking import bulk
-from orchestrator.tracking.records import ImportedRun, points_of, store_result_file
-from trainers.contract.mllog.write import RESULT_FILE
-from trainers.contract.schema import TAG_RUN_KEY
+from rcpforge.orchestrator.tracking import bulk
+from rcpforge.orchestrator.tracking.records import ImportedRun, points_of, store_result_file
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.schema import TAG_RUN_KEY
 
 # A run to register: (run key, run name, tags, params).
 Queued = tuple[str, str, dict[str, str], dict[str, str]]

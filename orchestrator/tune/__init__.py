@@ -8,5 +8,5 @@ it, through the orchestrator's backends and its one `execute_run`:
     worker.py     what a backend runs for one trial: its seeds through `execute_run`,
                   the first reporting to the trial and its pruner
 
-Import from the module that defines a name (`from orchestrator.tune.launcher import
+Import from the module that defines a name (`from rcpforge.orchestrator.tune.launcher import
 tune_campaign`); this package re-exports nothing."""

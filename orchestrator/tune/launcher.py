@@ -19,21 +19,21 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
-from cluster.backend import Backend, Job
-from orchestrator.backends import check_backend, running_backend
-from orchestrator.campaign import campaign_lock
-from orchestrator.execute import assignment_for
-from orchestrator.tracking import Tracking
-from orchestrator.tune.worker import TrialJob, run_trial
-from sweeps.spec import Campaign
-from sweeps.tune_objective import score
-from sweeps.tune_spec import TUNE_SEED_OFFSET, TuneSpec
-from sweeps.tune_study import (
+from rcpforge.cluster.backend import Backend, Job
+from rcpforge.orchestrator.backends import check_backend, running_backend
+from rcpforge.orchestrator.campaign import campaign_lock
+from rcpforge.orchestrator.execute import assignment_for
+from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.orchestrator.tune.worker import TrialJob, run_trial
+from rcpforge.sweeps.spec import Campaign
+from rcpforge.sweeps.tune_objective import score
+from rcpforge.sweeps.tune_spec import TUNE_SEED_OFFSET, TuneSpec
+from rcpforge.sweeps.tune_study import (
     Cell, CellSummary, TuneError, evidence, finished, grid_points, open_study, storage_url, summarize,
 )
-from sweeps.tune_table import table_path, write_hparams_table
-from trainers.contract import RunResult, RunSpec, RunStatus
-from trainers.contract.schema import TAG_TUNE_STUDY, TAG_TUNE_TRIAL
+from rcpforge.sweeps.tune_table import table_path, write_hparams_table
+from rcpforge.trainers.contract import RunResult, RunSpec, RunStatus
+from rcpforge.trainers.contract.schema import TAG_TUNE_STUDY, TAG_TUNE_TRIAL
 
 MAX_FAILURES_IN_A_ROW = 3
 
@@ -123,7 +123,7 @@ class _CellRun:
         ]
 
     def _launch(self) -> None:
-        from sweeps.tune_optuna import distributions
+        from rcpforge.sweeps.tune_optuna import distributions
 
         trial = self.study.ask(distributions(self.tune))
         specs = self._specs(trial.params)

@@ -12,11 +12,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.execute import RunAssignment, execute_run
-from orchestrator.tracking import RunLog
-from sweeps.tune_objective import distance
-from sweeps.tune_spec import PrunerSpec
-from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun, Target
+from rcpforge.orchestrator.execute import RunAssignment, execute_run
+from rcpforge.orchestrator.tracking import RunLog
+from rcpforge.sweeps.tune_objective import distance
+from rcpforge.sweeps.tune_spec import PrunerSpec
+from rcpforge.trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus, StopRun, Target
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class _TrialWatch:
     def __init__(self, job: TrialJob, target: Target):
         import optuna
 
-        from sweeps.tune_optuna import make_pruner
+        from rcpforge.sweeps.tune_optuna import make_pruner
 
         optuna.logging.set_verbosity(logging.WARNING)
         pruner = make_pruner(PrunerSpec.model_validate_json(job.pruner), job.max_tokens, job.single_seed)
@@ -79,7 +79,7 @@ class _SeedWatch:
     """The hopeless rule on one later seed's own curve (nothing is reported)."""
 
     def __init__(self, job: TrialJob, target: Target):
-        from sweeps.tune_optuna import HopelessPruner
+        from rcpforge.sweeps.tune_optuna import HopelessPruner
 
         spec = PrunerSpec.model_validate_json(job.pruner)
         # Only the budget half of the rule: "cannot win" compares whole trials.

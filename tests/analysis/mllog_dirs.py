@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainers.contract.mllog.read import SAMPLES_BENCHMARKS
+from rcpforge.trainers.contract.mllog.read import SAMPLES_BENCHMARKS
 
 
 def mllog(key: str, value: Any, **metadata: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from trainers.contract import schema as ts
+from rcpforge.trainers.contract import schema as ts
 
 
 def file_runs(uri: str, campaign: str, artifact_uri: str, runs: Iterable[dict]) -> list[str]:

@@ -12,8 +12,8 @@ import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 import numpy as np
 import pytest
 
-from analysis.check import check_directory
-from analysis.rcp_set import RcpSet, ruleset_file
+from rcpforge.analysis.check import check_directory
+from rcpforge.analysis.rcp_set import RcpSet, ruleset_file
 from tests.analysis.mllog_dirs import mllog, rcp_file, result_lines, write_results
 
 RESNET = {  # N = 5; bs 3072's mean is above the line from 1024 to 8192: pruning drops it

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from rcpforge.orchestrator.cli import app
 
 KEYS = ["submission_benchmark", "global_batch_size", "eval_accuracy", "eval_error", "run_stop", "train_samples", "run_start"]
 scalars = st.one_of(

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.load import load_runs
-from sweeps.spec import load_campaign
+from rcpforge.analysis.load import load_runs
+from rcpforge.sweeps.spec import load_campaign
 from tests.analysis.mllog_dirs import write_results
 from tests.analysis.stores import file_runs
 from tests.helpers.campaigns import tiny_campaign, write_campaign

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analysis.factors import derived_rcps, factor_curve, factors, factors_json, pairwise_factors
-from analysis.rcp_table import rcp_records
-from analysis.selection import SelectionSettings, median_window_scores, outlier_sets, selection
-from analysis.stats import expected_max_std_normal
+from rcpforge.analysis.factors import derived_rcps, factor_curve, factors, factors_json, pairwise_factors
+from rcpforge.analysis.rcp_table import rcp_records
+from rcpforge.analysis.selection import SelectionSettings, median_window_scores, outlier_sets, selection
+from rcpforge.analysis.stats import expected_max_std_normal
 
 
 def _runs(cells: dict[tuple[str, int], list]) -> pa.Table:
@@ -135,8 +135,8 @@ def test_outlier_sets_flag_a_shifted_set():
 
 
 def test_analyze_runs_derives_from_published_rcps(tmp_path):
-    from analysis.rcp_set import ruleset_file
-    from analysis.analyze import AnalysisRequest, analyze_runs
+    from rcpforge.analysis.rcp_set import ruleset_file
+    from rcpforge.analysis.analyze import AnalysisRequest, analyze_runs
 
     published = json.loads(ruleset_file("6.1.0", "llama31_8b").read_text())
     cells = {("bf16", 16): REF[16], ("bf16", 64): REF[64],
@@ -209,10 +209,10 @@ def test_an_undefined_factor_says_why():
 
 
 def test_summary_and_report_show_an_unbounded_side(tmp_path):
-    from analysis.analyze import AnalysisRequest, summary_markdown
-    from analysis.campaign_report import factor_section
-    from analysis.report import render_html
-    from analysis.rcp_table import rcp_table
+    from rcpforge.analysis.analyze import AnalysisRequest, summary_markdown
+    from rcpforge.analysis.campaign_report import factor_section
+    from rcpforge.analysis.report import render_html
+    from rcpforge.analysis.rcp_table import rcp_table
 
     cand = [v * 1.3 for v in REF[16][:11]] + ["not_converged"]
     runs = _runs({("bf16", 16): REF[16], ("fp4", 16): cand})

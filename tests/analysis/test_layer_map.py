@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from analysis.layer_map import layer_map_sections, load_layer_maps
-from analysis.load import load_runs
-from analysis.report import render_html, render_markdown
+from rcpforge.analysis.layer_map import layer_map_sections, load_layer_maps
+from rcpforge.analysis.load import load_runs
+from rcpforge.analysis.report import render_html, render_markdown
+from rcpforge.trainers.contract.schema import TAG_DISCLOSED, TAG_PRECISION_MAP
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.precision_map import disclosed_precisions, precision_map
 from tests.analysis.stores import file_runs
 from tests.analysis.test_report import _Tables
-from trainers.contract.schema import TAG_DISCLOSED, TAG_PRECISION_MAP
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 
 
 def _map(name: str, options: dict | None = None, tokens_per_step: int = 128) -> dict:

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.load import NoSuchCampaign, load_runs, write_parquet
-from analysis.load_sql import is_sql_uri, load_campaign_runs, load_runs_sql
-from cluster.gang import free_port
-from trainers.contract import schema as ts
+from rcpforge.analysis.load import NoSuchCampaign, load_runs, write_parquet
+from rcpforge.analysis.load_sql import is_sql_uri, load_campaign_runs, load_runs_sql
+from rcpforge.cluster.gang import free_port
+from rcpforge.trainers.contract import schema as ts
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 import numpy as np
 import pytest
 
-from analysis.rcp import min_acceptable_mean, olympic_mean, rcp_stats
+from rcpforge.analysis.rcp import min_acceptable_mean, olympic_mean, rcp_stats
 
 RULESETS = ("5.1.0", "6.0.0", "6.1.0")
 
@@ -55,7 +55,7 @@ def test_min_acceptable_mean_matches_the_closed_form():
 
 
 def test_written_records_load_in_the_checker(tmp_path, monkeypatch):
-    from analysis.rcp_table import rcp_records, rcp_table
+    from rcpforge.analysis.rcp_table import rcp_records, rcp_table
     import pyarrow as pa
 
     values = {16: [120, 100, 110, 130, 90, 105], 64: [40, 42, 39, 45, 41, 44]}
@@ -78,7 +78,7 @@ def test_written_records_load_in_the_checker(tmp_path, monkeypatch):
 
 
 def test_incomplete_cell_gets_no_statistics_and_no_record():
-    from analysis.rcp_table import rcp_records, rcp_table
+    from rcpforge.analysis.rcp_table import rcp_records, rcp_table
     import pyarrow as pa
 
     rows = [{"recipe": "bf16", "batch_size": 8, "seed": i, "status": s, "samples_to_target": v}
@@ -103,7 +103,7 @@ def test_min_acceptable_mean_of_an_infinite_rcp_is_nan_not_a_hang():
 def test_min_acceptable_mean_of_a_huge_rcp_ends_at_the_resolution_of_a_double(monkeypatch):
     # Above ~1e12 neighbouring doubles are more than the 1e-4 tolerance apart, and the
     # checker's loop never ends. A fuzzed RCP file with epochs ~1e20 hung the CLI here.
-    import analysis.rcp as rcp
+    import rcpforge.analysis.rcp as rcp
 
     calls = []
 
@@ -140,7 +140,7 @@ SHORT = {("bf16", 16): [10_000, 20_000, 30_000],  # 3 runs: not an RCP with N = 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the checker's 0-dof t-test
 def test_a_cell_of_fewer_than_2n_runs_keeps_its_record_marked_not_an_rcp(monkeypatch):
-    from analysis.rcp_table import NOTE_KEY, rcp_records, rcp_table
+    from rcpforge.analysis.rcp_table import NOTE_KEY, rcp_records, rcp_table
 
     runs = _cells(SHORT)
     table = {r["batch_size"]: r for r in rcp_table(runs, "rcpforge_unit", 3).to_pylist()}
@@ -182,10 +182,10 @@ def test_three_runs_with_n_3_give_a_t_test_without_degrees_of_freedom(monkeypatc
 def test_analyze_marks_a_short_cell_in_the_table_files_and_summary(tmp_path):
     import csv
 
-    from analysis.analyze import AnalysisRequest, analyze_runs
-    from analysis.campaign_report import rcp_table_section
-    from analysis.report import render_html, render_markdown
-    from analysis.selection import SelectionSettings
+    from rcpforge.analysis.analyze import AnalysisRequest, analyze_runs
+    from rcpforge.analysis.campaign_report import rcp_table_section
+    from rcpforge.analysis.report import render_html, render_markdown
+    from rcpforge.analysis.selection import SelectionSettings
 
     req = AnalysisRequest("c", "rcpforge_unit", 3, ["bf16"], {}, resamples=200,
                           selection=SelectionSettings(draws=200, window_draws=50, max_m_factor=1))
@@ -213,10 +213,10 @@ def test_rcp_stats_reads_the_rcp_files_analyze_writes(tmp_path):
     so `rcp-stats` reads the file as it is; a file without it asks for --submission-runs."""
     from typer.testing import CliRunner
 
-    from analysis.analyze import AnalysisRequest, analyze_runs
-    from analysis.rcp_set import RUNS_KEY
-    from analysis.selection import SelectionSettings
-    from orchestrator.cli import app
+    from rcpforge.analysis.analyze import AnalysisRequest, analyze_runs
+    from rcpforge.analysis.rcp_set import RUNS_KEY
+    from rcpforge.analysis.selection import SelectionSettings
+    from rcpforge.orchestrator.cli import app
 
     req = AnalysisRequest("c", "rcpforge_unit", 3, ["bf16"], {}, resamples=200,
                           selection=SelectionSettings(draws=200, window_draws=50, max_m_factor=1))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.spatial import ConvexHull
 
-from analysis.rcp_set import SUBMISSION_RUNS, RcpError, RcpSet, load_rcp_sets, stats_rows
+from rcpforge.analysis.rcp_set import SUBMISSION_RUNS, RcpError, RcpSet, load_rcp_sets, stats_rows
 from tests.analysis.mllog_dirs import rcp_file
 
 RULESETS = ("5.1.0", "6.0.0", "6.1.0")

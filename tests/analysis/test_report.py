@@ -168,9 +168,9 @@ def test_table_numbers_equal_those_of_analyze(report):
 def test_the_report_shows_todays_honest_rejection_per_rcp(report):
     """One row per RCP record analyze writes, its rate the one `rcp-stats`' engine gives
     for that record with the report's sims and seed, and the eval grid's mark."""
-    from analysis.check import DEFAULT_RULESET
-    from analysis.policy.health import REPORT_SIMS, rcp_health
-    from analysis.rcp_set import load_rcp_sets
+    from rcpforge.analysis.check import DEFAULT_RULESET
+    from rcpforge.analysis.policy.health import REPORT_SIMS, rcp_health
+    from rcpforge.analysis.rcp_set import load_rcp_sets
 
     out, campaign = report
     shown = _tables(out)["table-rcp-health"]["rows"]
@@ -207,7 +207,7 @@ def test_markdown_report_writes_pngs_beside_it(finished, tmp_path, cli):
 def test_report_format_follows_the_file_name_unless_given(tmp_path, cli):
     import typer
 
-    from orchestrator.cli.report import report_format
+    from rcpforge.orchestrator.cli.report import report_format
 
     assert report_format(Path("y.md"), None) == "md"
     assert report_format(Path("out/r.HTML"), None) == "html"
@@ -221,7 +221,7 @@ def test_report_format_follows_the_file_name_unless_given(tmp_path, cli):
 
 
 def test_markdown_reports_in_one_folder_keep_their_own_figures(tmp_path):
-    from analysis.report import Section, write_report
+    from rcpforge.analysis.report import Section, write_report
 
     for name in ("a", "b"):
         figure = b"\x89PNG" + name.encode()
@@ -242,7 +242,7 @@ def test_the_headline_comes_first_and_the_settings_last_folded(report):
 
 
 def test_table_headers_are_readable(report):
-    from analysis.display import header
+    from rcpforge.analysis.display import header
 
     out, _ = report
     tables = _tables(out)
@@ -305,9 +305,9 @@ def test_the_report_shows_every_value_as_summary_md_does(report):
 def test_runs_required_beyond_the_largest_m_tried_reads_the_same_everywhere():
     """None (no M up to max_m_factor x N keeps the gain under the tolerance) was "-" in
     the report and "> 15" in summary.md."""
-    from analysis.campaign_report import selection_section
-    from analysis.report import render_html, render_markdown
-    from analysis.selection import Selection, SelectionSettings
+    from rcpforge.analysis.campaign_report import selection_section
+    from rcpforge.analysis.report import render_html, render_markdown
+    from rcpforge.analysis.selection import Selection, SelectionSettings
 
     cell = Selection("bf16", 16, 3, 3, None, None, {"mean": 10.0, "stdev": 1.0, "pass_prob": 0.5},
                      best_of_k=[{"k": 2, "gain": 0.0123}], runs_required=None)
@@ -357,7 +357,7 @@ def _seed_runs(seeds: int):
 
 
 def test_eval_curves_name_each_seed_in_a_legend():
-    from analysis.plots import eval_curves_figure
+    from rcpforge.analysis.plots import eval_curves_figure
 
     fig = eval_curves_figure(*_seed_runs(3), "loss", 0.3)
     (legend,) = fig.legends
@@ -370,7 +370,7 @@ def test_eval_curves_name_each_seed_in_a_legend():
 
 
 def test_eval_curves_of_many_seeds_get_a_colour_bar():
-    from analysis.plots import LEGEND_SEEDS, eval_curves_figure
+    from rcpforge.analysis.plots import LEGEND_SEEDS, eval_curves_figure
 
     fig = eval_curves_figure(*_seed_runs(LEGEND_SEEDS + 30), "loss", 0.3)
     assert fig.legends == []
@@ -390,11 +390,11 @@ def test_the_rcp_health_section_gives_todays_honest_rejection_and_the_eval_grids
 
     import pyarrow as pa
 
-    from analysis.analyze import AnalysisRequest
-    from analysis.campaign_report import rcp_health_section
-    from analysis.policy.health import REPORT_SIMS
-    from analysis.rcp_table import rcp_table
-    from analysis.report import render_html, render_markdown
+    from rcpforge.analysis.analyze import AnalysisRequest
+    from rcpforge.analysis.campaign_report import rcp_health_section
+    from rcpforge.analysis.policy.health import REPORT_SIMS
+    from rcpforge.analysis.rcp_table import rcp_table
+    from rcpforge.analysis.report import render_html, render_markdown
 
     cells = {("bf16", 16): [7000] * 2 + [10000] * 6,  # 2 distinct values, a fat fast tail
              ("bf16", 64): [19000, 18200, 19500, 18800, 19900, 18100, 19300, 20400],

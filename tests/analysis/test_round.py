@@ -8,7 +8,7 @@ import json
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
 
-from analysis.round.verdicts import analyze_round
+from rcpforge.analysis.round.verdicts import analyze_round
 from tests.conftest import run_cli
 
 
@@ -46,7 +46,7 @@ def test_round_json_and_bad_input(round_v50_subset, tmp_path):
 def test_the_median_window_of_m_over_n_runs_is_taken_by_start_time(tmp_path):
     """Seven resnet runs (N = 5) whose start order is not their file order: the windows by
     start time score 30, 40, 50 (olympic means), so the median window's is 40."""
-    from analysis.round.verdicts import window_olympic_mean
+    from rcpforge.analysis.round.verdicts import window_olympic_mean
 
     def line(key, value=None, time_ms=0, **meta):
         return ":::MLLOG " + json.dumps({"key": key, "value": value, "time_ms": time_ms, "metadata": meta})

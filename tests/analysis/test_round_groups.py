@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from analysis.rcp_set import RcpError
-from analysis.round.groups import p_lognormal, p_pooled, parse_group_keys
-from analysis.round.verdicts import analyze_round
+from rcpforge.analysis.rcp_set import RcpError
+from rcpforge.analysis.round.groups import p_lognormal, p_pooled, parse_group_keys
+from rcpforge.analysis.round.verdicts import analyze_round
 from tests.conftest import run_cli
 from tests.helpers.cli import invoke, one_line_usage_error
 from tests.helpers.round_data import (

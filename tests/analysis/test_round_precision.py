@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from analysis.rcp_set import RcpError
-from analysis.round.precision import load_precision_map, precision_factors
-from analysis.round.verdicts import analyze_round
+from rcpforge.analysis.rcp_set import RcpError
+from rcpforge.analysis.round.precision import load_precision_map, precision_factors
+from rcpforge.analysis.round.verdicts import analyze_round
 from tests.analysis.mllog_dirs import rcp_file
 from tests.helpers.cli import invoke, one_line_usage_error
 from tests.helpers.round_data import write_submission

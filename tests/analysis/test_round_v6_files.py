@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from analysis.round.summary import COLUMNS
-from analysis.round.verdicts import analyze_round
+from rcpforge.analysis.round.summary import COLUMNS
+from rcpforge.analysis.round.verdicts import analyze_round
 from tests.conftest import run_cli
 from tests.helpers.round_data import write_submission
 

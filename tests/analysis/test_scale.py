@@ -13,13 +13,13 @@ import pyarrow as pa
 import pytest
 from rich.console import Console
 
-from analysis import plots
-from analysis.analyze import AnalysisRequest, analyze_runs
-from analysis.campaign_report import scale_section
-from analysis.report import render_html
-from analysis.scale import GROWS, NO_TREND, SHRINKS, has_model_axis, scale_analysis, scale_markdown
-from analysis.scale_plan import size_slopes
-from analysis.scale_points import MLPERF_FP4, PointsError, load_points
+from rcpforge.analysis import plots
+from rcpforge.analysis.analyze import AnalysisRequest, analyze_runs
+from rcpforge.analysis.campaign_report import scale_section
+from rcpforge.analysis.report import render_html
+from rcpforge.analysis.scale import GROWS, NO_TREND, SHRINKS, has_model_axis, scale_analysis, scale_markdown
+from rcpforge.analysis.scale_plan import size_slopes
+from rcpforge.analysis.scale_points import MLPERF_FP4, PointsError, load_points
 from tests.helpers.scale_runs import SCHEMA, power_law_runs
 
 TREND_KEYS = {"recipe", "batch_size", "slope", "slope_low", "slope_high", "verdict"}
@@ -55,7 +55,7 @@ def test_scale_json_has_the_issues_keys_and_each_models_factor(runs, tmp_path):
 
 
 def test_each_models_factor_is_against_the_reference_of_the_same_model(runs):
-    from analysis.factors import factors
+    from rcpforge.analysis.factors import factors
 
     small = runs.filter(runs["model"].to_numpy(zero_copy_only=False) == "w64")
     alone = {(f.candidate, f.batch_size): f.factor for f in factors(small, "bf16", "llama31_8b", resamples=RESAMPLES)}
@@ -242,7 +242,7 @@ def _needs(runs, goal: float) -> int:
 
 
 def test_plan_prints_the_runs_per_model_for_each_slope_precision(runs):
-    from orchestrator.cli.render import slope_sizes_table
+    from rcpforge.orchestrator.cli.render import slope_sizes_table
 
     rows = size_slopes(runs, "bf16", "llama31_8b", (0.01, 0.05))
     buffer = io.StringIO()
@@ -277,7 +277,7 @@ def test_a_missing_reference_points_file_is_one_line(cli, tmp_path):
 
 
 def test_a_caller_analysing_each_model_apart_gets_the_trend_beside_their_folders(runs, tmp_path):
-    from analysis.analyze import analyze_across_models
+    from rcpforge.analysis.analyze import analyze_across_models
 
     result = analyze_across_models(runs, _request(extrapolate_to=8e9), tmp_path)
     assert result.written == [tmp_path / "scale.json", tmp_path / "summary.md"]
@@ -289,7 +289,7 @@ def test_a_caller_analysing_each_model_apart_gets_the_trend_beside_their_folders
 
 def test_the_scale_table_shows_every_column_within_a_printed_pages_width(runs, tmp_path):
     width = 700  # about a printed A4 page's width, the narrowest the report is laid out for
-    from analysis.report import write_report
+    from rcpforge.analysis.report import write_report
     from tests.helpers.browser import layout_problems
 
     result = scale_analysis(runs, "bf16", "llama31_8b", resamples=RESAMPLES, extrapolate_to=8e9)

@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pytest
 
-from analysis.scale import scale_analysis
+from rcpforge.analysis.scale import scale_analysis
 from tests.helpers.scale_runs import power_law_runs
 
 SLOPE = -0.05

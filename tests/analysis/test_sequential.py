@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.sequential import arm, boundaries, factor_interval, information, spent
+from rcpforge.analysis.sequential import arm, boundaries, factor_interval, information, spent
 
 ALPHA = 0.05
 
@@ -117,7 +117,7 @@ def _half_width(n: int, spread: float, z: float) -> float:
 
 
 def test_sizing_finds_the_fewest_runs_for_a_precision():
-    from analysis.sequential import runs_for_half_width
+    from rcpforge.analysis.sequential import runs_for_half_width
 
     spread = 0.05 ** 2
     fixed = runs_for_half_width(0.03, spread, spread, min_seeds=4, step=1, max_seeds=None, confidence=0.95)

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from analysis.check import check_directory
-from sweeps.spec import load_campaign
+from rcpforge.analysis.check import check_directory
+from rcpforge.sweeps.spec import load_campaign
 from tests.analysis.mllog_dirs import write_results
 from tests.analysis.stores import file_runs
 from tests.conftest import run_cli

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.stats import (
+from rcpforge.analysis.stats import (
     best_passing_of_k,
     bootstrap_ratio,
     expected_best_of_n,
@@ -84,7 +84,7 @@ def test_bootstrap_ratio_with_censored_runs_is_one_sided_and_elsewhere_numpys_pe
     """A failed run is inf: a resample with 2 of 3 runs failed has an infinite olympic
     mean (7/27 of them). The high bound is then unbounded (None); the low one is
     np.quantile of the same resamples with the infinite ratios set to any large number."""
-    from analysis.stats import resample_olympic
+    from rcpforge.analysis.stats import resample_olympic
 
     cand, ref = [110.0, np.inf, 115.0], [100.0, 101.0, 99.0, 102.0, 98.0]
     ours = bootstrap_ratio(cand, ref, resamples=20_000, seed=4)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from rcpforge.trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 from tests.conftest import ROOT
-from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def runs_of(campaign):
@@ -45,14 +45,14 @@ def assert_clean_ledger(campaign, n_keys: int, metric: str = "eval_excess_loss")
 # would do nothing (seen when .ci/run itself ran in the background).
 _INTERRUPTIBLE = (
     "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "runpy.run_module('orchestrator.cli', run_name='__main__', alter_sys=True)"
+    "runpy.run_module('rcpforge.orchestrator.cli', run_name='__main__', alter_sys=True)"
 )
 
 
 def start_cli(*args: str, interruptible: bool = False) -> subprocess.Popen:
     """`rcpforge` in a child process; `interruptible`: SIGINT raises KeyboardInterrupt in
     it even if this process ignores SIGINT."""
-    launch = ["-c", _INTERRUPTIBLE] if interruptible else ["-m", "orchestrator.cli"]
+    launch = ["-c", _INTERRUPTIBLE] if interruptible else ["-m", "rcpforge.orchestrator.cli"]
     return subprocess.Popen(
         [sys.executable, *launch, *args],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -88,7 +88,7 @@ def mid_run(campaign, min_points: int, metric: str = "eval_excess_loss"):
 
 
 def run_folder(campaign, run) -> Path:
-    from sweeps.expand import expand
+    from rcpforge.sweeps.expand import expand
 
     spec = next(s for s in expand(campaign) if s.run_key == run.data.tags[TAG_RUN_KEY])
     return campaign.run_dir(spec)
@@ -133,8 +133,8 @@ class _Quiet:
 def uninterrupted_tokens(campaign, run, folder: Path) -> int:
     """Tokens-to-target of the same run trained in one go, in this process (the oracle
     for a run that was killed, preempted or requeued)."""
-    from sweeps.expand import expand
-    from trainers.tinylm.train import TinyLMTrainer
+    from rcpforge.sweeps.expand import expand
+    from rcpforge.trainers.tinylm.train import TinyLMTrainer
 
     spec = next(s for s in expand(campaign) if s.run_key == run.data.tags[TAG_RUN_KEY])
     settings = {k: v for k, v in spec.trainer.items() if k not in ("sleep_per_eval", "checkpoint_every_evals")}

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from orchestrator.adaptive import ANSWERED, FUTILE, MAX_SEEDS, LookEntry, Stop
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.adaptive import ANSWERED, FUTILE, MAX_SEEDS, LookEntry, Stop
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS
 from tests.cluster.helpers import runs_of, wait_for
 from tests.conftest import run_cli
 from tests.helpers.adaptive_campaigns import adaptive_campaign, final_looks, ledger_cells
 from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.store import run_statuses
-from trainers.contract.schema import TAG_ATTEMPTS
 
 BACKENDS = {
     "local": {"kind": "local", "workers": 2},

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from sweeps.backends import LocalBackendSpec, RayBackendSpec, SlurmBackendSpec, with_kind
-from sweeps.spec import CampaignError, load_campaign, parse_campaign
+from rcpforge.sweeps.backends import LocalBackendSpec, RayBackendSpec, SlurmBackendSpec, with_kind
+from rcpforge.sweeps.spec import CampaignError, load_campaign, parse_campaign
 from tests.cluster.helpers import runs_of
 from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign, write_campaign
@@ -21,7 +21,7 @@ def _cli(*args: str, path_env: str | None = None) -> subprocess.CompletedProcess
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     if path_env is not None:
         env["PATH"] = path_env
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "rcpforge.orchestrator.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

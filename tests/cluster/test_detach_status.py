@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB
 from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB
 
 COLUMNS = ("pending", "running", "converged", "not_converged", "diverged", "failed")
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR_KIND, TAG_STATUS
 from tests.cluster.helpers import runs_of
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
 from tests.orchestrator.test_failfast import failing_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR_KIND, TAG_STATUS
 
 
 def _ray(address: str) -> dict:

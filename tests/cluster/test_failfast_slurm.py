@@ -8,12 +8,12 @@ from __future__ import annotations
 import subprocess
 from collections import Counter
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_BACKEND_JOB, TAG_ERROR_KIND, TAG_STATUS
 from tests.cluster.helpers import runs_of
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
 from tests.orchestrator.test_failfast import failing_campaign
-from trainers.contract.schema import TAG_BACKEND_JOB, TAG_ERROR_KIND, TAG_STATUS
 
 
 def test_configuration_error_cancels_the_queued_jobs(slurm, tmp_path):

@@ -1,4 +1,4 @@
-"""`cluster.gang.free_port`: a port handed out (a gang's MASTER_PORT, a test's server)
+"""`rcpforge.cluster.gang.free_port`: a port handed out (a gang's MASTER_PORT, a test's server)
 is held until its server binds it, and that server, binding as torch's rendezvous store
 does, gets it. Real sockets on this machine; no timing."""
 
@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from cluster.gang import free_port
+from rcpforge.cluster.gang import free_port
 
 
 def _plain_bind(port: int) -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ERROR, TAG_STATUS, TAG_WORLD_SIZE
 from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, runs_of
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.processes import alive, listening
-from trainers.contract.schema import TAG_ERROR, TAG_STATUS, TAG_WORLD_SIZE
 
 
 def test_a_command_program_started_per_node_joins_its_process_group_from_the_rendezvous_variables(tmp_path, cli):

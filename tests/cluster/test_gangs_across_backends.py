@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from sweeps.expand import expand
-from sweeps.spec import Campaign, load_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import Campaign, load_campaign
+from rcpforge.trainers.contract.schema import METRIC_CORE_HOURS, METRIC_WALL_S, TAG_WORLD_SIZE
 from tests.cluster.helpers import (
     assert_clean_ledger,
     ddp_command_campaign,
@@ -29,7 +30,6 @@ from tests.cluster.helpers import (
     wait_for,
 )
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_WALL_S, TAG_WORLD_SIZE
 
 # One recipe x 2 batch sizes x 1 seed: 2 runs of 2 ranks a campaign.
 SMALL = dict(recipes=["bf16"], seeds=1, batch_sizes=[16, 64])
@@ -171,7 +171,7 @@ def test_a_preempted_two_node_tinylm_gang_resumes_from_its_checkpoint(tinylm_run
     reaches its target at exactly the tokens of the uninterrupted local gang."""
     import subprocess
 
-    from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY
+    from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY
 
     data = slow_campaign(dict(SLURM_BACKEND, time_min=10, max_attempts=1), sleep=0.5, checkpoint_every=2)
     data.update(name="preempted", launch=ACROSS_LAUNCH, **SMALL)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_WORLD_SIZE
 from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, paced_campaign, runs_of
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from trainers.contract.schema import TAG_WORLD_SIZE
 
 
 def _client_server_log(cluster) -> str:
@@ -51,8 +51,8 @@ def test_a_refused_ray_client_connection_is_tried_again(monkeypatch):
     refusal seen in CI); a new connection gets a new one. Logic only: ray.init stubbed."""
     import ray
 
-    from cluster import ray_backend
-    from cluster.backend import BackendError
+    from rcpforge.cluster import ray_backend
+    from rcpforge.cluster.backend import BackendError
 
     refusal = ConnectionAbortedError("Initialization failure from server:\nTraceback ...\nRuntimeError: Starting "
                                      "Ray client server failed. See ray_client_server_23000.err for detailed logs.")

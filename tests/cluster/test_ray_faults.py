@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import signal
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
 from tests.cluster.helpers import (
     assert_clean_ledger, mid_run, run_folder, runs_of, slow_campaign, start_cli, uninterrupted_tokens, wait_for,
 )
 from tests.helpers.campaigns import write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_RUN_KEY
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_RUN_KEY
 
 
 def test_a_worker_sigkilled_mid_run_is_retried_and_recorded_once(ray_address, tmp_path):

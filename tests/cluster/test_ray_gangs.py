@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.backend import BackendError, Job
-from cluster.ray_backend import RayBackend
-from sweeps.backends import RayBackendSpec
+from rcpforge.cluster.backend import BackendError, Job
+from rcpforge.cluster.ray_backend import RayBackend
+from rcpforge.sweeps.backends import RayBackendSpec
+from rcpforge.trainers.contract.gang import Gang
 from tests.helpers import backend_jobs
 from tests.helpers.ray_cluster import drive
-from trainers.contract.gang import Gang
 
 PLACEMENT_TIMEOUT_S = 5.0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
 from tests.cluster.helpers import assert_clean_ledger
 from tests.conftest import run_cli
 from tests.helpers.backend_services import with_service

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from cluster.slurm_states import job_states, sacct_states
+from rcpforge.cluster.slurm_states import job_states, sacct_states
 from tests.cluster.helpers import wait_for
 from tests.conftest import missing_service
 

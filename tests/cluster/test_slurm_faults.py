@@ -12,17 +12,17 @@ import subprocess
 
 import pytest
 
-from cluster.backend import Job
-from cluster.slurm_states import asked_job_states, job_states
-from orchestrator.backends import make_backend
-from sweeps.spec import load_campaign, parse_campaign
+from rcpforge.cluster.backend import Job
+from rcpforge.cluster.slurm_states import asked_job_states, job_states
+from rcpforge.orchestrator.backends import make_backend
+from rcpforge.sweeps.spec import load_campaign, parse_campaign
 from tests.cluster.helpers import (
     assert_clean_ledger, mid_run, runs_of, slow_campaign, start_cli, starts, uninterrupted_tokens, wait_for,
 )
 from tests.conftest import run_cli
 from tests.helpers import backend_jobs
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_RUN_KEY
 
 
 def _check_resumed(campaign, tokens, run, tmp_path):

@@ -10,15 +10,15 @@ import subprocess
 import pytest
 from submitit.core.utils import DelayedSubmission, JobPaths
 
-import cluster.slurm_backend as slurm_backend
-from cluster.backend import Done, Job
-from orchestrator.backends import make_backend
-from sweeps.spec import parse_campaign
+import rcpforge.cluster.slurm_backend as slurm_backend
+from rcpforge.cluster.backend import Done, Job
+from rcpforge.orchestrator.backends import make_backend
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract.gang import Gang
 from tests.cluster.helpers import wait_for
 from tests.helpers import backend_jobs
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive
-from trainers.contract.gang import Gang
 
 ACROSS = Gang(nodes=2, processes_per_node=1)
 # submitit counts a USR2 as a preemption only in the first min(80 %, limit - 10 min) of

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.slurm_gang import START_MARK
-from cluster.slurm_states import ENDED, job_states
-from sweeps.spec import load_campaign
+from rcpforge.cluster.slurm_gang import START_MARK
+from rcpforge.cluster.slurm_states import ENDED, job_states
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_BATCH_SIZE, TAG_STATUS
 from tests.cluster.helpers import mid_run, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import missing_service
 from tests.helpers.campaigns import write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_BATCH_SIZE, TAG_STATUS
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RCPFORGE_SLOW_SLURM") != "1",

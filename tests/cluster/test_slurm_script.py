@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-import cluster.slurm_backend as slurm_backend
-from cluster.backend import BackendError, Job
-from orchestrator.backends import make_backend
-from sweeps.spec import parse_campaign
+import rcpforge.cluster.slurm_backend as slurm_backend
+from rcpforge.cluster.backend import BackendError, Job
+from rcpforge.orchestrator.backends import make_backend
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract.gang import Gang
 from tests.conftest import ROOT
 from tests.helpers.backend_jobs import echo
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.golden import assert_matches_golden
-from trainers.contract.gang import Gang
 
 GOLDEN = Path(__file__).parent / "golden"
 

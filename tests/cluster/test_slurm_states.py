@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster import slurm_gang, slurm_states
-from cluster.slurm_backend import _lost_error
-from cluster.slurm_states import ENDED, MAYBE_REQUEUED, job_states
+from rcpforge.cluster import slurm_gang, slurm_states
+from rcpforge.cluster.slurm_backend import _lost_error
+from rcpforge.cluster.slurm_states import ENDED, MAYBE_REQUEUED, job_states
 
 
 def _fake_slurm(monkeypatch, squeue: tuple[int, str, str], sacct: str | None) -> list[list[str]]:
@@ -110,9 +110,9 @@ def test_a_task_sent_sigterm_waits_for_its_kill_instead_of_raising(sleeps, submi
 
 @pytest.mark.parametrize(("status", "waits"), [("converged", False), ("failed", True)])
 def test_after_sigterm_only_an_outcome_is_reported(monkeypatch, sleeps, submitit_handler, status, waits):
-    from cluster import slurm_backend
-    from orchestrator.execute import has_outcome
-    from trainers.contract.gang import Gang
+    from rcpforge.cluster import slurm_backend
+    from rcpforge.orchestrator.execute import has_outcome
+    from rcpforge.trainers.contract.gang import Gang
 
     monkeypatch.setattr(slurm_backend, "rendezvous_env", lambda gang: {})
 

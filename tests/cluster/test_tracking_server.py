@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from mlflow import MlflowClient
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
 from tests.cluster import pg_audit
 from tests.cluster.helpers import assert_clean_ledger
 from tests.conftest import run_cli

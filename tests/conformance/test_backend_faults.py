@@ -15,12 +15,12 @@ from collections import Counter
 
 import pytest
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 from tests.cluster.helpers import assert_clean_ledger, mid_run, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 
 FAULT_BACKENDS = {
     "local": {"kind": "local", "workers": 2},

@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from cluster.backend import Backend, Done, Job
-from orchestrator.backends import make_backend
-from sweeps.spec import parse_campaign
+from rcpforge.cluster.backend import Backend, Done, Job
+from rcpforge.orchestrator.backends import make_backend
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract.gang import Gang
 from tests.helpers import backend_jobs
 from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive, listening
-from trainers.contract.gang import Gang
 
 # kind -> the campaign's `backend:` section for this suite. Ray: no task retries, so a
 # killed worker is reported at once (retries are the campaign's business, tested there).

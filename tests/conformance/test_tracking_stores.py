@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from analysis.curves import load_curves
-from analysis.load import RUN_SCHEMA, NoSuchCampaign, load_runs
-from analysis.load_sql import load_campaign_runs
-from orchestrator.tracking import ImportedRun, RunLog, Tracking, mark_preempted, run_params
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.analysis.curves import load_curves
+from rcpforge.analysis.load import RUN_SCHEMA, NoSuchCampaign, load_runs
+from rcpforge.analysis.load_sql import load_campaign_runs
+from rcpforge.orchestrator.tracking import ImportedRun, RunLog, Tracking, mark_preempted, run_params
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus
+from rcpforge.trainers.contract import schema as ts
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.tracking_stores import STORE_KINDS, TrackingStore, sqlite_template, tracking_store
-from trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus
-from trainers.contract import schema as ts
-from trainers.contract.mllog.write import RESULT_FILE
 
 FINAL_METRICS = (ts.METRIC_TOKENS_TO_TARGET, ts.METRIC_SAMPLES_TO_TARGET, ts.METRIC_TOKENS_TRAINED, ts.METRIC_WALL_S)
 CURVE = [(4096, 0.9), (8192, 0.5), (12288, 0.35), (16384, 0.25)]  # (tokens, eval_excess_loss)
@@ -238,7 +238,7 @@ def test_a_run_made_as_it_starts_needs_no_status_update_or_read_back(store, tmp_
 def test_the_read_commands_probe_answers_on_every_store(store):
     """What `status` and the other read commands try first (a server's call, a database
     server's connection) passes on a store that is up: a PostgreSQL URI with its password."""
-    from orchestrator.tracking import probe_store
+    from rcpforge.orchestrator.tracking import probe_store
 
     probe_store(store.uri, retry_s=5)
 

@@ -12,16 +12,14 @@ from typing import Any
 
 import pytest
 
-from orchestrator.execute import assignment_for, execute_run
-from orchestrator.tracking import Tracking
-from sweeps.expand import expand
-from sweeps.spec import Campaign, parse_campaign
-from tests.helpers.campaigns import tiny_campaign
-from tests.helpers.trainer_kinds import KINDS, KindConfig
-from trainers.contract import RunSpec, Target
-from trainers.contract.mllog.read import NOT_CONVERGED, read_result_file
-from trainers.contract.mllog.write import RESULT_FILE
-from trainers.contract.schema import (
+from rcpforge.orchestrator.execute import assignment_for, execute_run
+from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import Campaign, parse_campaign
+from rcpforge.trainers.contract import RunSpec, Target
+from rcpforge.trainers.contract.mllog.read import NOT_CONVERGED, read_result_file
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_SAMPLES_TO_TARGET,
@@ -32,7 +30,9 @@ from trainers.contract.schema import (
     TAG_ERROR,
     TAG_STATUS,
 )
-from trainers.registry import _BUILTIN
+from rcpforge.trainers.registry import _BUILTIN
+from tests.helpers.campaigns import tiny_campaign
+from tests.helpers.trainer_kinds import KINDS, KindConfig
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from mlflow import MlflowClient
 
-from orchestrator.adaptive import AdaptiveState, campaign_looks
-from orchestrator.tracking import Tracking
+from rcpforge.orchestrator.adaptive import AdaptiveState, campaign_looks
+from rcpforge.orchestrator.tracking import Tracking
 
 PROGRAM = Path(__file__).resolve().parent / "factor_program.py"
 EXAMPLE = Path(__file__).resolve().parents[2] / "sweeps" / "examples" / "adaptive.yaml"

@@ -40,8 +40,8 @@ def tiny_campaign(**overrides: Any) -> dict[str, Any]:
 def tiny_run_specs(recipes: list[Any], max_tokens: int = 512, every: int | None = None) -> dict[str, Any]:
     """The batch-size-16 run of each recipe, as a campaign expands it: 128 tokens a step,
     an eval every 256, a target no run reaches; `every`: checkpoint_every_evals."""
-    from sweeps.expand import expand
-    from sweeps.spec import parse_campaign
+    from rcpforge.sweeps.expand import expand
+    from rcpforge.sweeps.spec import parse_campaign
 
     data = tiny_campaign(
         recipes=recipes, seeds=1, budget={"max_tokens": max_tokens, "eval_every_tokens": 256},

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 
 def invoke(*args: str) -> Result:
-    from orchestrator.cli import app
+    from rcpforge.orchestrator.cli import app
 
     return CliRunner().invoke(app, list(args))
 

@@ -9,8 +9,8 @@ import os
 import time
 from pydantic import Field
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
-from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
+from rcpforge.trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 
 class FaultySettings(TinyLMSettings):

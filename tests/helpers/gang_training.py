@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.contract import EvalPoint, Reporter, RunSpec
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunSpec
 
 
 class _Stopped(Exception):
@@ -26,7 +26,7 @@ class _Reporter(Reporter):
 
 
 def train_rank(spec_json: str, folder: str, stop_after: int | None = None) -> dict:
-    from trainers.tinylm.train import TinyLMTrainer
+    from rcpforge.trainers.tinylm.train import TinyLMTrainer
 
     spec = RunSpec.model_validate_json(spec_json)
     try:

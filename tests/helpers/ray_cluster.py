@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from cluster.gang import free_port
+from rcpforge.cluster.gang import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Ray's worker ports are 10002-19999 by default: a head port there fails to start.
@@ -112,11 +112,11 @@ def main() -> None:
     every placement group once all jobs are reported]}."""
     import ray
 
-    from cluster.backend import Job
-    from cluster.ray_backend import RayBackend
-    from sweeps.backends import RayBackendSpec
+    from rcpforge.cluster.backend import Job
+    from rcpforge.cluster.ray_backend import RayBackend
+    from rcpforge.sweeps.backends import RayBackendSpec
+    from rcpforge.trainers.contract.gang import Gang
     from tests.helpers import backend_jobs
-    from trainers.contract.gang import Gang
 
     request = json.loads(sys.stdin.read())
     jobs = request.get("jobs", [])

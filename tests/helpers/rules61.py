@@ -9,7 +9,7 @@ from pathlib import Path
 from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
 from mlperf_logging.compliance_checker.mlp_compliance import ComplianceChecker
 
-from trainers.contract.mllog.read import DISCLOSURE_KEYS, parse_line
+from rcpforge.trainers.contract.mllog.read import DISCLOSURE_KEYS, parse_line
 
 RULESET = "6.1.0"
 COMMON = Path(mlp_compliance.__file__).parent / f"training_{RULESET}" / "common.yaml"

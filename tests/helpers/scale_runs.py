@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from analysis.load import RUN_SCHEMA
+from rcpforge.analysis.load import RUN_SCHEMA
 
 # The runs table's schema with the model axis' columns (which RUN_SCHEMA has once the axis is in).
 AXIS = [pa.field("model", pa.string()), pa.field("model_params", pa.int64()),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, Trainer
-from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, Trainer
+from rcpforge.trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 
 class SlowSettings(TinyLMSettings):
@@ -35,7 +35,7 @@ class SlowTrainer(Trainer):
     HParams = TinyLMHParams
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
-        from trainers.tinylm.train import TinyLMTrainer
+        from rcpforge.trainers.tinylm.train import TinyLMTrainer
 
         folder = Path(reporter.output_dir)
         (folder / "pid").write_text(str(os.getpid()))

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.uri import redact_uri
 
 STORE_KINDS = ("sqlite", "server", "postgresql")
 
@@ -42,7 +42,7 @@ def sqlite_template(folder: Path) -> Path:
     seconds per new file, a copy of this takes milliseconds."""
     from mlflow import MlflowClient
 
-    from orchestrator.tracking import sqlite_uri
+    from rcpforge.orchestrator.tracking import sqlite_uri
 
     db = folder / "template.db"
     MlflowClient(tracking_uri=sqlite_uri(db)).search_experiments(max_results=1)
@@ -54,7 +54,7 @@ def tracking_store(kind: str, folder: Path, server=None, template: Path | None =
     """A store of `kind` for one test: `folder` is the test's own; `server` the
     `mlflow_server` fixture's value (the server and postgresql kinds); `template` an
     empty SQLite store to copy (`sqlite_template`), made afresh when None."""
-    from orchestrator.tracking import sqlite_uri
+    from rcpforge.orchestrator.tracking import sqlite_uri
 
     campaign = f"conf-{kind}-{uuid.uuid4().hex[:12]}"
     artifacts = folder / "artifacts"

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis.sequential import SequentialInterval
-from orchestrator.adaptive import (
+from rcpforge.analysis.sequential import SequentialInterval
+from rcpforge.orchestrator.adaptive import (
     ANSWERED,
     COST_CAP,
     FAILED_SEED,
@@ -22,7 +22,7 @@ from orchestrator.adaptive import (
     answer,
     replay_looks,
 )
-from sweeps.adaptive_spec import AdaptiveSpec
+from rcpforge.sweeps.adaptive_spec import AdaptiveSpec
 
 RECIPES = ["bf16", "fp8", "fp4"]
 SIZES = [16, 64]

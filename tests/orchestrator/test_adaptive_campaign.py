@@ -17,11 +17,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator.adaptive import ANSWERED, campaign_looks
-from orchestrator.campaign import run_campaign
-from orchestrator.cli import app
-from orchestrator.tracking import Tracking
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.adaptive import ANSWERED, campaign_looks
+from rcpforge.orchestrator.campaign import run_campaign
+from rcpforge.orchestrator.cli import app
+from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.sweeps.spec import load_campaign
 from tests.conftest import ROOT, run_cli
 from tests.helpers.adaptive_campaigns import EXAMPLE, adaptive_campaign, final_looks, ledger_cells
 from tests.helpers.campaigns import write_campaign
@@ -82,7 +82,7 @@ def test_an_adaptive_campaign_stops_every_cell_with_its_reason(tmp_path):
 
 def _kill_when(path: Path, converged: int) -> None:
     """Start `rcpforge run`, SIGKILL it once `converged` runs have an outcome."""
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rcpforge.orchestrator.cli", "run", str(path)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

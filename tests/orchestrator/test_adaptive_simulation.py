@@ -4,7 +4,7 @@ cell's stop on outcomes drawn where the true factor is known, over many campaign
 Each batch size is one comparison with arms of its own kind: the candidate noisier or
 quieter than the reference, dearer or cheaper per run, so the allocator gives the arms
 unequal runs, look after look, up to 26 each. The intervals come from
-`analysis.sequential.boundaries` and nowhere else; tests/analysis/test_sequential.py
+`rcpforge.analysis.sequential.boundaries` and nowhere else; tests/analysis/test_sequential.py
 checks that function on equal arms, this file checks what the planner makes of it.
 
 The hardest case is a factor exactly at the margin: no verdict is right there, and a
@@ -36,8 +36,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from orchestrator.adaptive import ANSWERED, FUTILE, AdaptiveState, LookEntry, Outcome, Outcomes, replay_looks
-from sweeps.adaptive_spec import AdaptiveSpec
+from rcpforge.orchestrator.adaptive import ANSWERED, FUTILE, AdaptiveState, LookEntry, Outcome, Outcomes, replay_looks
+from rcpforge.sweeps.adaptive_spec import AdaptiveSpec
 
 ALPHA = 0.05
 MAX_SEEDS = 26

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.load import load_runs
-from orchestrator.tracking import Tracking
+from rcpforge.analysis.load import load_runs
+from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.trainers.contract.schema import METRIC_TIME_TO_TRAIN, TAG_DISCLOSED
 from tests.conftest import ROOT, run_cli
-from trainers.contract.schema import METRIC_TIME_TO_TRAIN, TAG_DISCLOSED
 
 SCRIPT = ROOT / "tests" / "helpers" / "byo_train.py"
 LABELS = {"fp32": {"precision": "fp32"}, "te_nvfp4": {"precision": "nvfp4", "block": 16}}
@@ -148,8 +148,8 @@ def test_a_program_printing_its_mllog_is_followed_live_into_mlflow(tmp_path):
     path.write_text(yaml.safe_dump(data))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTHONUNBUFFERED", None)  # the test's own setting must not make it pass
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "rcpforge.orchestrator.cli", "run", str(path)], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     uri = f"sqlite:///{tmp_path / 'rcpforge-mlflow.db'}"
     try:
         deadline = time.time() + 120
@@ -174,7 +174,7 @@ def test_a_program_printing_its_mllog_is_followed_live_into_mlflow(tmp_path):
 
 def _first_points(uri: str) -> list[list]:
     """The eval_accuracy points of each run of the campaign so far."""
-    from analysis.load import NoSuchCampaign
+    from rcpforge.analysis.load import NoSuchCampaign
 
     try:
         runs = load_runs(uri, "printing").to_pylist()

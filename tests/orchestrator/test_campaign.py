@@ -11,11 +11,11 @@ import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 import pytest
 from mlflow import MlflowClient
 
-from orchestrator.cli.app import EXIT_NO_OUTCOME
-from sweeps.expand import expand
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.cli.app import EXIT_NO_OUTCOME
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR, TAG_RUN_KEY, TAG_STATUS
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR, TAG_RUN_KEY, TAG_STATUS
 
 
 def _runs(campaign):
@@ -58,7 +58,7 @@ def test_every_run_has_one_mlflow_run_with_the_tag_schema(finished):
 def test_a_runs_mlflow_start_and_end_are_its_own_not_its_time_in_the_queue(tmp_path):
     # One worker, four runs: each MLflow run starts when the run does, after the one
     # before it ended, not when the campaign started (its time queued behind the others).
-    from orchestrator.campaign import run_campaign
+    from rcpforge.orchestrator.campaign import run_campaign
     from tests.helpers.trainer_kinds import command
 
     kind = command(tmp_path)

@@ -14,7 +14,7 @@ from tests.orchestrator.test_reading_commands import _tree
 
 
 def _campaign_commands() -> list[str]:
-    from orchestrator.cli import app
+    from rcpforge.orchestrator.cli import app
 
     commands = typer.main.get_command(app).commands
     return sorted(name for name, command in commands.items() if any(p.name == "campaign_file" for p in command.params))

@@ -11,7 +11,7 @@ HEAVY = ("torch", "mlflow", "ray", "optuna", "submitit", "scipy", "matplotlib")
 def test_the_command_line_loads_without_heavy_imports():
     # `rcpforge --help` and every command's argument parsing stay fast: the heavy
     # libraries are imported inside the commands that need them
-    code = f"import sys, orchestrator.cli; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    code = f"import sys, rcpforge.orchestrator.cli; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == ""
@@ -29,7 +29,7 @@ def test_the_synopses_of_docs_commands_list_every_command_and_flag():
     indented lines after it) names every flag the command takes."""
     from typer.main import get_command
 
-    from orchestrator.cli import app
+    from rcpforge.orchestrator.cli import app
 
     block = (ROOT / "docs" / "commands.md").read_text().split("## Synopsis", 1)[1].split("```", 2)[1]
     synopses: dict[str, str] = {}

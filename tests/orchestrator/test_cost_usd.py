@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.campaign_report import COST_COLUMNS, cost_section
-from orchestrator.cli import render
-from orchestrator.cost import add_dollars, plan_dollars
-from orchestrator.ledger import LedgerEntry
-from orchestrator.sizing import campaign_totals, size_comparisons
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.analysis.campaign_report import COST_COLUMNS, cost_section
+from rcpforge.orchestrator.cli import render
+from rcpforge.orchestrator.cost import add_dollars, plan_dollars
+from rcpforge.orchestrator.ledger import LedgerEntry
+from rcpforge.orchestrator.sizing import campaign_totals, size_comparisons
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import RunStatus
+from rcpforge.trainers.contract.schema import METRIC_CORE_HOURS, METRIC_SAMPLES_TO_TARGET, METRIC_TOKENS_TRAINED
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
-from trainers.contract import RunStatus
-from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_SAMPLES_TO_TARGET, METRIC_TOKENS_TRAINED
 
 PRICES = {"usd_per_gpu_hour": {"H100": 2.5, "default": 2.0}, "usd_per_core_hour": 0.05}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.load import load_runs
+from rcpforge.analysis.load import load_runs
 from tests.conftest import ROOT, run_cli
 
 WRAPPER = ROOT / "tests" / "helpers" / "mlperf_checker.py"

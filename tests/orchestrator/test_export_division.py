@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.campaign import run_campaign
-from orchestrator.cli import app
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.campaign import run_campaign
+from rcpforge.orchestrator.cli import app
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.trainer_kinds import command
-from trainers.contract.submission import SUBMISSION_RUNS
 
 BENCHMARK = "deepseekv3_671b"  # one the newest training ruleset checks, with N = 3
 N = SUBMISSION_RUNS[BENCHMARK]

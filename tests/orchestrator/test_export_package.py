@@ -21,14 +21,14 @@ from mlperf_logging.compliance_checker import mlp_compliance
 from mlperf_logging.system_desc_checker import system_desc_checker
 from typer.testing import CliRunner
 
-from analysis.load import load_runs
-from orchestrator.campaign import run_campaign
-from orchestrator.cli import app
-from orchestrator.package import MARKER
-from sweeps.spec import load_campaign
+from rcpforge.analysis.load import load_runs
+from rcpforge.orchestrator.campaign import run_campaign
+from rcpforge.orchestrator.cli import app
+from rcpforge.orchestrator.package import MARKER
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.mllog.read import follow_file, parse_line
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.trainer_kinds import command
-from trainers.contract.mllog.read import follow_file, parse_line
 
 BENCHMARK = "llama31_8b"
 SYSTEMS = {"box_bf16_bs16", "box_fp8_tensorwise_bs16"}  # bs 64 runs all fail: no outcome

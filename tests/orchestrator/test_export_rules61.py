@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.campaign import run_campaign
-from orchestrator.cli import app
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.campaign import run_campaign
+from rcpforge.orchestrator.cli import app
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.mllog.read import DISCLOSURE_KEYS
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.rules61 import RULESET, compliance, disclosed, disclosure_complaints
 from tests.helpers.trainer_kinds import command
-from trainers.contract.mllog.read import DISCLOSURE_KEYS
 
 BENCHMARK = "llama31_8b"  # one the 6.1 package checker checks (it skips others)
 # A label that says every key, and one that says only its precision.

@@ -16,12 +16,12 @@ import sys
 import time
 from collections import Counter
 
-from sweeps.expand import expand
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR_KIND, TAG_RUN_KEY, TAG_STATUS
 from tests.cluster.helpers import runs_of
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR_KIND, TAG_RUN_KEY, TAG_STATUS
 
 FAILING = ROOT / "tests" / "helpers" / "failing_program.py"
 
@@ -127,7 +127,7 @@ def test_the_attempt_budget_is_the_stores_across_a_fix_and_a_killed_orchestrator
 
     path, campaign, _ = stopped(tmp_path, one_run("stall", "llama31_8b"), most_attempts=1)
     write_campaign(tmp_path, one_run("stall", "byo_epochs"))  # the fix
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rcpforge.orchestrator.cli", "run", str(path)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     marker = campaign.run_dir(expand(campaign)[0]).parent / "stalled"

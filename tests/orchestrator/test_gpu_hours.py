@@ -14,15 +14,15 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.adaptive import COST_CAP, MAX_SEEDS
-from orchestrator.cli import app
-from orchestrator.cli.render import usd
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.adaptive import COST_CAP, MAX_SEEDS
+from rcpforge.orchestrator.cli import app
+from rcpforge.orchestrator.cli.render import usd
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_WALL_S, TAG_RUN_KEY
 from tests.cluster.helpers import paced_campaign, runs_of
 from tests.conftest import run_cli
 from tests.helpers.adaptive_campaigns import adaptive_campaign, final_looks, ledger_cells
 from tests.helpers.campaigns import write_campaign
-from trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_WALL_S, TAG_RUN_KEY
 
 
 def _status(path) -> dict:

@@ -4,12 +4,12 @@ still live is followed, never launched twice."""
 
 from __future__ import annotations
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
-from orchestrator.ledger import LedgerEntry, make_plan
-from orchestrator.status import _column
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.orchestrator.ledger import LedgerEntry, make_plan
+from rcpforge.orchestrator.status import _column
 from tests.helpers.campaigns import tiny_campaign
-from trainers.contract import RunStatus
+from rcpforge.trainers.contract import RunStatus
 
 
 def _specs():

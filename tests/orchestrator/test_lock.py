@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from orchestrator.campaign import campaign_lock
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.campaign import campaign_lock
+from rcpforge.sweeps.spec import load_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 
 

@@ -13,18 +13,18 @@ import pytest
 from mlflow import MlflowClient
 from mlperf_logging.rcp_checker import rcp_checker
 
-from analysis.load import load_runs
-from analysis.rcp import olympic_mean, rcp_stats
-from analysis.rcp_table import rcp_table
-from orchestrator.campaign import run_campaign
-from sweeps.spec import load_campaign
+from rcpforge.analysis.load import load_runs
+from rcpforge.analysis.rcp import olympic_mean, rcp_stats
+from rcpforge.analysis.rcp_table import rcp_table
+from rcpforge.orchestrator.campaign import run_campaign
+from rcpforge.sweeps.spec import load_campaign
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.rules61 import disclosed, disclosure_complaints
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec
-from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
-from trainers.contract.schema import TAG_ATTEMPTS
-from trainers.contract.mllog.read import DISCLOSURE_KEYS
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec
+from rcpforge.trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS
+from rcpforge.trainers.contract.mllog.read import DISCLOSURE_KEYS
 
 EXAMPLES = ROOT / "sweeps" / "examples"
 N = 4  # submission runs of the tiny campaign's benchmark
@@ -151,7 +151,7 @@ def test_import_reads_exported_directories_back_as_the_same_runs(tiny, exported,
     assert rcp_table(original, "rcpforge_tiny", N).equals(rcp_table(imported, "rcpforge_tiny", N))
     # an imported run exports again unchanged
     again = tmp_path / "again"
-    from orchestrator.results_dirs import export_results
+    from rcpforge.orchestrator.results_dirs import export_results
 
     export_results(uri, "again", again, lambda spec: None)
     for folder in results.glob("*/bs*"):
@@ -208,7 +208,7 @@ class FlakyTrainer:
     HParams = TinyLMHParams
 
     def train(self, spec: RunSpec, reporter: Reporter) -> RunResult:
-        from trainers.tinylm.train import TinyLMTrainer
+        from rcpforge.trainers.tinylm.train import TinyLMTrainer
 
         spec = spec.model_copy(update={"trainer": {**spec.trainer, "kind": "tinylm"}})
         marker = reporter.output_dir / "attempted"
@@ -242,7 +242,7 @@ def test_import_of_a_submission_in_epochs(tmp_path):
     launcher prefixes and epoch counts; what is stored is what the checker reads."""
     import json
 
-    from orchestrator.results_dirs import import_results
+    from rcpforge.orchestrator.results_dirs import import_results
 
     def line(key, value=None, **meta):
         return "0: :::MLLOG " + json.dumps({"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME",
@@ -277,10 +277,10 @@ def test_eval_points_of_an_external_program_reach_mlflow_while_it_runs(tmp_path)
     import threading
     import time
 
-    from orchestrator.execute import RunAssignment, execute_run
-    from orchestrator.tracking import Tracking
-    from sweeps.expand import expand
-    from sweeps.spec import parse_campaign
+    from rcpforge.orchestrator.execute import RunAssignment, execute_run
+    from rcpforge.orchestrator.tracking import Tracking
+    from rcpforge.sweeps.expand import expand
+    from rcpforge.sweeps.spec import parse_campaign
 
     (tmp_path / "prog.py").write_text(
         "import json, os, sys, time\n"

@@ -13,29 +13,29 @@ import pyarrow as pa
 import pytest
 from mlflow import MlflowClient
 
-from analysis.load import RUN_SCHEMA
-from analysis.load_sql import load_campaign_runs
-from orchestrator.adaptive import campaign_looks, look_specs
-from orchestrator.campaign import run_campaign
-from orchestrator.cli.analysis import analysis_request
-from orchestrator.cli.render import status_table
-from orchestrator.dryrun import dry_run
-from orchestrator.ledger import LedgerEntry
-from orchestrator.models_analysis import analyze_models
-from orchestrator.results_dirs import export_results
-from orchestrator.status import campaign_status
-from sweeps.expand import expand
-from sweeps.spec import CampaignError, load_campaign, parse_campaign
-from tests.conftest import ROOT, run_cli
-from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract import RunStatus
-from trainers.contract.schema import (
+from rcpforge.analysis.load import RUN_SCHEMA
+from rcpforge.analysis.load_sql import load_campaign_runs
+from rcpforge.orchestrator.adaptive import campaign_looks, look_specs
+from rcpforge.orchestrator.campaign import run_campaign
+from rcpforge.orchestrator.cli.analysis import analysis_request
+from rcpforge.orchestrator.cli.render import status_table
+from rcpforge.orchestrator.dryrun import dry_run
+from rcpforge.orchestrator.ledger import LedgerEntry
+from rcpforge.orchestrator.models_analysis import analyze_models
+from rcpforge.orchestrator.results_dirs import export_results
+from rcpforge.orchestrator.status import campaign_status
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import CampaignError, load_campaign, parse_campaign
+from rcpforge.trainers.contract import RunStatus
+from rcpforge.trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     TAG_MODEL,
     TAG_MODEL_FLOPS_PER_TOKEN,
     TAG_MODEL_PARAMS,
     TAG_RUN_KEY,
 )
+from tests.conftest import ROOT, run_cli
+from tests.helpers.campaigns import tiny_campaign, write_campaign
 
 PROGRAM = ROOT / "tests" / "helpers" / "recording_program.py"
 EXAMPLES = ROOT / "sweeps" / "examples"

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 import rcpforge
-from orchestrator.campaign import run_campaign
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.campaign import run_campaign
+from rcpforge.sweeps.spec import load_campaign
 from tests.helpers.adaptive_campaigns import factor_program
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.cli import invoke

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from rcpforge.orchestrator.cli import app
 from tests.helpers.campaigns import write_campaign
 
 PROGRAM = Path(__file__).resolve().parents[1] / "helpers" / "factor_program.py"

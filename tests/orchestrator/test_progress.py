@@ -4,12 +4,12 @@ import io
 
 from rich.console import Console
 
-from orchestrator.ledger import make_plan
-from orchestrator.progress import RunProgress
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.orchestrator.ledger import make_plan
+from rcpforge.orchestrator.progress import RunProgress
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import RunResult, RunStatus
 from tests.helpers.campaigns import tiny_campaign
-from trainers.contract import RunResult, RunStatus
 
 
 def _feed(console: Console):
@@ -53,8 +53,8 @@ def test_terminal_output_has_a_bar_per_cell_with_its_counts():
 
 
 def test_an_outcomes_note_is_on_its_line_and_a_failure_shows_its_reason():
-    from orchestrator.progress import describe
-    from trainers.contract import RunResult, RunStatus
+    from rcpforge.orchestrator.progress import describe
+    from rcpforge.trainers.contract import RunResult, RunStatus
 
     warned = RunResult(status=RunStatus.converged, tokens_to_target=640, samples_to_target=160, wall_s=1.0,
                        error="warning: the run disclosed lowest_numerical_precision_in_linear 'nvfp4'")

@@ -12,12 +12,12 @@ from collections import Counter
 
 from mlflow import MlflowClient
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_BATCH_SIZE, TAG_RECIPE, TAG_RUN_KEY, TAG_SEED, TAG_STATUS
 from tests.cluster.helpers import runs_of
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.store import run_statuses
-from trainers.contract.schema import TAG_BATCH_SIZE, TAG_RECIPE, TAG_RUN_KEY, TAG_SEED, TAG_STATUS
 
 
 def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
@@ -25,7 +25,7 @@ def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
     path = write_campaign(tmp_path, data)
     campaign = load_campaign(path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(path)],
+        [sys.executable, "-m", "rcpforge.orchestrator.cli", "run", str(path)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -77,9 +77,9 @@ class _GoneAfterCreate:
 
 
 def test_a_run_made_just_before_the_store_went_away_gets_its_hyperparameters_on_resume(tmp_path):
-    from orchestrator.campaign import run_campaign
-    from orchestrator.tracking import Tracking, TrackingUnavailable, _RetryingClient
-    from sweeps.expand import expand
+    from rcpforge.orchestrator.campaign import run_campaign
+    from rcpforge.orchestrator.tracking import Tracking, TrackingUnavailable, _RetryingClient
+    from rcpforge.sweeps.expand import expand
 
     campaign = load_campaign(write_campaign(tmp_path, tiny_campaign(recipes=["bf16"], seeds=1)))
     tracking = Tracking(campaign.tracking_uri)

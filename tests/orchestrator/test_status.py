@@ -100,7 +100,7 @@ def test_status_counts_each_cells_compute_and_eta_from_the_runs_own_records(fini
 
 
 def test_the_eta_counts_the_tokens_running_runs_have_trained():
-    from orchestrator.cost import CellCost, estimates
+    from rcpforge.orchestrator.cost import CellCost, estimates
 
     done = CellCost(finished=[(100.0, 10.0), (300.0, 30.0)], to_do=[150.0, 0.0], core_hours=0.5)
     fresh = CellCost(to_do=[0.0])  # nothing finished here: the campaign's figures

@@ -5,12 +5,12 @@ from collections import Counter
 
 import pytest
 
-from orchestrator.tracking import RunLog, Tracking, TrackingUnavailable, _RetryingClient
+from rcpforge.orchestrator.tracking import RunLog, Tracking, TrackingUnavailable, _RetryingClient
+from rcpforge.trainers.contract import EvalPoint, RunResult, RunStatus
+from rcpforge.trainers.contract.schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
+from rcpforge.trainers.contract.uri import redact_uri
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
-from trainers.contract import EvalPoint, RunResult, RunStatus
-from trainers.contract.schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
-from trainers.contract.uri import redact_uri
 
 URI = "postgresql+psycopg2://rcpforge:s3cret-pw@db.example:5432/mlflow"
 
@@ -118,8 +118,8 @@ class _LostAnswer:
 def test_a_run_whose_creation_answer_was_lost_is_not_created_twice(tmp_path):
     from mlflow import MlflowClient
 
-    from sweeps.expand import expand
-    from sweeps.spec import load_campaign
+    from rcpforge.sweeps.expand import expand
+    from rcpforge.sweeps.spec import load_campaign
 
     campaign = load_campaign(write_campaign(tmp_path, tiny_campaign(recipes=["bf16"], seeds=1)))
     uri = f"sqlite:///{tmp_path / 'store.db'}"
@@ -141,9 +141,9 @@ def test_a_bulk_registered_chunk_whose_commit_answer_was_lost_is_not_made_twice(
     there yet, so every run key has one MLflow run."""
     from mlflow import MlflowClient
 
-    from orchestrator.tracking import bulk
-    from sweeps.expand import expand
-    from sweeps.spec import load_campaign
+    from rcpforge.orchestrator.tracking import bulk
+    from rcpforge.sweeps.expand import expand
+    from rcpforge.sweeps.spec import load_campaign
 
     campaign = load_campaign(write_campaign(tmp_path, tiny_campaign(recipes=["bf16"], seeds=3)))
     specs = expand(campaign)
@@ -174,7 +174,7 @@ def test_an_outcome_whose_commit_answer_was_lost_is_not_written_twice(tmp_path, 
     same run with the same outcome as the first is written (its end time is its own)."""
     from mlflow import MlflowClient
 
-    from orchestrator.tracking import bulk
+    from rcpforge.orchestrator.tracking import bulk
 
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     client = MlflowClient(tracking_uri=uri)
@@ -235,7 +235,7 @@ def test_a_requeued_job_marks_its_run_preempted_with_the_arguments_the_launcher_
     must be accepted, or the note is lost (the hook's errors are swallowed)."""
     from mlflow import MlflowClient
 
-    from orchestrator.execute import RunAssignment, note_requeue
+    from rcpforge.orchestrator.execute import RunAssignment, note_requeue
 
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     client = MlflowClient(tracking_uri=uri)
@@ -287,7 +287,7 @@ def test_status_gives_an_unreachable_store_a_short_wait_not_the_campaigns_retry_
     """A mistyped server URL or database host: `status` says so in one line after
     READ_RETRY_S (1 s here), not after the campaign's tracking.retry_s (600 s), which
     `run` keeps."""
-    import orchestrator.tracking.client as client_mod
+    import rcpforge.orchestrator.tracking.client as client_mod
 
     monkeypatch.setattr(client_mod, "READ_RETRY_S", 1.0)
     path = write_campaign(tmp_path, tiny_campaign(tracking={"uri": uri, "retry_s": 600}))

@@ -50,7 +50,7 @@ def test_the_unit_warning_is_shown_while_it_can_apply_and_not_after(tmp_path):
 
 def test_a_run_that_broke_the_rule_keeps_the_warning_until_it_logs_the_key():
     """The settling rule on the store's rows, one run key each way."""
-    from orchestrator.campaign_warnings import unit_rule_settled
+    from rcpforge.orchestrator.campaign_warnings import unit_rule_settled
 
     broke = "MLLOG eval line 'eval_accuracy' has no metadata epoch_num: the checker reads ..."
     runs = [{"run_key": "a", "tokens_trained": 64.0, "error": None},

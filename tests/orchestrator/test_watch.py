@@ -36,7 +36,7 @@ PLAIN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ campaign=tiny runs=(\d+) p
 
 def _cli(*args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250", "TERM": "xterm"}
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, env=env, **popen)
+    return subprocess.Popen([sys.executable, "-m", "rcpforge.orchestrator.cli", *args], cwd=ROOT, env=env, **popen)
 
 
 class Terminal:

@@ -12,8 +12,8 @@ from pathlib import Path
 # Imported here, before the workers fork, so that 16 children do not each import the
 # SQL store and alembic (measured: 27 s of the 2 cores before the first write, 2 s after).
 import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-from orchestrator.tracking import RunLog
-from trainers.contract import EvalPoint
+from rcpforge.orchestrator.tracking import RunLog
+from rcpforge.trainers.contract import EvalPoint
 
 WORKERS = 16
 POINTS = 12

@@ -10,11 +10,11 @@ import subprocess
 import pytest
 from mlflow import MlflowClient
 
-from orchestrator.cli.app import EXIT_NO_OUTCOME
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.cli.app import EXIT_NO_OUTCOME
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ERROR, TAG_STATUS
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.reliability.conftest import unavailable
-from trainers.contract.schema import TAG_ERROR, TAG_STATUS
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sweeps.spec import Campaign, CampaignError, load_campaign, parse_campaign
-from trainers.contract.uri import redact_uri
+from rcpforge.sweeps.spec import Campaign, CampaignError, load_campaign, parse_campaign
+from rcpforge.trainers.contract.uri import redact_uri
 from tests.helpers.campaigns import TINY
 
 FIELDS = sorted(TINY)

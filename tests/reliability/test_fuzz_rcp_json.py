@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from rcpforge.orchestrator.cli import app
 from tests.analysis.mllog_dirs import write_results
 
 RECORD = {"Benchmark": "resnet", "Creator": "t", "When": "now", "Platform": "x", "Precision": "bf16",

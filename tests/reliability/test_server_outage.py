@@ -20,14 +20,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.load import load_runs
-from analysis.rcp_table import rcp_table
-from cluster.gang import free_port
-from sweeps.spec import load_campaign
+from rcpforge.analysis.load import load_runs
+from rcpforge.analysis.rcp_table import rcp_table
+from rcpforge.cluster.gang import free_port
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 
 OUTAGE_S = 3.0  # plus the restart (6-13 s): longer than the first retries (0.5, 1, 2, 4 s)
 

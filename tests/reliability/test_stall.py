@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from mlflow import MlflowClient
 
-from orchestrator.cli.app import EXIT_NO_OUTCOME
-from sweeps.spec import load_campaign
+from rcpforge.orchestrator.cli.app import EXIT_NO_OUTCOME
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_BATCH_SIZE, TAG_ERROR, TAG_SEED, TAG_STATUS
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import TAG_BATCH_SIZE, TAG_ERROR, TAG_SEED, TAG_STATUS
 
 STALL_S = 5
 
@@ -68,9 +68,9 @@ def test_waiting_on_the_tracking_store_is_not_a_stall(tmp_path):
 
     import pytest
 
-    from orchestrator.execute import RunContext
-    from orchestrator.stall import Stalled, StallGuard
-    from trainers.contract import EvalPoint
+    from rcpforge.orchestrator.execute import RunContext
+    from rcpforge.orchestrator.stall import Stalled, StallGuard
+    from rcpforge.trainers.contract import EvalPoint
 
     timeout_s = 1.0
     log = _SlowStore()

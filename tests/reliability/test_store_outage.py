@@ -12,12 +12,12 @@ from collections import Counter
 
 from mlflow import MlflowClient
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 from tests.cluster.helpers import paced_campaign
 from tests.conftest import ROOT
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.store import run_statuses
-from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def test_campaign_survives_a_locked_store(tmp_path):
@@ -26,7 +26,7 @@ def test_campaign_survives_a_locked_store(tmp_path):
     path = write_campaign(tmp_path, data)
     campaign = load_campaign(path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(path)],
+        [sys.executable, "-m", "rcpforge.orchestrator.cli", "run", str(path)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     db = tmp_path / "rcpforge-mlflow.db"

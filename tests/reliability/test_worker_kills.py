@@ -15,10 +15,10 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from sweeps.spec import load_campaign
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract.schema import TAG_RUN_KEY, TAG_STATUS
 
 
 def _children(pid: int) -> list[int]:
@@ -58,7 +58,7 @@ def test_seeded_worker_kills_lose_and_double_count_nothing(tmp_path, finished):
     path = write_campaign(tmp_path, data)
     campaign = load_campaign(path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(path)],
+        [sys.executable, "-m", "rcpforge.orchestrator.cli", "run", str(path)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     kills = 0

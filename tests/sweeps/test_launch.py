@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.backend import BackendError
-from orchestrator.backends import make_backend
-from sweeps.backends import with_kind
-from sweeps.expand import expand
-from sweeps.spec import CampaignError, parse_campaign
+from rcpforge.cluster.backend import BackendError
+from rcpforge.orchestrator.backends import make_backend
+from rcpforge.sweeps.backends import with_kind
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import CampaignError, parse_campaign
 from tests.helpers.campaigns import tiny_campaign
 
 
@@ -64,20 +64,20 @@ def test_the_local_backend_refuses_a_gang_it_cannot_hold(tmp_path):
     with pytest.raises(BackendError, match="launch.nodes: the local backend runs on this one machine"):
         make_backend(parse_campaign(tiny_campaign(launch={"nodes": 2}), tmp_path))
     with pytest.raises(BackendError, match="launch.gpus_per_process: a run needs 2 GPUs"):
-        from cluster.local import LocalBackend
+        from rcpforge.cluster.local import LocalBackend
 
         two_gpu_ranks = parse_campaign(tiny_campaign(launch={"processes_per_node": 2, "gpus_per_process": 1}))
         LocalBackend(1, gang=two_gpu_ranks.gang, gpus=[])
 
 
 def test_a_pinned_gpu_type_runs_locally_only_on_gpus_of_that_type(tmp_path):
-    from cluster.local import check_gpu_type
+    from rcpforge.cluster.local import check_gpu_type
 
     check_gpu_type("H100", ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"])
     with pytest.raises(BackendError, match=r"pins 'H100' but this machine has NVIDIA A100-SXM4-40GB, NVIDIA H100"):
         check_gpu_type("H100", ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"])
     # this machine's own GPUs, through the campaign (none here: refused before any run)
-    from cluster.local import gpu_names
+    from rcpforge.cluster.local import gpu_names
 
     if not gpu_names():
         with pytest.raises(BackendError, match="launch.gpu_type: the campaign pins 'H100' but this machine has no GPU"):
@@ -90,10 +90,10 @@ def test_local_gangs_are_pinned_to_gpus_no_other_run_holds(tmp_path):
     CUDA_VISIBLE_DEVICES, and a third run waits for one to give its GPUs back."""
     import json
 
-    from cluster.backend import Job
-    from cluster.local import LocalBackend
+    from rcpforge.cluster.backend import Job
+    from rcpforge.cluster.local import LocalBackend
+    from rcpforge.trainers.contract.gang import Gang
     from tests.helpers import backend_jobs
-    from trainers.contract.gang import Gang
 
     gang = Gang(1, 2, 1)
     backend = LocalBackend(3, gang=gang, gpus=["0", "1", "2", "3"])
@@ -117,8 +117,8 @@ def test_local_gangs_are_pinned_to_gpus_no_other_run_holds(tmp_path):
 
 
 def test_tune_refuses_a_gang_campaign_and_says_what_to_tune_instead(tmp_path):
-    from orchestrator.tune.launcher import select_cells
-    from sweeps.tune_study import TuneError
+    from rcpforge.orchestrator.tune.launcher import select_cells
+    from rcpforge.sweeps.tune_study import TuneError
 
     space = {"lr": {"low": 0.001, "high": 0.1, "log": True}}
     gang = parse_campaign(tiny_campaign(tune={"space": space}, launch={"processes_per_node": 2}), tmp_path)
@@ -129,7 +129,7 @@ def test_tune_refuses_a_gang_campaign_and_says_what_to_tune_instead(tmp_path):
 
 
 def test_a_one_process_runs_key_is_what_it_was_before_runs_could_be_gangs(monkeypatch):
-    from trainers.contract import RunSpec, revisions
+    from rcpforge.trainers.contract import RunSpec, revisions
 
     # but for the tiny LM's CPU numerics revision, which every tiny-LM CPU run's key has since
     monkeypatch.setattr(revisions, "TRAINER_REVISIONS", {})

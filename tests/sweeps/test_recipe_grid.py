@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from sweeps.expand import expand
-from sweeps.recipe_grid import variant_name
-from sweeps.spec import CampaignError, parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.recipe_grid import variant_name
+from rcpforge.sweeps.spec import CampaignError, parse_campaign
+from rcpforge.trainers.recipes.config import same_gemms
+from rcpforge.trainers.recipes.resolve import resolve_recipe
 from tests.helpers.campaigns import tiny_campaign
-from trainers.recipes.config import same_gemms
-from trainers.recipes.resolve import resolve_recipe
 
 SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ABLATION = ["bf16", {"nvfp4": {"grid": {"hadamard": [True, False], "stochastic_rounding": [True, False]}}}]
@@ -119,7 +119,7 @@ def test_a_command_trainers_label_has_grid_variants_with_their_base():
 
 
 def test_the_recipe_lab_example_is_bf16_a_written_recipe_and_a_2x2_grid():
-    from sweeps.spec import load_campaign
+    from rcpforge.sweeps.spec import load_campaign
     from tests.conftest import ROOT
 
     campaign = load_campaign(ROOT / "sweeps/examples/recipe_lab.yaml")
@@ -165,7 +165,7 @@ def test_the_recipe_lab_runs_end_to_end_and_its_report_compares_every_variant(tm
     import pyarrow.parquet as pq
     from rich.console import Console
 
-    import orchestrator.cli.analysis as analysis_cli
+    import rcpforge.orchestrator.cli.analysis as analysis_cli
 
     narrow = Console(width=100, file=io.StringIO())
     with pytest.MonkeyPatch.context() as patch:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = yaml.safe_load((ROOT / "sweeps/examples/scale.yaml").read_text())

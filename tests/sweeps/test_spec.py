@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sweeps.expand import expand
-from sweeps.spec import CampaignError, load_campaign, parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import CampaignError, load_campaign, parse_campaign
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.conftest import ROOT
 
@@ -167,7 +167,7 @@ def test_cli_validation_does_not_import_torch(tmp_path):
     import sys
 
     code = (
-        "import sys; from sweeps.spec import load_campaign; "
+        "import sys; from rcpforge.sweeps.spec import load_campaign; "
         f"load_campaign({str(ROOT / 'sweeps/examples/quickstart.yaml')!r}); "
         "print('torch' in sys.modules, 'mlflow' in sys.modules)"
     )
@@ -248,7 +248,7 @@ def test_the_campaigns_n_gives_the_checkers_minimum_acceptable_mean_on_a_shipped
     mean away from the checker's."""
     import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 
-    from analysis.rcp_set import RcpSet
+    from rcpforge.analysis.rcp_set import RcpSet
 
     checker = checker_mod.RCP_Checker("training", "6.1.0", "llama31_8b", False)
     campaign = parse_campaign(tiny_campaign(rcp={"benchmark": "llama31_8b"}))

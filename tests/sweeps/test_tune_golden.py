@@ -10,9 +10,9 @@ import math
 import optuna
 import pytest
 
-from sweeps.spec import parse_campaign
-from sweeps.tune_optuna import distributions, make_sampler, sampler_settings
-from sweeps.tune_study import Cell, CellSummary, evidence
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.sweeps.tune_optuna import distributions, make_sampler, sampler_settings
+from rcpforge.sweeps.tune_study import Cell, CellSummary, evidence
 from tests.helpers.campaigns import tiny_campaign
 
 SPACE = {"lr": {"low": 1e-4, "high": 0.1, "log": True}, "warmup_tokens": {"low": 0, "high": 8192, "step": 1024},
@@ -83,7 +83,7 @@ def test_the_table_records_the_sampler_settings_and_optunas_version():
 
 @pytest.mark.parametrize("value", ["yes please", 2])
 def test_a_bad_multivariate_is_refused_naming_the_field(value):
-    from sweeps.spec import CampaignError
+    from rcpforge.sweeps.spec import CampaignError
 
     with pytest.raises(CampaignError, match="tune.sampler.multivariate"):
         _tune(multivariate=value)

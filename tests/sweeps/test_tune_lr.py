@@ -10,16 +10,16 @@ import yaml
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
-from analysis.load import load_runs
-from analysis.rcp_table import rcp_table
-from sweeps.spec import load_campaign
-from sweeps.tune_spec import TUNE_SEED_OFFSET
-from sweeps.tune_study import storage_url
+from rcpforge.analysis.load import load_runs
+from rcpforge.analysis.rcp_table import rcp_table
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.sweeps.tune_spec import TUNE_SEED_OFFSET
+from rcpforge.sweeps.tune_study import storage_url
 from tests.conftest import run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract import RunSpec, RunStatus
-from trainers.registry import get_trainer
-from trainers.contract.schema import TAG_ROLE, TAG_SPEC, TAG_TUNE_TRIAL
+from rcpforge.trainers.contract import RunSpec, RunStatus
+from rcpforge.trainers.registry import get_trainer
+from rcpforge.trainers.contract.schema import TAG_ROLE, TAG_SPEC, TAG_TUNE_TRIAL
 
 BAD_LR = 0.0003  # converges, but about 3x slower than a good lr on this model
 TRIALS = 6

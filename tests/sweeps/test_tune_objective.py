@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweeps.tune_objective import NAN_DISTANCE, distance, score
-from sweeps.tune_optuna import HopelessPruner
-from trainers.contract import RunResult, RunStatus, Target
+from rcpforge.sweeps.tune_objective import NAN_DISTANCE, distance, score
+from rcpforge.sweeps.tune_optuna import HopelessPruner
+from rcpforge.trainers.contract import RunResult, RunStatus, Target
 
 MIN = Target(metric="eval_excess_loss", mode="min", value=0.3)
 MAX = Target(metric="accuracy", mode="max", value=0.75)

@@ -8,11 +8,11 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeps.spec import parse_campaign
-from orchestrator.tune.launcher import select_cells, tune_lock
-from sweeps.tune_optuna import distributions, make_pruner
-from sweeps.tune_spec import PrunerSpec
-from sweeps.tune_study import TuneError, open_study, storage_url
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.orchestrator.tune.launcher import select_cells, tune_lock
+from rcpforge.sweeps.tune_optuna import distributions, make_pruner
+from rcpforge.sweeps.tune_spec import PrunerSpec
+from rcpforge.sweeps.tune_study import TuneError, open_study, storage_url
 from tests.helpers.campaigns import tiny_campaign
 
 LR = FloatDistribution(1e-4, 0.1, log=True)

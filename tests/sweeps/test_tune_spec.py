@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sweeps.spec import CampaignError, load_campaign, parse_campaign
-from sweeps.tune_spec import ParamSpace
+from rcpforge.sweeps.spec import CampaignError, load_campaign, parse_campaign
+from rcpforge.sweeps.tune_spec import ParamSpace
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 
 

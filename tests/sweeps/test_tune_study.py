@@ -17,15 +17,15 @@ import yaml
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
-from orchestrator.cli.app import EXIT_NO_OUTCOME
-from sweeps.spec import load_campaign
-from orchestrator.tune.launcher import select_cells, tune_campaign
-from sweeps.tune_study import storage_url
+from rcpforge.orchestrator.cli.app import EXIT_NO_OUTCOME
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.orchestrator.tune.launcher import select_cells, tune_campaign
+from rcpforge.sweeps.tune_study import storage_url
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
-from trainers.contract import RunSpec
-from trainers.registry import get_trainer
-from trainers.contract.schema import TAG_ROLE, TAG_STATUS, TAG_TUNE_TRIAL
+from rcpforge.trainers.contract import RunSpec
+from rcpforge.trainers.registry import get_trainer
+from rcpforge.trainers.contract.schema import TAG_ROLE, TAG_STATUS, TAG_TUNE_TRIAL
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def test_a_killed_tune_loses_only_the_trial_in_flight_and_resumes(tmp_path):
     campaign = _campaign(tmp_path, 120_000, {"lr": {"low": 0.003, "high": 0.03, "log": True}}, trials=3)
     path = tmp_path / "campaign.yaml"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "tune", str(path), "--batch-size", "16", "--workers", "1"],
+        [sys.executable, "-m", "rcpforge.orchestrator.cli", "tune", str(path), "--batch-size", "16", "--workers", "1"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 240

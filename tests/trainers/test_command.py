@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
 
-from sweeps.expand import expand
-from sweeps.spec import CampaignError, parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import CampaignError, parse_campaign
+from rcpforge.trainers.command.trainer import OUTPUT_LOG, CommandTrainer, run_values
+from rcpforge.trainers.contract import Budget, ErrorKind, EvalPoint, Reporter, RunSpec, RunStatus, Target
+from rcpforge.trainers.registry import validate_trainer_settings
 from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.processes import alive
-from trainers.command.trainer import OUTPUT_LOG, CommandTrainer, run_values
-from trainers.contract import Budget, ErrorKind, EvalPoint, Reporter, RunSpec, RunStatus, Target
-from trainers.registry import validate_trainer_settings
 
 # What the scripts print: helpers to emit MLLOG lines with only the standard library.
 PRELUDE = textwrap.dedent('''
@@ -437,7 +437,7 @@ def test_a_campaign_warns_where_the_unit_and_benchmark_disagree():
 
 
 def test_a_disclosed_precision_that_contradicts_the_labels_is_a_warning_tag(tmp_path):
-    from orchestrator.execute import _result_file_facts
+    from rcpforge.orchestrator.execute import _result_file_facts
 
     result = tmp_path / "result.txt"
     lines = [{"key": "run_start", "time_ms": 1_000}, {"key": "lowest_numerical_precision_in_linear", "value": "nvfp4"},

@@ -5,11 +5,11 @@ import os
 import subprocess
 import sys
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import RunSpec, Target
 from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign
-from trainers.contract import RunSpec, Target
 
 
 def _first_spec(**overrides) -> RunSpec:
@@ -49,7 +49,7 @@ def test_run_key_changes_with_every_decisive_field():
 def test_run_key_is_stable_across_processes():
     spec = _first_spec()
     code = (
-        "import sys; from trainers.contract import RunSpec; "
+        "import sys; from rcpforge.trainers.contract import RunSpec; "
         "print(RunSpec.model_validate_json(sys.stdin.read()).run_key)"
     )
     for hashseed in ("1", "987"):
@@ -72,8 +72,8 @@ def test_a_recipes_numerics_revision_changes_its_run_keys_only(monkeypatch):
     """A code change that gives a recipe new numerics bumps its revision: a resumed
     campaign then re-runs that recipe's old runs (new keys) and keeps every other
     recipe's runs (same keys)."""
-    import trainers.contract.revisions as revisions
-    import trainers.recipes.config as recipes
+    import rcpforge.trainers.contract.revisions as revisions
+    import rcpforge.trainers.recipes.config as recipes
 
     base = _first_spec()
     specs = {name: base.model_copy(update={"recipe": name}) for name in ("bf16", "fp8_tensorwise", "mor")}
@@ -89,8 +89,8 @@ def test_a_recipes_numerics_revision_changes_its_run_keys_only(monkeypatch):
 def test_every_revised_recipe_is_a_registered_one():
     """The revisions table of the run contract names recipes of the registry (a typo
     there would leave the misspelt recipe's old runs pooled with its new ones)."""
-    from trainers.contract.revisions import RECIPE_REVISIONS
-    from trainers.recipes.named import RECIPES
+    from rcpforge.trainers.contract.revisions import RECIPE_REVISIONS
+    from rcpforge.trainers.recipes.named import RECIPES
 
     assert set(RECIPE_REVISIONS) <= set(RECIPES)
     assert {name: RECIPES[name].revision for name in RECIPE_REVISIONS} == RECIPE_REVISIONS

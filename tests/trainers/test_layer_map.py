@@ -7,22 +7,22 @@ from __future__ import annotations
 import pytest
 from mlperf_logging.rcp_checker import rcp_checker
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.command.settings import MLPERF_PRECISIONS
+from rcpforge.trainers.contract.mllog.read import PRECISION_MAP_KEY, facts_tags, run_facts
+from rcpforge.trainers.contract.mllog.write import MllogReporter, MllogWriter
+from rcpforge.trainers.contract.schema import TAG_PRECISION_MAP
+from rcpforge.trainers.precision import reference
+from rcpforge.trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.precision_map import disclosed_precisions, layer_names, mlperf_precision, precision_map
+from rcpforge.trainers.tinylm.settings import TinyLMSettings
+from rcpforge.trainers.tinylm.train import TinyLMTrainer, run_precision_map
 from tests.helpers.campaigns import tiny_campaign
-from trainers.command.settings import MLPERF_PRECISIONS
-from trainers.contract.mllog.read import PRECISION_MAP_KEY, facts_tags, run_facts
-from trainers.contract.mllog.write import MllogReporter, MllogWriter
-from trainers.contract.schema import TAG_PRECISION_MAP
-from trainers.precision import reference
-from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
-from trainers.precision.linear import QuantizedGemm
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.precision_map import disclosed_precisions, layer_names, mlperf_precision, precision_map
-from trainers.tinylm.settings import TinyLMSettings
-from trainers.tinylm.train import TinyLMTrainer, run_precision_map
 
 BF16 = ["bf16"] * 3
 FP8 = ["e4m3", "e5m2 x e4m3", "e5m2 x e4m3"]  # fprop, dgrad, wgrad of fp8_tensorwise

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlperf_logging.rcp_checker import rcp_checker
 
-from trainers.contract import Budget, EvalPoint, RunResult, RunSpec, RunStatus, Target
-from trainers.contract.mllog.read import SAMPLES_BENCHMARKS
-from trainers.contract.mllog.read import follow_file as read_result_file
-from trainers.contract.mllog.write import MllogWriter
+from rcpforge.trainers.contract import Budget, EvalPoint, RunResult, RunSpec, RunStatus, Target
+from rcpforge.trainers.contract.mllog.read import SAMPLES_BENCHMARKS
+from rcpforge.trainers.contract.mllog.read import follow_file as read_result_file
+from rcpforge.trainers.contract.mllog.write import MllogWriter
 
 
 def _line(key: str, value, **metadata) -> str:

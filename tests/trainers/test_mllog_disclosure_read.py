@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from trainers.contract.mllog.read import events_facts, facts_tags, run_facts
-from trainers.contract.schema import TAG_DISCLOSED, TAG_WARNING
+from rcpforge.trainers.contract.mllog.read import events_facts, facts_tags, run_facts
+from rcpforge.trainers.contract.schema import TAG_DISCLOSED, TAG_WARNING
 
 
 def _write(path, *events):
@@ -45,7 +45,7 @@ def test_config_filename_is_a_disclosure_key():
 
 
 def test_the_keys_a_file_leaves_out_are_appended_once_and_its_own_are_kept(tmp_path):
-    from trainers.contract.mllog.write import add_missing_disclosure
+    from rcpforge.trainers.contract.mllog.write import add_missing_disclosure
 
     path = _write(tmp_path / "result.txt", ("lowest_numerical_precision_in_linear", "fp8"), ("run_stop", None))
     path.write_text(path.read_text().rstrip("\n"))  # a last line without its newline
@@ -61,7 +61,7 @@ def test_the_keys_a_file_leaves_out_are_appended_once_and_its_own_are_kept(tmp_p
 
 
 def test_an_exported_file_from_before_config_filename_gets_it(tmp_path):
-    from orchestrator.results_dirs import write_result_files
+    from rcpforge.orchestrator.results_dirs import write_result_files
 
     old = _write(tmp_path / "old.txt", ("submission_benchmark", "llama31_8b"), ("run_stop", None))
     write_result_files(tmp_path / "a", [old], "campaign.yaml")

@@ -8,7 +8,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from mlperf_logging.rcp_checker import rcp_checker
 
-from trainers.contract.mllog.read import NOT_CONVERGED, CheckerStops, follow_file, read_result_file
+from rcpforge.trainers.contract.mllog.read import NOT_CONVERGED, CheckerStops, follow_file, read_result_file
 
 
 def _line(key: str, value, **metadata) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainers.registry import validate_trainer_settings
-from trainers.tinylm.settings import TinyLMSettings
-from trainers.tinylm.size import model_size
+from rcpforge.trainers.registry import validate_trainer_settings
+from rcpforge.trainers.tinylm.settings import TinyLMSettings
+from rcpforge.trainers.tinylm.size import model_size
 
 
 @pytest.mark.parametrize("shape", [
@@ -17,7 +17,7 @@ from trainers.tinylm.size import model_size
      "data": {"source": "text", "path": "corpus.txt"}},
 ])
 def test_parameters_are_the_torch_modules(shape):
-    from trainers.tinylm.model import TinyLM
+    from rcpforge.trainers.tinylm.model import TinyLM
 
     settings = validate_trainer_settings({"kind": "tinylm", **shape})
     cfg = TinyLMSettings.model_validate({k: v for k, v in settings.items() if k != "kind"})

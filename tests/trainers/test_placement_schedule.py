@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from sweeps.spec import CampaignError, parse_campaign
+from rcpforge.sweeps.spec import CampaignError, parse_campaign
+from rcpforge.trainers.precision import reference
+from rcpforge.trainers.precision.layers import gemm_factory
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.helpers.campaigns import tiny_campaign, tiny_run_specs
 from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
-from trainers.precision import reference
-from trainers.precision.layers import gemm_factory
-from trainers.precision.linear import QuantizedGemm
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.train import TinyLMTrainer
 
 
 def test_placement_keeps_the_first_and_last_blocks_and_named_layers_in_bf16():

@@ -10,20 +10,20 @@ import pytest
 import torch
 import yaml
 
-from sweeps.spec import CampaignError, parse_campaign
+from rcpforge.sweeps.spec import CampaignError, parse_campaign
+from rcpforge.trainers.contract import revisions
+from rcpforge.trainers.precision import reference
+from rcpforge.trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe, validate_recipe_options
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.precision_map import disclosed_precisions, precision_map
+from rcpforge.trainers.tinylm.settings import TinyLMSettings
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.helpers.campaigns import tiny_campaign, tiny_run_specs, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
 from tests.trainers.test_tinylm_checkpoint import Recorder, cut_and_resumed
-from trainers.contract import revisions
-from trainers.precision import reference
-from trainers.precision.layers import attention_factory, gemm_factory, switch_recipe
-from trainers.precision.linear import QuantizedGemm
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.precision_map import disclosed_precisions, precision_map
-from trainers.tinylm.settings import TinyLMSettings
-from trainers.tinylm.train import TinyLMTrainer
 
 LINEAR = ("qkv", "proj", "fc1", "fc2")
 
@@ -194,7 +194,7 @@ def test_rcpforge_run_refuses_a_bad_switch_with_exit_2(tmp_path):
 
 
 def test_the_docs_and_rcpforge_recipes_examples_of_a_switch_hold():
-    from trainers.recipes.written import grammar_lines
+    from rcpforge.trainers.recipes.written import grammar_lines
 
     text = (Path(__file__).parents[2] / "docs" / "recipes.md").read_text()
     block = text[text.index("`switch_to` with `switch_from_tokens` switches to any recipe"):]

@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 from pydantic_core import to_jsonable_python
 
-from trainers.command.settings import ADDED_LATER as COMMAND_ADDED_LATER
-from trainers.command.settings import CommandSettings
-from trainers.contract import RunSpec
-from trainers.contract.run import RUNSPEC_ADDED_LATER
-from trainers.contract.run_key import FIRST_REVISION, digest, keyed, revision_entries
-from trainers.recipes.options import ADDED_LATER as RECIPE_ADDED_LATER
-from trainers.recipes.options import RecipeOptions
-from trainers.recipes.written import _ADDED_LATER as WRITTEN_ADDED_LATER
-from trainers.recipes.written import _WGRAD_ADDED_LATER, WgradSpec, WrittenOptions
-from trainers.tinylm.settings import ADDED_LATER as TINYLM_ADDED_LATER
-from trainers.tinylm.settings import TinyLMSettings
+from rcpforge.trainers.command.settings import ADDED_LATER as COMMAND_ADDED_LATER
+from rcpforge.trainers.command.settings import CommandSettings
+from rcpforge.trainers.contract import RunSpec
+from rcpforge.trainers.contract.run import RUNSPEC_ADDED_LATER
+from rcpforge.trainers.contract.run_key import FIRST_REVISION, digest, keyed, revision_entries
+from rcpforge.trainers.recipes.options import ADDED_LATER as RECIPE_ADDED_LATER
+from rcpforge.trainers.recipes.options import RecipeOptions
+from rcpforge.trainers.recipes.written import _ADDED_LATER as WRITTEN_ADDED_LATER
+from rcpforge.trainers.recipes.written import _WGRAD_ADDED_LATER, WgradSpec, WrittenOptions
+from rcpforge.trainers.tinylm.settings import ADDED_LATER as TINYLM_ADDED_LATER
+from rcpforge.trainers.tinylm.settings import TinyLMSettings
 
 
 def test_a_setting_added_later_enters_only_off_its_default_and_the_rest_as_it_is():

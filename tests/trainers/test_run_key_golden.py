@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sweeps.expand import expand
-from sweeps.spec import load_campaign, parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import load_campaign, parse_campaign
 from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 import pytest
 
-from trainers.contract.submission import SUBMISSION_RUNS, CheckerTableMissing, checker_submission_runs
+from rcpforge.trainers.contract.submission import SUBMISSION_RUNS, CheckerTableMissing, checker_submission_runs
 
 
 def test_the_table_is_the_installed_checkers():

@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunStatus
+from rcpforge.trainers.tinylm.data import Batches, MarkovSource
+from rcpforge.trainers.tinylm.settings import MarkovData
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.helpers.campaigns import TINY, tiny_campaign
-from trainers.contract import EvalPoint, Reporter, RunStatus
-from trainers.tinylm.data import Batches, MarkovSource
-from trainers.tinylm.settings import MarkovData
-from trainers.tinylm.train import TinyLMTrainer
 
 
 class Recorder(Reporter):

@@ -3,17 +3,19 @@ exactly where an uninterrupted run ends (same eval values, same tokens-to-target
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import EvalPoint
+from rcpforge.trainers.tinylm import checkpoint
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.helpers.campaigns import tiny_campaign
-from trainers.contract import EvalPoint
-from trainers.tinylm import checkpoint
-from trainers.tinylm.train import TinyLMTrainer
 
 
 class Stop(Exception):
@@ -86,3 +88,27 @@ def test_unset_checkpointing_keeps_the_run_key():
     # The setting is left out of the spec unless set: old ledgers keep their keys.
     assert "checkpoint_every_evals" not in _spec(every=None).trainer
     assert _spec(every=None).run_key != _spec(every=3).run_key
+
+
+PREMOVE = Path(__file__).resolve().parent / "golden" / "premove_checkpoint"
+
+
+def test_a_checkpoint_written_before_the_one_package_move_resumes(tmp_path):
+    """golden/premove_checkpoint: the nvfp4 run of `_spec(every=2)` killed after its 5th
+    eval, checkpointed by the code of ba15017 (before the folders became rcpforge's
+    subpackages), with the eval points of that code's uninterrupted run. It resumes after
+    its 4th eval and goes on as that run did (a checkpoint names no module of rcpforge:
+    model, optimizer and numeric states are tensors and plain containers)."""
+    spec = _spec(every=2, recipe="nvfp4")
+    assert spec.run_key == "7375d7f70746e16de72aa2fd"  # the run the checkpoint belongs to
+    folder = tmp_path / "cut"
+    folder.mkdir()
+    shutil.copy(PREMOVE / checkpoint.FILENAME, folder / checkpoint.FILENAME)
+    second = Recorder(folder)
+    TinyLMTrainer().train(spec, second)
+    before = json.loads((PREMOVE / "whole_run_points.json").read_text())
+    assert (folder / checkpoint.STARTS).read_text().split() == ["start", f"tokens={before[3]['tokens']}"]
+    assert [p.tokens for p in second.points] == [p["tokens"] for p in before[4:]]
+    # equal on the CPU that wrote it; another CPU's FP32 kernels may move the last digits
+    for got, then in zip(second.points, before[4:], strict=True):
+        assert got.metrics["eval_loss"] == pytest.approx(then["metrics"]["eval_loss"], rel=0.02)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.backend import Job
-from cluster.local import LocalBackend
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.cluster.backend import Job
+from rcpforge.cluster.local import LocalBackend
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract.gang import Gang
 from tests.helpers import gang_training
 from tests.helpers.campaigns import tiny_campaign
-from trainers.contract.gang import Gang
 
 PAIR = Gang(1, 2)
 

@@ -7,16 +7,16 @@ import hashlib
 import pytest
 import torch
 
-from sweeps.expand import expand
-from sweeps.spec import CampaignError, load_campaign, parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import CampaignError, load_campaign, parse_campaign
+from rcpforge.trainers.contract import revisions
+from rcpforge.trainers.recipes.config import same_gemms
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe, validate_recipe_options
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.conftest import ROOT
 from tests.helpers.campaigns import tiny_campaign
 from tests.trainers.test_tinylm import Recorder
-from trainers.contract import revisions
-from trainers.recipes.config import same_gemms
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
-from trainers.tinylm.train import TinyLMTrainer
 
 # nvfp4 as written in a campaign file (its defaults: 2-D weights, SR on dY, Hadamard on wgrad)
 NVFP4 = {
@@ -201,8 +201,8 @@ def test_a_named_recipe_under_its_own_name_keeps_its_revision():
 def test_mlflow_params_of_a_written_recipe_are_one_per_field(tmp_path):
     from mlflow import MlflowClient
 
-    from orchestrator.tracking import Tracking
-    from trainers.contract.schema import TAG_RECIPE
+    from rcpforge.orchestrator.tracking import Tracking
+    from rcpforge.trainers.contract.schema import TAG_RECIPE
 
     spec = _short(["bf16", {"lab": FP8}])["lab"]
     uri = f"sqlite:///{tmp_path / 'store.db'}"
@@ -224,8 +224,8 @@ def _example(lines: list[str]) -> list:
 def test_rcpforge_recipes_lists_every_named_recipe_and_a_grammar_whose_examples_hold():
     import json
 
+    from rcpforge.trainers.recipes.written import grammar_lines
     from tests.helpers.cli import invoke
-    from trainers.recipes.written import grammar_lines
 
     text = invoke("recipes").output
     assert all(name in text for name in RECIPES) and "A recipe written in the campaign file" in text
@@ -251,8 +251,8 @@ def test_the_docs_example_of_a_written_recipe_holds():
 
 
 def test_wgrad_copies_of_their_own_change_only_the_weight_gradient():
+    from rcpforge.trainers.precision.linear import QuantizedGemm
     from tests.trainers.precision.test_linear import _problem, _run
-    from trainers.precision.linear import QuantizedGemm
 
     problem = _problem(5, m=64, k=32, n=48)
     same = {**FP8, "x_wgrad": FP8["x"], "dy_wgrad": FP8["dy"]}  # tensorwise: the same copies again

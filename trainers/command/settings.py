@@ -35,8 +35,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
-from trainers.contract.run_key import keyed
-from trainers.settings import TrainerSettings
+from rcpforge.trainers.contract.run_key import keyed
+from rcpforge.trainers.settings import TrainerSettings
 
 # Placeholders every run has, besides its hyperparameters and its recipe's options (see
 # `run_values`), with what each stands for: `rcpforge recipes` and docs/bring-your-own-code.md list them.
@@ -218,7 +218,7 @@ class CommandSettings(TrainerSettings):
     def campaign_warnings(cls, settings: dict[str, Any], benchmark: str) -> list[str]:
         """The unit the checker reads for the campaign's benchmark against `unit`: the
         first eval line of a run fails where they disagree, so say it before any run."""
-        from trainers.contract.mllog.read import SAMPLES_BENCHMARKS
+        from rcpforge.trainers.contract.mllog.read import SAMPLES_BENCHMARKS
 
         unit = settings.get("unit", "samples")
         if unit == "samples" and benchmark not in SAMPLES_BENCHMARKS:

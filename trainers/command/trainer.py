@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers.command.process import ProcessEnd, StopProcess, run_and_follow
-from trainers.command.settings import (
+from rcpforge.trainers.command.process import ProcessEnd, StopProcess, run_and_follow
+from rcpforge.trainers.command.settings import (
     MODEL_SETTING_PREFIX,
     RECIPE_OPTION_PREFIX,
     CommandSettings,
@@ -47,11 +47,11 @@ from trainers.command.settings import (
     label_disclosure,
     substitute,
 )
-from trainers.contract import ErrorKind, EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
-from trainers.contract.gang import gang_task
-from trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
-from trainers.contract.mllog.write import RESULT_FILE
-from trainers.contract.submission import benchmark_origin
+from rcpforge.trainers.contract import ErrorKind, EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
+from rcpforge.trainers.contract.gang import gang_task
+from rcpforge.trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
+from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.submission import benchmark_origin
 
 OUTPUT_LOG = "output.log"
 

@@ -18,7 +18,7 @@ import it.
 
 from __future__ import annotations
 
-from trainers.contract.run import (
+from rcpforge.trainers.contract.run import (
     OUTCOMES,
     Budget,
     ErrorKind,
@@ -31,7 +31,7 @@ from trainers.contract.run import (
     Target,
     Trainer,
 )
-from trainers.contract.run_key import RUN_KEY_VERSION
+from rcpforge.trainers.contract.run_key import RUN_KEY_VERSION
 
 __all__ = [
     "OUTCOMES", "RUN_KEY_VERSION", "Budget", "ErrorKind", "EvalPoint", "Reporter", "RunResult", "RunSpec", "RunStatus",

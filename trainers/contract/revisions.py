@@ -8,7 +8,7 @@ a RunSpec is (the registry's configs read their revision from here)."""
 
 from __future__ import annotations
 
-from trainers.contract.run_key import FIRST_REVISION
+from rcpforge.trainers.contract.run_key import FIRST_REVISION
 
 RECIPE_REVISIONS: dict[str, int] = {
     "fp8_channelwise": 2,  # 2: the forward GEMM on BF16 with the channel scales on its output

@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainers.contract.revisions import recipe_revision, trainer_revision
-from trainers.contract.run_key import FIRST_REVISION, digest, keyed, revision_entries
+from rcpforge.trainers.contract.revisions import recipe_revision, trainer_revision
+from rcpforge.trainers.contract.run_key import FIRST_REVISION, digest, keyed, revision_entries
 
 
 def _switch_target(options: dict[str, Any]) -> str | None:

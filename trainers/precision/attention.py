@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from trainers.precision import reference
-from trainers.precision.autocast import without_autocast
-from trainers.precision.quantize import fake_quant_tensorwise
+from rcpforge.trainers.precision import reference
+from rcpforge.trainers.precision.autocast import without_autocast
+from rcpforge.trainers.precision.quantize import fake_quant_tensorwise
 
 
 class _Fp8Matmul(torch.autograd.Function):

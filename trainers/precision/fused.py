@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from trainers.recipes.config import RecipeConfig, same_gemms
-from trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.config import RecipeConfig, same_gemms
+from rcpforge.trainers.recipes.named import RECIPES
 
 # our recipe -> torchao's recipe of the same operands (Float8LinearConfig.from_recipe_name)
 TORCHAO_RECIPES = {"fp8_tensorwise": "tensorwise", "fp8_rowwise": "rowwise", "fp8_rowwise_gw_hp": "rowwise_with_gw_hp"}
@@ -68,7 +68,7 @@ def fp8_gemm_path(setting: str, recipe: RecipeConfig, device: torch.device) -> s
     real FP8 where the recipe has it, else the emulation; on a CPU the emulation. A path
     the recipe has no GEMMs for falls back to the emulation; one the machine cannot run
     is a RuntimeError naming the setting and the fix."""
-    from trainers.precision.gpu import hopper_or_newer, real_fp8_kind
+    from rcpforge.trainers.precision.gpu import hopper_or_newer, real_fp8_kind
 
     hopper = hopper_or_newer(device)
     if setting == "auto":

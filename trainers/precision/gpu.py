@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainers.precision.formats import FORMATS
-from trainers.precision.scaling import block_fp32_scale
-from trainers.recipes.config import RecipeConfig, same_gemms
-from trainers.recipes.named import RECIPES
+from rcpforge.trainers.precision.formats import FORMATS
+from rcpforge.trainers.precision.scaling import block_fp32_scale
+from rcpforge.trainers.recipes.config import RecipeConfig, same_gemms
+from rcpforge.trainers.recipes.named import RECIPES
 
 if TYPE_CHECKING:
-    from trainers.precision.linear import QuantizedGemm
+    from rcpforge.trainers.precision.linear import QuantizedGemm
 
 REAL_FP8_RECIPES = ("fp8_tensorwise", "fp8_rowwise")
 _REAL_FP8 = {n: RECIPES[n].resolve() for n in REAL_FP8_RECIPES}

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from trainers.precision.formats import ElementFormat
+from rcpforge.trainers.precision.formats import ElementFormat
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from typing import Callable
 
 import torch
 
-from trainers.precision import reference
-from trainers.precision.attention import Fp8Attention
-from trainers.precision.fused import TorchaoFp8Gemm
-from trainers.precision.linear import LinearFn, QuantizedGemm
-from trainers.precision.telemetry import Telemetry
-from trainers.recipes.config import RecipeConfig
-from trainers.tinylm.precision_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
+from rcpforge.trainers.precision import reference
+from rcpforge.trainers.precision.attention import Fp8Attention
+from rcpforge.trainers.precision.fused import TorchaoFp8Gemm
+from rcpforge.trainers.precision.linear import LinearFn, QuantizedGemm
+from rcpforge.trainers.precision.telemetry import Telemetry
+from rcpforge.trainers.recipes.config import RecipeConfig
+from rcpforge.trainers.tinylm.precision_map import ATTENTION_MATMULS, BF16, in_bf16, layer_gemms
 
 # Each phase of a schedule gets stochastic-rounding streams of its own: the second
 # phase's layer indices start here, past any model's layer count and below the seed

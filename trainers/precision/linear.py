@@ -15,18 +15,18 @@ import math
 from typing import Callable
 
 import torch
-from trainers.precision import gpu, kernels, reference
-from trainers.precision.autocast import without_autocast
-from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
-from trainers.precision.quantize import (
+from rcpforge.trainers.precision import gpu, kernels, reference
+from rcpforge.trainers.precision.autocast import without_autocast
+from rcpforge.trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
+from rcpforge.trainers.precision.quantize import (
     abs_max, fake_quant_factored, mor_quantize, quantize_delayed, quantize_with_scale,
 )
-from trainers.precision.quantized import Quantized
-from trainers.precision.telemetry import Telemetry
-from trainers.recipes.config import HadamardSigns, RecipeConfig
-from trainers.recipes.operands import OperandQuant
-from trainers.recipes.options import Backward, DelayedOptions, MorOptions
-from trainers.recipes.written import WrittenOptions
+from rcpforge.trainers.precision.quantized import Quantized
+from rcpforge.trainers.precision.telemetry import Telemetry
+from rcpforge.trainers.recipes.config import HadamardSigns, RecipeConfig
+from rcpforge.trainers.recipes.operands import OperandQuant
+from rcpforge.trainers.recipes.options import Backward, DelayedOptions, MorOptions
+from rcpforge.trainers.recipes.written import WrittenOptions
 
 LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 

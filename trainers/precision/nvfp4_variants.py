@@ -10,10 +10,10 @@ import math
 
 import torch
 
-from trainers.precision.formats import get_format, round_inplace_ok, round_to_format, stochastic_round_with
-from trainers.precision.quantized import Counts, Quantized, counts_of, round_counted
-from trainers.precision.scaling import Grouped, nvfp4_block_scale
-from trainers.recipes.operands import FOUR_OVER_SIX
+from rcpforge.trainers.precision.formats import get_format, round_inplace_ok, round_to_format, stochastic_round_with
+from rcpforge.trainers.precision.quantized import Counts, Quantized, counts_of, round_counted
+from rcpforge.trainers.precision.scaling import Grouped, nvfp4_block_scale
+from rcpforge.trainers.recipes.operands import FOUR_OVER_SIX
 
 
 def _nvfp4_candidate(g: Grouped, s_b: torch.Tensor, s_g: float, fmt: str, rounding: str,

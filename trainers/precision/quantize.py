@@ -7,11 +7,11 @@ import math
 
 import torch
 
-from trainers.precision import kernels
-from trainers.precision.formats import ElementFormat, get_format, round_inplace_ok
-from trainers.precision.nvfp4_variants import nvfp4_4over6, nvfp4_rowscaled
-from trainers.precision.quantized import Counts, Quantized, factorable, round_counted, tile_factors
-from trainers.precision.scaling import (
+from rcpforge.trainers.precision import kernels
+from rcpforge.trainers.precision.formats import ElementFormat, get_format, round_inplace_ok
+from rcpforge.trainers.precision.nvfp4_variants import nvfp4_4over6, nvfp4_rowscaled
+from rcpforge.trainers.precision.quantized import Counts, Quantized, factorable, round_counted, tile_factors
+from rcpforge.trainers.precision.scaling import (
     Block,
     Grouped,
     block_fp32_scale,
@@ -20,7 +20,7 @@ from trainers.precision.scaling import (
     nvfp4_global_scale,
     tensor_scale,
 )
-from trainers.recipes.operands import FOUR_OVER_SIX
+from rcpforge.trainers.recipes.operands import FOUR_OVER_SIX
 
 SCALE_MODES = ("floor", "rceil", "fp32", "pow2", "nvfp4", "nvfp4_clamped", *FOUR_OVER_SIX, "nvfp4_rowscaled")
 

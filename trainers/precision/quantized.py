@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainers.precision.formats import get_format, round_inplace_ok, round_to_format
+from rcpforge.trainers.precision.formats import get_format, round_inplace_ok, round_to_format
 
 
 @dataclass

@@ -40,7 +40,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from trainers.precision.autocast import without_autocast
+from rcpforge.trainers.precision.autocast import without_autocast
 
 _BF16 = torch.bfloat16
 

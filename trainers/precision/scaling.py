@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainers.precision.formats import ElementFormat, round_inplace_ok
+from rcpforge.trainers.precision.formats import ElementFormat, round_inplace_ok
 
 Block = int | tuple[int, int] | None
 _F32_MAX = float(np.finfo(np.float32).max)

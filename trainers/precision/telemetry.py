@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import torch
 
-from trainers.precision.quantized import Counts
+from rcpforge.trainers.precision.quantized import Counts
 
 PREFIX = "telemetry."
 

@@ -12,5 +12,5 @@ only those above it:
     resolve.py    a campaign's recipe entry into its options (validate_recipe_options) and
                   its config (resolve_recipe): the one place that recurses into a switch target
 
-Import from the module that defines a name (`from trainers.recipes.resolve import
+Import from the module that defines a name (`from rcpforge.trainers.recipes.resolve import
 resolve_recipe`); this package re-exports nothing."""

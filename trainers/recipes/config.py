@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainers.contract.revisions import recipe_revision
-from trainers.recipes.operands import OperandQuant
-from trainers.recipes.options import ADDED_LATER, Backward, RecipeOptions
+from rcpforge.trainers.contract.revisions import recipe_revision
+from rcpforge.trainers.recipes.operands import OperandQuant
+from rcpforge.trainers.recipes.options import ADDED_LATER, Backward, RecipeOptions
 
 
 class RecipeError(ValueError):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from trainers.recipes.config import REFERENCE, HadamardSigns, RecipeConfig, RecipeError
-from trainers.recipes.operands import DELAYED, E4M3, E5M2, MOR, MX4, MX6, MX8, NV, NV_TILED, ROW, OperandQuant
-from trainers.recipes.options import (
+from rcpforge.trainers.recipes.config import REFERENCE, HadamardSigns, RecipeConfig, RecipeError
+from rcpforge.trainers.recipes.operands import DELAYED, E4M3, E5M2, MOR, MX4, MX6, MX8, NV, NV_TILED, ROW, OperandQuant
+from rcpforge.trainers.recipes.options import (
     BlockOptions,
     DelayedOptions,
     FourOverSixOptions,

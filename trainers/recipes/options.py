@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainers.recipes.operands import MX8, NV, NV_TILED, four_over_six_mode
+from rcpforge.trainers.recipes.operands import MX8, NV, NV_TILED, four_over_six_mode
 
 if TYPE_CHECKING:
-    from trainers.recipes.config import RecipeConfig
+    from rcpforge.trainers.recipes.config import RecipeConfig
 
 
 class Backward(StrEnum):

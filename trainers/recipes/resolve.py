@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from trainers.contract.run_key import keyed
-from trainers.recipes.config import RecipeConfig, RecipeError, Switch, parse_options
-from trainers.recipes.named import RECIPES, check_recipe_name, get_recipe
-from trainers.recipes.options import ADDED_LATER, Fp4Options, RecipeOptions
-from trainers.recipes.switch import check_changes, reworded, split_switch, switch_target
-from trainers.recipes.written import build_written, is_written, validate_written
+from rcpforge.trainers.contract.run_key import keyed
+from rcpforge.trainers.recipes.config import RecipeConfig, RecipeError, Switch, parse_options
+from rcpforge.trainers.recipes.named import RECIPES, check_recipe_name, get_recipe
+from rcpforge.trainers.recipes.options import ADDED_LATER, Fp4Options, RecipeOptions
+from rcpforge.trainers.recipes.switch import check_changes, reworded, split_switch, switch_target
+from rcpforge.trainers.recipes.written import build_written, is_written, validate_written
 
 
 def _based(name: str, options: dict[str, Any]) -> tuple[RecipeConfig, dict[str, Any]]:

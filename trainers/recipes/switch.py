@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainers.recipes.config import RecipeConfig, RecipeError, same_recipe
+from rcpforge.trainers.recipes.config import RecipeConfig, RecipeError, same_recipe
 
 SWITCH_KEYS = ("switch_to", "switch_from_tokens")
 # a target's own schedule: the keys that give one

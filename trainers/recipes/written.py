@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainers.contract.run_key import keyed
-from trainers.recipes.config import HadamardSigns, RecipeConfig, RecipeError
-from trainers.recipes.named import RECIPES, check_recipe_name
-from trainers.recipes.operands import ElementFormat, OperandQuant, ScaleMode, Scaling
-from trainers.recipes.options import DelayedOptions
+from rcpforge.trainers.contract.run_key import keyed
+from rcpforge.trainers.recipes.config import HadamardSigns, RecipeConfig, RecipeError
+from rcpforge.trainers.recipes.named import RECIPES, check_recipe_name
+from rcpforge.trainers.recipes.operands import ElementFormat, OperandQuant, ScaleMode, Scaling
+from rcpforge.trainers.recipes.options import DelayedOptions
 
 OPERANDS = ("x", "w", "dy", "w_dgrad", "x_wgrad", "dy_wgrad")
 # the scale types each scaling takes; the first is its default

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from trainers.precision.layers import load_numeric_states, numeric_states
-from trainers.tinylm.distributed import DataParallel
+from rcpforge.trainers.precision.layers import load_numeric_states, numeric_states
+from rcpforge.trainers.tinylm.distributed import DataParallel
 
 FILENAME = "checkpoint.pt"
 # One line per start of the run ("start tokens=N"): how a run shows it resumed.

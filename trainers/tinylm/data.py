@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainers.tinylm.settings import MarkovData, TextData
+from rcpforge.trainers.tinylm.settings import MarkovData, TextData
 
 _TRAIN_STREAM, _EVAL_STREAM, _SOURCE_STREAM = 0, 1, 2
 

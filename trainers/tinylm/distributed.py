@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from trainers.contract.gang import Rank
+from rcpforge.trainers.contract.gang import Rank
 
 # A rank that waits this long on the others fails the run (the backend normally stops a
 # gang whose rank died long before).

@@ -12,9 +12,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainers.precision import reference
-from trainers.precision.linear import LinearFn
-from trainers.tinylm.settings import TinyLMSettings
+from rcpforge.trainers.precision import reference
+from rcpforge.trainers.precision.linear import LinearFn
+from rcpforge.trainers.tinylm.settings import TinyLMSettings
 
 # name of a linear layer ("blocks.0.qkv") -> its GEMM
 GemmFactory = Callable[[str], LinearFn]

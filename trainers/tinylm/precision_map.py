@@ -13,9 +13,9 @@ both agree; `bf16` is the reference precision (BF16 autocast).
 
 The map is a pure function of the recipe, the model's depth and the run's tokens per
 step, so it is written into the run's MLLOG header before training (the event
-`rcpforge_precision_map`, `trainers.contract.mllog.read.PRECISION_MAP_KEY`), beside the
+`rcpforge_precision_map`, `rcpforge.trainers.contract.mllog.read.PRECISION_MAP_KEY`), beside the
 disclosure keys it gives; the same function decides the model's placement
-(`trainers.precision.layers.gemm_factory`), so the two cannot disagree. A run with a
+(`rcpforge.trainers.precision.layers.gemm_factory`), so the two cannot disagree. A run with a
 schedule (`switch_to` with `switch_from_tokens`, or `bf16_from_tokens`) has two phases:
 the recipe's map from 0 tokens and the target recipe's (its own placement; all-BF16 for
 bf16_from_tokens) from the first step at or after the switch; the disclosure keys are
@@ -27,10 +27,10 @@ import fnmatch
 import re
 from typing import Any
 
-from trainers.recipes.config import RecipeConfig
-from trainers.recipes.operands import OperandQuant
-from trainers.recipes.options import Backward, RecipeOptions
-from trainers.tinylm.settings import ATTENTION_MATMULS, LINEAR_LAYERS
+from rcpforge.trainers.recipes.config import RecipeConfig
+from rcpforge.trainers.recipes.operands import OperandQuant
+from rcpforge.trainers.recipes.options import Backward, RecipeOptions
+from rcpforge.trainers.tinylm.settings import ATTENTION_MATMULS, LINEAR_LAYERS
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 HEAD = "lm_head"

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from trainers.contract.run_key import keyed
-from trainers.settings import TrainerSettings
+from rcpforge.trainers.contract.run_key import keyed
+from rcpforge.trainers.settings import TrainerSettings
 
 # The linear layers of each block (trainers/tinylm/model.py), named blocks.<i>.<layer>:
 # the GEMMs a recipe quantizes and its placement (bf16_layers) names.
@@ -175,7 +175,7 @@ class TinyLMSettings(TrainerSettings):
 
     @classmethod
     def model_size(cls, settings: dict[str, Any]) -> tuple[int | None, float | None]:
-        from trainers.tinylm.size import model_size  # a leaf: it imports no settings
+        from rcpforge.trainers.tinylm.size import model_size  # a leaf: it imports no settings
 
         return model_size(settings)
 

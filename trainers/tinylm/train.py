@@ -11,19 +11,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
-from trainers.contract.mllog.read import PRECISION_MAP_KEY
-from trainers.precision.fused import fp8_gemm_path
-from trainers.precision.heap import keep_freed_memory
-from trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_recipe
-from trainers.precision.telemetry import Telemetry
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm import checkpoint
-from trainers.tinylm.data import Batches, EvalSet
-from trainers.tinylm.distributed import DataParallel
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.precision_map import disclosed_precisions, precision_map
-from trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, Trainer
+from rcpforge.trainers.contract.mllog.read import PRECISION_MAP_KEY
+from rcpforge.trainers.precision.fused import fp8_gemm_path
+from rcpforge.trainers.precision.heap import keep_freed_memory
+from rcpforge.trainers.precision.layers import attention_factory, gemm_factory, residual_quantizer, switch_recipe
+from rcpforge.trainers.precision.telemetry import Telemetry
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm import checkpoint
+from rcpforge.trainers.tinylm.data import Batches, EvalSet
+from rcpforge.trainers.tinylm.distributed import DataParallel
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.precision_map import disclosed_precisions, precision_map
+from rcpforge.trainers.tinylm.settings import TinyLMHParams, TinyLMSettings
 
 EVAL_BATCH = 256
 

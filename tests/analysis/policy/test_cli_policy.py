@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from analysis.policy.simulate import ROW_KEYS
-from sweeps.spec import load_campaign
+from rcpforge.analysis.policy.simulate import ROW_KEYS
+from rcpforge.sweeps.spec import load_campaign
 from tests.analysis.stores import file_runs
 from tests.helpers.browser import layout_problems
 from tests.helpers.campaigns import tiny_campaign, write_campaign

@@ -14,13 +14,13 @@ import mlperf_logging.rcp_checker.rcp_checker as checker_mod
 import numpy as np
 import pytest
 
-from analysis.policy.cases import rcp_set_cases, ruleset_cases
-from analysis.policy.distributions import eval_grid, on_grid
-from analysis.policy.health import coarse_mark
-from analysis.policy.simulate import PolicySettings, simulate_case
-from analysis.policy.thresholds import bootstrapped, min_acceptable_means, today
-from analysis.rcp import min_acceptable_mean
-from analysis.rcp_set import RcpSet, load_rcp_sets
+from rcpforge.analysis.policy.cases import rcp_set_cases, ruleset_cases
+from rcpforge.analysis.policy.distributions import eval_grid, on_grid
+from rcpforge.analysis.policy.health import coarse_mark
+from rcpforge.analysis.policy.simulate import PolicySettings, simulate_case
+from rcpforge.analysis.policy.thresholds import bootstrapped, min_acceptable_means, today
+from rcpforge.analysis.rcp import min_acceptable_mean
+from rcpforge.analysis.rcp_set import RcpSet, load_rcp_sets
 
 TODAY_ONLY = dict(policies=("today",), factors=(1.0,), picks=(1,), pick_modes=("sets",))
 
@@ -223,7 +223,7 @@ def test_eval_grid_and_rounding_up_to_it():
 
 
 def test_failed_runs_count_as_infinite_time_and_two_make_a_result_invalid():
-    from analysis.policy.submitters import olympic, window_scores
+    from rcpforge.analysis.policy.submitters import olympic, window_scores
 
     assert list(olympic(np.array([[1.0, 2.0, 3.0, np.inf], [1.0, 2.0, np.inf, np.inf]]), 1)) == [2.5, np.inf]
     # windows of 3: 2, 3, inf, inf, 5 (olympic means); the median one scores 5

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sweeps.spec import CampaignError, parse_campaign
+from rcpforge.sweeps.spec import CampaignError, parse_campaign
+from rcpforge.trainers.precision.attention import Fp8Attention, _Fp8Matmul
+from rcpforge.trainers.precision.layers import attention_factory, gemm_factory
+from rcpforge.trainers.precision.quantize import fake_quant_tensorwise
+from rcpforge.trainers.recipes.resolve import resolve_recipe, validate_recipe_options
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.settings import TinyLMSettings
 from tests.helpers.campaigns import tiny_campaign
-from trainers.precision.attention import Fp8Attention, _Fp8Matmul
-from trainers.precision.layers import attention_factory, gemm_factory
-from trainers.precision.quantize import fake_quant_tensorwise
-from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.settings import TinyLMSettings
 
 
 def _qkv(seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -79,7 +79,7 @@ def test_run_keys_without_the_option_stay_and_the_reference_refuses_it():
 
 
 def test_a_campaign_takes_the_option_with_placement_of_the_attention_matmuls_and_in_a_grid():
-    from sweeps.expand import expand
+    from rcpforge.sweeps.expand import expand
 
     campaign = parse_campaign(tiny_campaign(recipes=[
         "bf16", "fp8_tensorwise",

@@ -11,12 +11,12 @@ import sys
 import pytest
 import torch
 
-from trainers.precision import kernels
-from trainers.precision.formats import round_inplace_ok, round_to_format
-from trainers.precision.heap import keep_freed_memory
-from trainers.precision.linear import QuantizedGemm, _mm
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.precision import kernels
+from rcpforge.trainers.precision.formats import round_inplace_ok, round_to_format
+from rcpforge.trainers.precision.heap import keep_freed_memory
+from rcpforge.trainers.precision.linear import QuantizedGemm, _mm
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe
 
 QUANTIZED = [n for n, r in RECIPES.items() if not r.is_reference]
 

@@ -12,19 +12,19 @@ import warnings
 import pytest
 import torch
 
+from rcpforge.trainers.precision import kernels, quantize
+from rcpforge.trainers.precision.formats import round_to_format
+from rcpforge.trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.precision.quantize import fake_quant_factored
+from rcpforge.trainers.recipes.config import RecipeError, same_gemms
+from rcpforge.trainers.recipes.operands import FOUR_OVER_SIX
+from rcpforge.trainers.recipes.resolve import resolve_recipe, validate_recipe_options
+from rcpforge.trainers.recipes.written import validate_written
+from rcpforge.trainers.tinylm.precision_map import disclosed_precisions, precision_map
 from tests.trainers.precision.test_new_recipes import _blocks, _same_bits, ref_4over6
 from tests.trainers.precision.test_qkernel import _data as _spread
 from tests.trainers.precision.test_qkernel import _same
-from trainers.precision import kernels, quantize
-from trainers.precision.formats import round_to_format
-from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
-from trainers.precision.linear import QuantizedGemm
-from trainers.precision.quantize import fake_quant_factored
-from trainers.recipes.config import RecipeError, same_gemms
-from trainers.recipes.operands import FOUR_OVER_SIX
-from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
-from trainers.recipes.written import validate_written
-from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 
 # --- 1. the 4-over-6 conventions -------------------------------------------------------
 

@@ -9,9 +9,9 @@ import warnings
 import pytest
 import torch
 
-from trainers.precision.linear import QuantizedGemm
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe
 
 try:
     with warnings.catch_warnings():
@@ -19,7 +19,7 @@ try:
         from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
         from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig
 
-        from trainers.precision.fused import TORCHAO_RECIPES, TorchaoFp8Gemm, torchao_recipe
+        from rcpforge.trainers.precision.fused import TORCHAO_RECIPES, TorchaoFp8Gemm, torchao_recipe
     _SKIP = None
 except Exception as err:  # torchao is a test-only extra on CPU
     _SKIP = f"torchao cannot be imported ({type(err).__name__}: {err}); pip install --no-deps torchao==0.18.0"
@@ -164,7 +164,7 @@ def test_the_tiny_lm_on_torchao_s_gemms_trains_as_on_ours_within_the_documented_
 
 
 def test_the_path_a_run_takes_follows_the_setting_the_recipe_and_the_device():
-    from trainers.precision.fused import fp8_gemm_path
+    from rcpforge.trainers.precision.fused import fp8_gemm_path
 
     cpu = torch.device("cpu")
     tensorwise, nvfp4 = RECIPES["fp8_tensorwise"].resolve(), RECIPES["nvfp4"].resolve()
@@ -174,7 +174,7 @@ def test_the_path_a_run_takes_follows_the_setting_the_recipe_and_the_device():
     assert fp8_gemm_path("emulated", tensorwise, cpu) == "emulated"
     with pytest.raises(RuntimeError, match="trainer.fp8_gemm: scaled_mm needs a CUDA GPU"):
         fp8_gemm_path("scaled_mm", tensorwise, cpu)
-    from sweeps.spec import CampaignError, parse_campaign
+    from rcpforge.sweeps.spec import CampaignError, parse_campaign
     from tests.helpers.campaigns import tiny_campaign
 
     with pytest.raises(CampaignError, match=r"^c.yaml: trainer\.fp8_gemm: scaled_mm runs real FP8 GEMMs on a GPU"):

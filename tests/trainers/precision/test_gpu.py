@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
-from trainers.contract import RunStatus
-from trainers.precision.linear import QuantizedGemm
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.train import TinyLMTrainer
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import RunStatus
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a CUDA device of compute capability 9.0 or more")
@@ -124,7 +124,7 @@ def test_tiny_lm_trains_to_target_on_the_gpu(recipe):
 
 
 def _torchao_or_skip():
-    from trainers.precision.fused import torchao_missing
+    from rcpforge.trainers.precision.fused import torchao_missing
 
     missing = torchao_missing()
     if missing:
@@ -132,7 +132,7 @@ def _torchao_or_skip():
 
 
 def test_the_fused_path_is_the_default_for_its_recipes_on_hopper():
-    from trainers.precision.fused import fp8_gemm_path
+    from rcpforge.trainers.precision.fused import fp8_gemm_path
 
     _torchao_or_skip()
     cuda = torch.device("cuda")
@@ -144,7 +144,7 @@ def test_the_fused_path_is_the_default_for_its_recipes_on_hopper():
 
 @pytest.mark.parametrize("name", ["fp8_tensorwise", "fp8_rowwise", "fp8_rowwise_gw_hp"])
 def test_torchao_gemms_on_the_gpu_agree_with_the_emulation(name):
-    from trainers.precision.fused import TorchaoFp8Gemm
+    from rcpforge.trainers.precision.fused import TorchaoFp8Gemm
 
     _torchao_or_skip()
     recipe = resolve_recipe(name)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.precision import quantize, reference
-from trainers.precision.hadamard import hadamard_last_dim
-from trainers.precision.layers import gemm_factory, residual_quantizer
-from trainers.precision.linear import QuantizedGemm
-from trainers.precision.telemetry import Telemetry
-from trainers.recipes.named import RECIPES
-from trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.precision import quantize, reference
+from rcpforge.trainers.precision.hadamard import hadamard_last_dim
+from rcpforge.trainers.precision.layers import gemm_factory, residual_quantizer
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.precision.telemetry import Telemetry
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.recipes.resolve import resolve_recipe
 
 QUANTIZED = [n for n, r in RECIPES.items() if not r.is_reference]
 # max relative rounding error of one element, 2^-(m+1) (docs/numerics.md, check 4)
@@ -245,7 +245,7 @@ def test_bf16_last_blocks_and_residual_ablation():
 def test_real_fp8_cast_of_a_bf16_activation_equals_the_cast_of_its_fp32_copy(rowwise):
     """The real path casts BF16 activations without an FP32 copy; the product with the
     scale must still be formed in FP32 (one rounding, to float8), as the emulation does."""
-    from trainers.precision import gpu
+    from rcpforge.trainers.precision import gpu
 
     x = (torch.randn(64, 96, generator=torch.Generator().manual_seed(2)) * 37).bfloat16()
     for fmt in ("e4m3", "e5m2"):

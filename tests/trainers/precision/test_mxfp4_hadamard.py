@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rcpforge.trainers.precision import quantize
+from rcpforge.trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.recipes.config import same_gemms
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.precision_map import disclosed_precisions, precision_map
 from tests.trainers.precision.test_linear import _oracle_grads, _problem, _rel, _run
-from trainers.precision import quantize
-from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
-from trainers.precision.linear import QuantizedGemm
-from trainers.recipes.config import same_gemms
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.precision_map import disclosed_precisions, precision_map
 
 
 def _mx(t: torch.Tensor) -> torch.Tensor:

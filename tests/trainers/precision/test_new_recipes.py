@@ -11,15 +11,15 @@ import math
 import pytest
 import torch
 
-from sweeps.expand import expand
-from sweeps.spec import CampaignError, parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import CampaignError, parse_campaign
+from rcpforge.trainers.precision import kernels, quantize, reference
+from rcpforge.trainers.precision.linear import QuantizedGemm
+from rcpforge.trainers.recipes.config import RecipeError, same_gemms
+from rcpforge.trainers.recipes.resolve import resolve_recipe, validate_recipe_options
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.helpers.campaigns import tiny_campaign
 from tests.trainers.test_tinylm import Recorder
-from trainers.precision import kernels, quantize, reference
-from trainers.precision.linear import QuantizedGemm
-from trainers.recipes.config import RecipeError, same_gemms
-from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
-from trainers.tinylm.train import TinyLMTrainer
 
 NEW = ["nvfp4_4over6", "nvfp4_rowscaled", "mxfp8_fwd_nvfp4_bwd", "nvfp4_fwd_mxfp8_bwd"]
 E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -199,7 +199,7 @@ def test_rowscaled_is_bit_exact_against_the_reference_and_factors_per_row():
     x[9] = 0.0
     got = quantize(x, "e2m1", block=16, scale_mode="nvfp4_rowscaled")
     assert _same_bits(got, ref_rowscaled(x))
-    from trainers.precision.quantize import fake_quant_factored
+    from rcpforge.trainers.precision.quantize import fake_quant_factored
 
     fq, _ = fake_quant_factored(x, "e2m1", 16, "nvfp4_rowscaled")
     # the core (q * s_b) is BF16-exact and S one divisor per row: a GEMM applies it to its output
@@ -378,7 +378,7 @@ def test_the_backward_option_stays_out_of_run_keys_at_its_default():
 
 
 def test_a_non_default_backward_leaves_the_real_fp8_path():
-    from trainers.precision import gpu
+    from rcpforge.trainers.precision import gpu
 
     assert gpu.real_fp8_kind(resolve_recipe("fp8_tensorwise")) == "fp8_tensorwise"
     assert gpu.real_fp8_kind(resolve_recipe("fp8_tensorwise", {"backward": "high_precision"})) is None

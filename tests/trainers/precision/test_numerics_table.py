@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from trainers.precision import quantize
-from trainers.precision.formats import round_to_format
-from trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
+from rcpforge.trainers.precision import quantize
+from rcpforge.trainers.precision.formats import round_to_format
+from rcpforge.trainers.precision.hadamard import hadamard_last_dim, hadamard_matrix
 
 INF, NAN = float("inf"), float("nan")
 
@@ -81,7 +81,7 @@ def test_6_tensorwise_amax_round_trips(fmt):
 
 
 def test_7_nvfp4_amax_block_scale_is_448_and_2d_weights_commute():
-    from trainers.precision.scaling import nvfp4_block_scale, nvfp4_global_scale
+    from rcpforge.trainers.precision.scaling import nvfp4_block_scale, nvfp4_global_scale
 
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
     x[5, 37] = 9.5

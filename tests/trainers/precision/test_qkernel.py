@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from trainers.precision import kernels
-from trainers.precision.quantize import fake_quant_factored, quantize_delayed
+from rcpforge.trainers.precision import kernels
+from rcpforge.trainers.precision.quantize import fake_quant_factored, quantize_delayed
 
 MODES = [  # (block, scale_mode) as the recipes and the public quantize use them
     (None, "fp32"), (None, "floor"), (None, "pow2"), (None, "nvfp4"),
@@ -185,8 +185,8 @@ def test_4over6_kernel_sums_errors_in_the_order_torch_does():
 def test_without_a_compiler_the_torch_path_runs_with_one_warning(tmp_path):
     code = (
         "import logging, torch; logging.basicConfig(level=logging.WARNING)\n"
-        "from trainers.precision import kernels\n"
-        "from trainers.precision.quantize import quantize\n"
+        "from rcpforge.trainers.precision import kernels\n"
+        "from rcpforge.trainers.precision.quantize import quantize\n"
         "assert not kernels.available()\n"
         "q = quantize(torch.tensor([1.0625, 17.0, 449.0]), 'e4m3', block=32)\n"
         "print(q.tolist())\n"
@@ -203,7 +203,7 @@ def test_a_broken_compiler_leaves_no_partial_library(tmp_path):
     fake_cc.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake && exit 0\necho broken >&2; exit 1\n")
     fake_cc.chmod(0o755)
     cache = tmp_path / "cache"
-    code = "from trainers.precision import kernels; print(kernels.available())"
+    code = "from rcpforge.trainers.precision import kernels; print(kernels.available())"
     env = dict(os.environ, CC=str(fake_cc), RCPFORGE_KERNEL_CACHE=str(cache))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout.strip() == "False" and "broken" in proc.stderr
@@ -242,8 +242,8 @@ def test_a_transposed_view_equals_its_contiguous_copy(torch_path, fmt, block, mo
 def test_gemm_epilogue_equals_torch(torch_path, name, options, with_bias):
     """The BF16 GEMM's output widened, scaled by the per-tensor and per-row factors and
     biased in one pass gives the separate torch ops' result bit for bit."""
-    from trainers.precision.linear import QuantizedGemm, _mm
-    from trainers.recipes.resolve import resolve_recipe
+    from rcpforge.trainers.precision.linear import QuantizedGemm, _mm
+    from rcpforge.trainers.recipes.resolve import resolve_recipe
 
     gen = torch.Generator().manual_seed(8)
     x, w = torch.randn(40, 64, generator=gen) * 5, torch.randn(24, 64, generator=gen) / 7
@@ -263,7 +263,7 @@ def test_workers_starting_together_build_one_library(tmp_path):
     each builds beside the target and renames, so all load a complete library and one
     file remains."""
     cache = tmp_path / "cache"
-    code = "from trainers.precision import kernels; print(kernels.available())"
+    code = "from rcpforge.trainers.precision import kernels; print(kernels.available())"
     env = dict(os.environ, RCPFORGE_KERNEL_CACHE=str(cache))
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env) for _ in range(4)]
@@ -276,7 +276,7 @@ def test_workers_starting_together_build_one_library(tmp_path):
 def test_an_unwritable_cache_directory_falls_back_to_a_private_temporary_one(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    code = "from trainers.precision import kernels; print(kernels.available())"
+    code = "from rcpforge.trainers.precision import kernels; print(kernels.available())"
     env = dict(os.environ, RCPFORGE_KERNEL_CACHE=str(blocker / "kernels"), TMPDIR=str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.recipes.config import RecipeError
+from rcpforge.trainers.recipes.named import RECIPES, get_recipe
+from rcpforge.trainers.recipes.resolve import resolve_recipe, validate_recipe_options
 from tests.helpers.campaigns import tiny_campaign
-from trainers.recipes.config import RecipeError
-from trainers.recipes.named import RECIPES, get_recipe
-from trainers.recipes.resolve import resolve_recipe, validate_recipe_options
 
 ISSUE_RECIPES = [
     "bf16", "fp8_tensorwise", "fp8_channelwise", "fp8_delayed", "fp8_rowwise", "fp8_rowwise_gw_hp",
@@ -99,7 +99,7 @@ def test_campaign_recipe_options_are_filled_in():
 
 
 def test_registry_stays_torch_free():
-    code = "import sys, trainers.recipes.resolve; print('torch' in sys.modules)"
+    code = "import sys, rcpforge.trainers.recipes.resolve; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -11,14 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainers.contract import RunSpec, revisions
-from trainers.precision import reference
-from trainers.precision.layers import attention_factory, gemm_factory
-from trainers.recipes.resolve import resolve_recipe
-from trainers.tinylm.data import Batches
-from trainers.tinylm.model import TinyLM
-from trainers.tinylm.settings import MarkovData, TinyLMSettings
-from trainers.tinylm.train import reference_precision
+from rcpforge.trainers.contract import RunSpec, revisions
+from rcpforge.trainers.precision import reference
+from rcpforge.trainers.precision.layers import attention_factory, gemm_factory
+from rcpforge.trainers.recipes.resolve import resolve_recipe
+from rcpforge.trainers.tinylm.data import Batches
+from rcpforge.trainers.tinylm.model import TinyLM
+from rcpforge.trainers.tinylm.settings import MarkovData, TinyLMSettings
+from rcpforge.trainers.tinylm.train import reference_precision
 
 EPS32 = 2.0**-24  # FP32's unit roundoff
 
@@ -222,8 +222,8 @@ PINNED = {
 
 
 def test_the_cpu_revisions_numbers_are_pinned_bit_for_bit():
+    from rcpforge.trainers.tinylm.train import TinyLMTrainer
     from tests.helpers.campaigns import tiny_run_specs
-    from trainers.tinylm.train import TinyLMTrainer
 
     capability = torch.backends.cpu.get_cpu_capability()
     if capability not in PINNED:

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from trainers.precision import quantize
+from rcpforge.trainers.precision import quantize
 
 try:
     with warnings.catch_warnings():

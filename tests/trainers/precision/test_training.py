@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from sweeps.expand import expand
-from sweeps.spec import parse_campaign
+from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.spec import parse_campaign
+from rcpforge.trainers.contract import EvalPoint, RunStatus
+from rcpforge.trainers.recipes.named import RECIPES
+from rcpforge.trainers.tinylm.train import TinyLMTrainer
 from tests.helpers.campaigns import tiny_campaign
-from trainers.contract import EvalPoint, RunStatus
-from trainers.recipes.named import RECIPES
-from trainers.tinylm.train import TinyLMTrainer
 
 
 class Recorder:

@@ -279,7 +279,7 @@ class RunFacts:
 
 def facts_tags(facts: RunFacts) -> dict[str, str]:
     """The tags a run's facts give it: one per disclosure key, and its precision map."""
-    from trainers.contract.schema import MAX_TAG_CHARS, TAG_DISCLOSED, TAG_PRECISION_MAP
+    from rcpforge.trainers.contract.schema import MAX_TAG_CHARS, TAG_DISCLOSED, TAG_PRECISION_MAP
 
     tags = {TAG_DISCLOSED + k: str(v) for k, v in facts.disclosed.items()}
     for note in facts.warnings:
@@ -293,7 +293,7 @@ def facts_tags(facts: RunFacts) -> dict[str, str]:
 
 def with_warning(tags: dict[str, str], note: str) -> dict[str, str]:
     """`tags` with `note` added to its `rcpforge.warning` (notes joined by '; ')."""
-    from trainers.contract.schema import TAG_WARNING
+    from rcpforge.trainers.contract.schema import TAG_WARNING
 
     tags[TAG_WARNING] = "; ".join(filter(None, [tags.get(TAG_WARNING), note]))
     return tags

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
-from trainers.contract.mllog.read import DISCLOSURE_KEYS, TOKEN, run_facts
+from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus
+from rcpforge.trainers.contract.mllog.read import DISCLOSURE_KEYS, TOKEN, run_facts
 
 RESULT_FILE = "result.txt"
 # Substrings the checker matches anywhere in a line: a hyperparameter line containing
