@@ -31,8 +31,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # lint is a prerequisite, so it finishes before pytest starts and pytest's closing line stays last.
+# Side by side: TEST_WORKERS pytest-xdist workers (most tests wait on services, not the CPU);
+# tests/helpers/xdist_groups.py keeps a file's tests, and all the Slurm tests, in one worker.
+TEST_WORKERS ?= 4
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q --durations=40
+	$(BIN)/python -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The opt-in slow tests (tests/allowed_skips.txt names their variables): the Slurm time
 # limit, real preemptions, the preempted two-node tiny-LM gang, every recipe to target,

@@ -20,6 +20,9 @@ from tests.helpers.skip_guard import (  # noqa: F401 - hooks: in CI a skip not o
     pytest_terminal_summary,
 )
 
+# where the suite's time goes (RCPF_TEST_TIMING) and how it runs side by side (make test)
+pytest_plugins = ["tests.helpers.timing", "tests.helpers.xdist_groups"]
+
 # CI runs every property test on a fixed sequence of examples: a fuzz target either
 # passes there every time or fails every time, never by the luck of a draw.
 settings.register_profile("ci", derandomize=True, database=None)
