@@ -9,6 +9,7 @@ curves (`analysis/curves.py`) and their tags (`analysis/layer_map.py`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,17 @@ class StoreReader:
     def history(self, run_id: str, metric: str) -> list[Any]:
         """Every point the run logged of `metric`, by step (tokens)."""
         return sorted(self._client.get_metric_history(run_id, metric), key=lambda m: m.step)
+
+
+def tag_values(tracking_uri: str, campaign: str, keys: tuple[str, ...], role: str = "campaign") -> dict[str, Counter]:
+    """How many of the campaign's runs carry each value of each tag of `keys`."""
+    store = StoreReader(tracking_uri)
+    found: dict[str, Counter] = {key: Counter() for key in keys}
+    for run in store.runs(store.experiment_id(campaign), role):
+        for key in keys:
+            if (value := run.data.tags.get(key)) is not None:
+                found[key][value] += 1
+    return found
 
 
 def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:
