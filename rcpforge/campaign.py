@@ -71,6 +71,23 @@ class Campaign:
         """The runs table as a pandas DataFrame (`runs_arrow()`, hparams as dicts)."""
         return self.runs_arrow().to_pandas(maps_as_pydicts="strict")
 
+    def curves_arrow(self, metric: str | None = None) -> pa.Table:
+        """Every eval point of every run as a pyarrow Table, a row per point: run_id,
+        run_name, run_key, model, recipe, batch_size, seed, metric, tokens, samples, value
+        (`rcpforge.analysis.curves.CURVE_SCHEMA`), sorted by model, recipe, batch size,
+        seed, run and tokens. `metric`: the metric to read (any the runs logged at their
+        eval points); None, the campaign's target metric. `tokens` is MLflow's step;
+        `samples` the samples the run logged at that step (an imported run's points step
+        by samples: tokens null). Read in bulk: one query of a SQL store, a request per 100
+        runs of a tracking server."""
+        from rcpforge.analysis.curves import load_curves
+
+        return load_curves(self.tracking_uri, self.name, None if metric is None else [metric])
+
+    def curves(self, metric: str | None = None) -> pd.DataFrame:
+        """`curves_arrow(metric)` as a pandas DataFrame."""
+        return self.curves_arrow(metric).to_pandas()
+
     def rcp_table(self, runs: pa.Table | None = None, *, model: str | None = None) -> pd.DataFrame:
         """The RCP table, one row per (recipe, batch size): runs, converged, not_converged,
         diverged, pending_or_failed, olympic_mean, stdev, min_acceptable_mean,
