@@ -13,7 +13,6 @@ step and its `tokens` null."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -41,7 +40,13 @@ class RunFacts:
     target: str | None  # its target metric: the curve `metrics=None` reads
 
 
-Point = tuple[str, str, int, float]  # run id, metric, step, value
+_FACTS = ("run_name", "run_key", "model", "recipe", "batch_size", "seed", "trainer", "target")
+_RUNS_SCHEMA = pa.schema([("run_id", pa.string()), ("run_name", pa.string()), ("run_key", pa.string()),
+                          ("model", pa.string()), ("recipe", pa.string()), ("batch_size", pa.int64()),
+                          ("seed", pa.int64()), ("trainer", pa.string()), ("target", pa.string())])
+# The points as read, before the join: a row per point of a metric (samples included).
+POINT_SCHEMA = pa.schema([("run_id", pa.string()), ("metric", pa.string()), ("step", pa.int64()),
+                          ("value", pa.float64())])
 
 
 def load_curves(tracking_uri: str, campaign: str, metrics: list[str] | None = None,
@@ -54,34 +59,39 @@ def load_curves(tracking_uri: str, campaign: str, metrics: list[str] | None = No
     if is_sql_uri(tracking_uri):
         from rcpforge.analysis.curves_sql import sql_points
 
-        rows, points = sql_points(tracking_uri, campaign, metrics, run_ids, role, SAMPLES)
+        rows, columns = sql_points(tracking_uri, campaign, metrics, run_ids, role, SAMPLES)
         facts = {run_id: RunFacts(*row) for run_id, row in rows.items()}
+        points = points_table(*columns)
     else:
         facts, points = _server_points(tracking_uri, campaign, metrics, run_ids, role)
     return curves_table(facts, points, metrics)
 
 
-def curves_table(facts: dict[str, RunFacts], points: Iterable[Point], metrics: list[str] | None) -> pa.Table:
-    """The points of the metrics asked for as `CURVE_SCHEMA` rows, each with its run's
-    facts and its samples (read beside it, as the `samples` metric at the same step)."""
-    points = list(points)
-    samples_at = {(run_id, step): value for run_id, key, step, value in points if key == SAMPLES}
-    wanted = set(metrics or ())
-    rows: dict[str, list] = {name: [] for name in CURVE_SCHEMA.names}
-    for run_id, key, step, value in points:
-        run = facts[run_id]
-        if (key not in wanted) if metrics is not None else (key != run.target):
-            continue
-        imported = run.trainer == IMPORTED
-        samples = step if imported else samples_at.get((run_id, step))
-        for name, cell in (("run_id", run_id), ("run_name", run.run_name), ("run_key", run.run_key),
-                           ("model", run.model), ("recipe", run.recipe), ("batch_size", run.batch_size),
-                           ("seed", run.seed), ("metric", key), ("tokens", None if imported else step),
-                           ("samples", None if samples is None else int(samples)), ("value", value)):
-            rows[name].append(cell)
-    table = pa.table(rows, schema=CURVE_SCHEMA)
+def curves_table(facts: dict[str, RunFacts], points: pa.Table, metrics: list[str] | None) -> pa.Table:
+    """The points (`POINT_SCHEMA`) of the metrics asked for as `CURVE_SCHEMA` rows, each
+    with its run's facts and its samples (the `samples` metric at the same step), joined
+    column-wise in Arrow: a Python loop over the points would cost more than the read."""
+    import pyarrow.compute as pc
+
+    runs = pa.table({"run_id": list(facts), **{f: [getattr(r, f) for r in facts.values()] for f in _FACTS}},
+                    schema=_RUNS_SCHEMA)
+    samples = points.filter(pc.equal(points["metric"], SAMPLES)).group_by(["run_id", "step"]).aggregate(
+        [("value", "max")]).rename_columns(["run_id", "step", "samples"])
+    joined = points.join(runs, "run_id")
+    keep = (pc.equal(joined["metric"], joined["target"]) if metrics is None
+            else pc.is_in(joined["metric"], value_set=pa.array(metrics, pa.string())))
+    joined = joined.filter(pc.fill_null(keep, False)).join(samples, ["run_id", "step"], join_type="left outer")
+    imported = pc.equal(joined["trainer"], IMPORTED).fill_null(False)
+    columns = {name: joined[name] for name in CURVE_SCHEMA.names if name in joined.column_names}
+    columns["tokens"] = pc.if_else(imported, pa.scalar(None, pa.int64()), joined["step"])
+    columns["samples"] = pc.if_else(imported, joined["step"], pc.cast(joined["samples"], pa.int64()))
+    table = pa.table({name: columns[name] for name in CURVE_SCHEMA.names}).cast(CURVE_SCHEMA)
     order = ("model", "recipe", "batch_size", "seed", "run_id", "metric", "tokens", "samples", "value")
     return table.sort_by([(k, "ascending") for k in order])
+
+
+def points_table(run_ids: list, metrics: list, steps: list, values: list) -> pa.Table:
+    return pa.table([run_ids, metrics, steps, values], schema=POINT_SCHEMA)
 
 
 def run_facts(tags: dict[str, str], run_name: str) -> RunFacts:
@@ -94,7 +104,7 @@ def run_facts(tags: dict[str, str], run_name: str) -> RunFacts:
 
 
 def _server_points(uri: str, campaign: str, metrics: list[str] | None, run_ids: list[str] | None,
-                   role: str) -> tuple[dict[str, RunFacts], list[Point]]:
+                   role: str) -> tuple[dict[str, RunFacts], pa.Table]:
     """The runs from one paged search, their points a request per 100 runs and metric."""
     from rcpforge.analysis.load import StoreReader
     from rcpforge.trainers.contract.schema import TAG_RUN_KEY
@@ -110,10 +120,12 @@ def _server_points(uri: str, campaign: str, metrics: list[str] | None, run_ids: 
             by_metric.setdefault(key, []).append(run_id)
         if run.trainer != IMPORTED:
             by_metric.setdefault(SAMPLES, []).append(run_id)
-    points: list[Point] = []
+    columns: tuple[list, list, list, list] = ([], [], [], [])
     for key, ids in by_metric.items():
-        points.extend((run_id, key, step, value) for run_id, step, value in store.histories(sorted(set(ids)), key))
-    return facts, points
+        for run_id, step, value in store.histories(sorted(set(ids)), key):
+            for column, cell in zip(columns, (run_id, key, step, value), strict=True):
+                column.append(cell)
+    return facts, points_table(*columns)
 
 
 def telemetry_metrics(tracking_uri: str, campaign: str, prefix: str = "telemetry.") -> list[str]:
