@@ -9,14 +9,15 @@ curves (`analysis/curves.py`) and their tags (`analysis/layer_map.py`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rcpforge.trainers.contract.retry import under_retry_policy
+from rcpforge.trainers.contract.retry import RetryingClient, under_retry_policy
 from rcpforge.trainers.contract.uri import redact_uri
 from rcpforge.trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
@@ -67,6 +68,11 @@ METRIC_COLUMNS = {"tokens_to_target": METRIC_TOKENS_TO_TARGET, "samples_to_targe
                   "tokens_trained": METRIC_TOKENS_TRAINED, "wall_s": METRIC_WALL_S}
 
 
+# What a tracking server's bulk read of metric histories takes: run ids a request, points an answer.
+_BULK_RUNS = 100
+_BULK_POINTS = 25_000
+
+
 class NoSuchCampaign(LookupError):
     pass
 
@@ -115,6 +121,49 @@ class StoreReader:
     def history(self, run_id: str, metric: str) -> list[Any]:
         """Every point the run logged of `metric`, by step (tokens)."""
         return sorted(self._client.get_metric_history(run_id, metric), key=lambda m: m.step)
+
+    def histories(self, run_ids: list[str], metric: str) -> Iterator[tuple[str, int, float]]:
+        """(run id, step, value) of every point of `metric` the runs logged, through the
+        tracking server's bulk read (`metrics/get-history-bulk`, the read MLflow's UI
+        charts runs with: a request, and one query, per 100 runs); the runs of a batch
+        whose answer fills the server's cap are asked again in halves, one run alone
+        through `get_metric_history` (which pages)."""
+        for start in range(0, len(run_ids), _BULK_RUNS):
+            yield from self._histories(run_ids[start:start + _BULK_RUNS], metric)
+
+    def _histories(self, run_ids: list[str], metric: str) -> Iterator[tuple[str, int, float]]:
+        found = cast(RetryingClient, self._client).retry("get-history-bulk", lambda: self._bulk(run_ids, metric))
+        if found is not None and len(found) < _BULK_POINTS:
+            yield from ((m["run_id"], int(m["step"]), float(m["value"])) for m in found)
+        elif len(run_ids) > 1:  # the cap cut the answer short: fewer runs a request
+            half = len(run_ids) // 2
+            yield from self._histories(run_ids[:half], metric)
+            yield from self._histories(run_ids[half:], metric)
+        else:  # one run of more points than the cap, or a server without the bulk read
+            yield from ((run_ids[0], m.step, m.value) for m in self._client.get_metric_history(run_ids[0], metric))
+
+    def _bulk(self, run_ids: list[str], metric: str) -> list[dict] | None:
+        """One bulk request; None where the server has no such endpoint (404)."""
+        from mlflow.utils.credentials import get_default_host_creds
+        from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+        endpoint = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
+        response = http_request(get_default_host_creds(self.uri), endpoint, "GET",
+                                params={"run_id": run_ids, "metric_key": metric, "max_results": _BULK_POINTS})
+        if response.status_code == 404:
+            return None
+        return verify_rest_response(response, endpoint).json().get("metrics", [])
+
+
+def tag_values(tracking_uri: str, campaign: str, keys: tuple[str, ...], role: str = "campaign") -> dict[str, Counter]:
+    """How many of the campaign's runs carry each value of each tag of `keys`."""
+    store = StoreReader(tracking_uri)
+    found: dict[str, Counter] = {key: Counter() for key in keys}
+    for run in store.runs(store.experiment_id(campaign), role):
+        for key in keys:
+            if (value := run.data.tags.get(key)) is not None:
+                found[key][value] += 1
+    return found
 
 
 def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:

@@ -12,6 +12,7 @@ role tag, final metrics from `latest_metrics` (NaN where MLflow stored `is_nan`)
 from __future__ import annotations
 
 import math
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from rcpforge.analysis.load import (
     model_number,
     no_such_campaign,
     sort_runs,
+    tag_values,
 )
 from rcpforge.trainers.contract.schema import TAG_PREFIX, TAG_ROLE
 
@@ -65,6 +67,26 @@ def campaign_in_store(tracking_uri: str, campaign: str) -> bool:
     except NoSuchCampaign:
         return False
     return True
+
+
+def campaign_tag_values(tracking_uri: str, campaign: str, keys: tuple[str, ...],
+                        role: str = "campaign") -> dict[str, Counter]:
+    """How many of the campaign's runs carry each value of each tag of `keys`: one
+    GROUP BY on a SQL store, the runs' tags through MLflow's client otherwise."""
+    if not is_sql_uri(tracking_uri):
+        return tag_values(tracking_uri, campaign, keys, role)
+    binds: dict[str, Any] = {f"k{i}": key for i, key in enumerate(keys)}
+    sql = ("SELECT t.key, t.value, COUNT(*) FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+           "JOIN tags o ON o.run_uuid = r.run_uuid AND o.key = :role_key AND o.value = :role "
+           f"WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active' AND t.key IN "
+           f"({', '.join(':' + b for b in binds)}) GROUP BY t.key, t.value")
+    with _engine(tracking_uri) as engine, engine.connect() as conn:
+        exp = _experiment_id(conn, campaign, tracking_uri)
+        rows = _fetch(engine, conn, sql, {**binds, "exp": exp, "role_key": TAG_ROLE, "role": role})
+    found: dict[str, Counter] = {key: Counter() for key in keys}
+    for key, value, count in rows:
+        found[key][value] += count
+    return found
 
 
 def absent_sqlite_store(uri: str) -> Path | None:

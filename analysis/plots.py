@@ -72,7 +72,7 @@ def eval_curves_figure(runs: pa.Table, curves: pa.Table, metric: str, target: fl
     colour, key = _seed_colours(sorted(set(seed_of.values())))
     series: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     for run_id, name, tokens, value in zip(*(curves[c].to_pylist() for c in ("run_id", "metric", "tokens", "value"))):
-        if name == metric:
+        if name == metric and tokens is not None:  # an imported run's points step by samples, not tokens
             series[run_id][0].append(tokens)
             series[run_id][1].append(value)
     for run_id, (xs, ys) in series.items():
@@ -140,7 +140,8 @@ def telemetry(runs: pa.Table, curves: pa.Table, names: list[str]) -> bytes:
     recipe_of = dict(zip(runs["run_id"].to_pylist(), runs["recipe"].to_pylist()))
     last: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for run_id, name, tokens, value in zip(*(curves[c].to_pylist() for c in ("run_id", "metric", "tokens", "value"))):
-        last[(run_id, name)][tokens] = value
+        if tokens is not None:
+            last[(run_id, name)][tokens] = value
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names)), 3.4))
     recipes = sorted(set(recipe_of.values()))
     width = 0.8 / max(1, len(recipes))

@@ -26,7 +26,7 @@ from rcpforge.orchestrator.backends import backend_class, check_backend, live_ke
 from rcpforge.orchestrator.execute import assignment_for, execute_run, has_outcome, note_requeue
 from rcpforge.orchestrator.failfast import FailFast
 from rcpforge.orchestrator.ledger import LedgerEntry, Plan, make_plan
-from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.orchestrator.tracking import Tracking, campaign_tags
 from rcpforge.sweeps.expand import expand
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
@@ -110,7 +110,8 @@ def run_campaign(
         )
     check_backend(campaign)
     with campaign_lock(campaign):
-        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
+        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s,
+                            campaign_tags(campaign.benchmark, campaign.submission_runs, campaign.reference))
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
         ledger = tracking.ledger(experiment_id)
         max_attempts = campaign.backend.max_attempts

@@ -88,6 +88,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     running = 0
     failures: list[dict] = []
     specs, stops = expand(campaign), {}
+    latest = _last_points(campaign, [e.run_id for e in ledger.values() if e.status is RunStatus.running])
     if campaign.adaptive is not None:  # the runs its looks asked for so far, not max_seeds of each cell
         looked = campaign_looks(campaign, ledger)
         specs, stops = look_specs(campaign, looked), stop_facts(looked)
@@ -112,7 +113,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
             cell.cost.add_finished(entry.metrics)
         if column == "running":
             running += 1
-            tokens, value = _last_point(tracking, entry.run_id, campaign.target.metric)
+            tokens, value = latest.get(entry.run_id, (0.0, None))
             cell.latest.append((spec.run_name, tokens, value))
             cell.cost.to_do.append(tokens)
         elif not entry.status.is_outcome and not (
@@ -141,7 +142,16 @@ def outside_plan(campaign: Campaign, run_keys) -> list[str]:
     return sorted(set(run_keys) - planned)
 
 
-def _last_point(tracking: Tracking, run_id: str, metric: str) -> tuple[float, float | None]:
-    """A running run's progress: the step (tokens) and value of its last eval point."""
-    last = max(tracking.client.get_metric_history(run_id, metric), key=lambda m: m.step, default=None)
-    return (0.0, None) if last is None else (float(last.step), float(last.value))
+def _last_points(campaign: Campaign, run_ids: list[str]) -> dict[str, tuple[float, float | None]]:
+    """The running runs' progress: each one's step (tokens) and value of its last eval
+    point, read in bulk as the report reads curves (`rcpforge.analysis.curves`)."""
+    from rcpforge.analysis.curves import load_curves
+
+    if not run_ids:
+        return {}
+    curves = load_curves(campaign.tracking_uri, campaign.name, [campaign.target.metric], run_ids=run_ids)
+    last: dict[str, tuple[float, float | None]] = {}
+    for run_id, tokens, value in zip(*(curves[c].to_pylist() for c in ("run_id", "tokens", "value")), strict=True):
+        if tokens is not None and tokens >= last.get(run_id, (-1.0, None))[0]:
+            last[run_id] = (float(tokens), float(value))
+    return last

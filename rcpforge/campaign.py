@@ -71,6 +71,23 @@ class Campaign:
         """The runs table as a pandas DataFrame (`runs_arrow()`, hparams as dicts)."""
         return self.runs_arrow().to_pandas(maps_as_pydicts="strict")
 
+    def curves_arrow(self, metric: str | None = None) -> pa.Table:
+        """Every eval point of every run as a pyarrow Table, a row per point: run_id,
+        run_name, run_key, model, recipe, batch_size, seed, metric, tokens, samples, value
+        (`rcpforge.analysis.curves.CURVE_SCHEMA`), sorted by model, recipe, batch size,
+        seed, run and tokens. `metric`: the metric to read (any the runs logged at their
+        eval points); None, the campaign's target metric. `tokens` is MLflow's step;
+        `samples` the samples the run logged at that step (an imported run's points step
+        by samples: tokens null). Read in bulk: one query of a SQL store, a request per 100
+        runs of a tracking server."""
+        from rcpforge.analysis.curves import load_curves
+
+        return load_curves(self.tracking_uri, self.name, None if metric is None else [metric])
+
+    def curves(self, metric: str | None = None) -> pd.DataFrame:
+        """`curves_arrow(metric)` as a pandas DataFrame."""
+        return self.curves_arrow(metric).to_pandas()
+
     def rcp_table(self, runs: pa.Table | None = None, *, model: str | None = None) -> pd.DataFrame:
         """The RCP table, one row per (recipe, batch size): runs, converged, not_converged,
         diverged, pending_or_failed, olympic_mean, stdev, min_acceptable_mean,
@@ -216,9 +233,13 @@ def load(campaign_file: str | Path | None = None, *, tracking_uri: str | None = 
     """Open a campaign: from its campaign file (the store it names), or from a tracking
     store by campaign name (`tracking_uri=`, `campaign=`: also the campaign
     `rcpforge import` or `rcpforge round` made of results directories). Without a file,
-    `benchmark` defaults to the benchmark the imported result files name (else the
-    campaign's name) and `submission_runs` to the checker's N for it (else half the
-    smallest cell, at least 3); give them for a round of several benchmarks.
+    `benchmark` and `submission_runs` (and the reference recipe) are what the campaign's
+    runs recorded when they were made, so the analysis is the campaign file's; where they
+    recorded none (a store from before they did, imported result files), `benchmark`
+    defaults to the one the imported result files name (else the campaign's name) and
+    `submission_runs` to the checker's N for it (else half the smallest cell, at least
+    3), and a warning says so, once. Given, they win: give them for a round of several
+    benchmarks.
     Raises RcpforgeError for a campaign file that does not validate and for a store
     without the campaign (nothing is created in the store)."""
     if campaign_file is not None:
@@ -276,21 +297,36 @@ def _from_store(tracking_uri: str, name: str, benchmark: str | None, submission_
                         strict=True))
     recipes = tuple(sorted({recipe for _, recipe, _ in cells if recipe is not None}))
     models = sorted({model for model, _, _ in cells if model})  # runs of a model axis name their model
-    benchmark = benchmark or _imported_benchmark(tracking_uri, name) or name_as_benchmark(name)
+    recorded = _recorded(tracking_uri, name)
+    defaults = []  # what neither the caller nor the runs said, as the note names it
+    if benchmark is None and (benchmark := recorded["benchmark"]) is None:
+        benchmark = name_as_benchmark(name)
+        defaults.append(f"benchmark={benchmark!r} (the campaign's name)")
     checker_runs = SUBMISSION_RUNS.get(benchmark)
-    # the campaign file's rule (sweeps/spec.py): the checker's N, else half the smallest cell
-    n = submission_runs or checker_runs or max(3, min(cells.values(), default=0) // 2)
+    n = submission_runs or (int(recorded["submission_runs"]) if recorded["submission_runs"] else None)
+    if n is None:  # the campaign file's rule (sweeps/spec.py): the checker's N, else half the smallest cell
+        n = checker_runs or max(3, min(cells.values(), default=0) // 2)
+        defaults.append(f"submission_runs={n} ("
+                        + (f"the MLCommons checker's for {benchmark})" if checker_runs else "half the smallest cell)"))
+    if defaults:
+        import warnings
+
+        warnings.warn(f"campaign {name}: its runs record no rcp settings (a store from before rcpforge recorded "
+                      f"them, or imported result files), so rcpforge.load used {' and '.join(defaults)}; give "
+                      "benchmark= and submission_runs= where you know better", UserWarning, stacklevel=3)
     return Campaign(name=name, tracking_uri=tracking_uri, benchmark=benchmark, submission_runs=n,
-                    recipes=recipes, checker_runs=checker_runs,
+                    recipes=recipes, checker_runs=checker_runs, reference=recorded["reference"] or DEFAULT_REFERENCE,
                     models=tuple(Model(m, model_benchmark(benchmark, m)) for m in models))
 
 
-def _imported_benchmark(tracking_uri: str, campaign: str) -> str | None:
-    """The benchmark the first imported result file of the campaign names (None for runs
-    rcpforge trained: their benchmark is the campaign file's)."""
-    from rcpforge.analysis.load import StoreReader
-    from rcpforge.trainers.contract.schema import TAG_BENCHMARK
+def _recorded(tracking_uri: str, campaign: str) -> dict[str, str | None]:
+    """What the campaign's runs record of its analysis (`rcpforge.orchestrator.tracking.records.campaign_tags`:
+    the campaign file's benchmark, N and reference recipe as it ran; an imported run, the
+    benchmark its result file names); where runs disagree (a file edited between runs),
+    what most of them say. None where no run records it."""
+    from rcpforge.analysis.load_sql import campaign_tag_values
+    from rcpforge.trainers.contract.schema import TAG_BENCHMARK, TAG_REFERENCE, TAG_SUBMISSION_RUNS
 
-    store = StoreReader(tracking_uri)
-    first = next(store.runs(store.experiment_id(campaign), "campaign"), None)
-    return None if first is None else first.data.tags.get(TAG_BENCHMARK)
+    tags = {"benchmark": TAG_BENCHMARK, "submission_runs": TAG_SUBMISSION_RUNS, "reference": TAG_REFERENCE}
+    found = campaign_tag_values(tracking_uri, campaign, tuple(tags.values()))
+    return {field: (found[tag].most_common(1)[0][0] if found[tag] else None) for field, tag in tags.items()}

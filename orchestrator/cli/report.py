@@ -73,9 +73,8 @@ def report(
         fail(str(err))
     if runs.num_rows == 0:
         fail(f"campaign {campaign.name} has no runs yet; run `rcpforge run {campaign_file}` first")
-    run_ids = runs["run_id"].to_pylist()
-    telemetry = telemetry_metrics(campaign.tracking_uri, run_ids)
-    curves = load_curves(campaign.tracking_uri, run_ids, [campaign.target.metric, *telemetry])
+    telemetry = telemetry_metrics(campaign.tracking_uri, campaign.name)
+    curves = load_curves(campaign.tracking_uri, campaign.name, [campaign.target.metric, *telemetry])
     request = analysis_request(campaign, reference, seed, extrapolate_to=extrapolate_to)
     # without prices the settings read as before the cost: section existed
     settings = campaign.model_dump(mode="json", exclude={"base_dir", *(() if campaign.cost else ("cost",))})

@@ -28,10 +28,10 @@ from rcpforge.orchestrator.tracking.client import (
     probe_store,
     sqlite_uri,
 )
-from rcpforge.orchestrator.tracking.records import ImportedRun, run_params, spec_tags
+from rcpforge.orchestrator.tracking.records import ImportedRun, campaign_tags, run_params, spec_tags
 from rcpforge.orchestrator.tracking.run_log import RunLog
 from rcpforge.orchestrator.tracking.store import Tracking, mark_preempted
 
 __all__ = ["DEFAULT_RETRY_S", "READ_RETRY_S", "ImportedRun", "RunLog", "Tracking", "TrackingUnavailable",
-           "TrackingUriError", "_RetryingClient", "absent_sqlite_store", "check_tracking_uri", "mark_preempted",
-           "probe_store", "run_params", "sqlite_uri", "spec_tags"]
+           "TrackingUriError", "_RetryingClient", "absent_sqlite_store", "campaign_tags", "check_tracking_uri",
+           "mark_preempted", "probe_store", "run_params", "sqlite_uri", "spec_tags"]

@@ -19,16 +19,19 @@ from rcpforge.trainers.contract.schema import (
     TAG_ATTEMPT_STARTED,
     TAG_ATTEMPTS,
     TAG_BATCH_SIZE,
+    TAG_BENCHMARK,
     TAG_CAMPAIGN,
     TAG_MODEL,
     TAG_MODEL_FLOPS_PER_TOKEN,
     TAG_MODEL_PARAMS,
     TAG_RECIPE,
+    TAG_REFERENCE,
     TAG_ROLE,
     TAG_RUN_KEY,
     TAG_SEED,
     TAG_SPEC,
     TAG_STATUS,
+    TAG_SUBMISSION_RUNS,
     TAG_TARGET_METRIC,
     TAG_TRAINER,
     TAG_WORLD_SIZE,
@@ -69,6 +72,14 @@ def spec_tags(spec: RunSpec) -> dict[str, str]:
         TAG_WORLD_SIZE: str(spec.world_size),
         **model_tags(spec),
     }
+
+
+def campaign_tags(benchmark: str, submission_runs: int, reference: str) -> dict[str, str]:
+    """What the campaign file says of its analysis, on each run it makes: the RCPs'
+    benchmark and N, the reference recipe. Tags, not part of the RunSpec, so the run key
+    stays what it was (a campaign whose N changes keeps its runs); `rcpforge.load` by
+    campaign name reads them back."""
+    return {TAG_BENCHMARK: benchmark, TAG_SUBMISSION_RUNS: str(submission_runs), TAG_REFERENCE: reference}
 
 
 def model_tags(spec: RunSpec) -> dict[str, str]:

@@ -44,8 +44,11 @@ _LEDGER_METRICS = frozenset({METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_CORE_H
 class Tracking:
     """The orchestrator's view of one campaign's experiment."""
 
-    def __init__(self, uri: str, retry_s: float = DEFAULT_RETRY_S):
+    def __init__(self, uri: str, retry_s: float = DEFAULT_RETRY_S, campaign_tags: dict[str, str] | None = None):
+        """`campaign_tags`: what every run made here records of its campaign beside its
+        RunSpec (`records.campaign_tags`: the RCPs' benchmark and N, the reference recipe)."""
         self.uri = uri
+        self.campaign_tags = dict(campaign_tags or {})
         self.client = retrying_client(uri, retry_s)
         # run id -> artifact URI of the runs made here: a worker told it stores the run's
         # result file without asking MLflow where it goes (a call a run)
@@ -120,7 +123,7 @@ class Tracking:
         will wait in a queue is SCHEDULED in MLflow until its worker starts it; one that
         `starts_now` keeps the RUNNING that MLflow makes it with, and is made with its first
         attempt's tags (what a worker's `RunLog.start` would write: one call fewer a run)."""
-        tags = {**spec_tags(spec), **(extra_tags or {})}
+        tags = {**spec_tags(spec), **self.campaign_tags, **(extra_tags or {})}
         name = run_name or spec.run_name
         if starts_now:
             # It gets its hyperparameters with its outcome, from the worker (`RunLog.finish`):
@@ -151,7 +154,7 @@ class Tracking:
         """Runs that wait in a queue, made SCHEDULED as `create_run` makes each (run key ->
         MLflow run id): on a database store a chunk of runs per transaction."""
         made: dict[str, str] = {}
-        queued = [(s.run_key, s.run_name, spec_tags(s), run_params(s)) for s in specs]
+        queued = [(s.run_key, s.run_name, {**spec_tags(s), **self.campaign_tags}, run_params(s)) for s in specs]
         for run_key, run_id, artifact_uri in self.writes.register_runs(experiment_id, queued):
             made[run_key] = run_id
             if artifact_uri is not None:  # its worker writes its result file without a call

@@ -23,7 +23,7 @@ from rcpforge.cluster.backend import Backend, Job
 from rcpforge.orchestrator.backends import check_backend, running_backend
 from rcpforge.orchestrator.campaign import campaign_lock
 from rcpforge.orchestrator.execute import assignment_for
-from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.orchestrator.tracking import Tracking, campaign_tags
 from rcpforge.orchestrator.tune.worker import TrialJob, run_trial
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.sweeps.tune_objective import score
@@ -198,7 +198,8 @@ def tune_campaign(
     summaries = []
     check_backend(campaign)
     with tune_lock(campaign):
-        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
+        tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s,
+                            campaign_tags(campaign.benchmark, campaign.submission_runs, campaign.reference))
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
         with running_backend(campaign, workers) as backend:
             every = [(r.name, bs) for r in campaign.recipes for bs in campaign.batch_sizes]

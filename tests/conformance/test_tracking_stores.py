@@ -21,26 +21,12 @@ from rcpforge.trainers.contract import EvalPoint, RunResult, RunSpec, RunStatus
 from rcpforge.trainers.contract import schema as ts
 from rcpforge.trainers.contract.mllog.write import RESULT_FILE
 from tests.helpers.campaigns import tiny_campaign
-from tests.helpers.tracking_stores import STORE_KINDS, TrackingStore, sqlite_template, tracking_store
+from tests.helpers.tracking_stores import TrackingStore
 
 FINAL_METRICS = (ts.METRIC_TOKENS_TO_TARGET, ts.METRIC_SAMPLES_TO_TARGET, ts.METRIC_TOKENS_TRAINED, ts.METRIC_WALL_S)
 CURVE = [(4096, 0.9), (8192, 0.5), (12288, 0.35), (16384, 0.25)]  # (tokens, eval_excess_loss)
 CONVERGED = RunResult(status=RunStatus.converged, tokens_to_target=16384, samples_to_target=2048,
                       tokens_trained=16384, wall_s=2.5)
-
-
-@pytest.fixture(scope="session")
-def _empty_sqlite(tmp_path_factory):
-    return sqlite_template(tmp_path_factory.mktemp("sqlite-template"))
-
-
-@pytest.fixture(params=STORE_KINDS)
-def store(request, tmp_path):
-    kind = request.param
-    server = None if kind == "sqlite" else request.getfixturevalue("mlflow_server")
-    template = request.getfixturevalue("_empty_sqlite") if kind == "sqlite" else None
-    with tracking_store(kind, tmp_path, server, template) as supplied:
-        yield supplied
 
 
 def _opened(store: TrackingStore, tmp_path) -> tuple[Tracking, str, list[RunSpec]]:
@@ -143,7 +129,7 @@ def test_a_whole_attempt_reads_back_the_same_through_both_loaders(store, tmp_pat
                           "samples_to_target": None, "tokens_trained": None, "wall_s": None, "error": None,
                           "hparams": _params(waiting), **NO_MODEL},
     }
-    curves = load_curves(store.uri, [run_id], ["eval_excess_loss", "samples"]).to_pylist()
+    curves = load_curves(store.uri, store.campaign, ["eval_excess_loss", "samples"], run_ids=[run_id]).to_pylist()
     assert [(c["metric"], c["tokens"], c["value"]) for c in curves] == (
         [("eval_excess_loss", t, v) for t, v in CURVE] + [("samples", t, float(t // 8)) for t, _ in CURVE])
     assert tracking.result_of(run_id) == CONVERGED.model_copy(update={"final_metric": None})
@@ -340,10 +326,11 @@ def test_a_retried_attempt_writes_no_metric_point_twice(store, tmp_path):
         second.eval_point(_point(tokens, value))
     second.finish(CONVERGED)
 
-    curves = load_curves(store.uri, [run_id], ["eval_excess_loss", "samples", *FINAL_METRICS]).to_pylist()
+    curves = load_curves(store.uri, store.campaign, ["eval_excess_loss", "samples", *FINAL_METRICS],
+                         run_ids=[run_id]).to_pylist()
     points = [(c["metric"], c["tokens"]) for c in curves]
-    assert points == ([("eval_excess_loss", t) for t, _ in CURVE] + [("samples", t) for t, _ in CURVE]
-                      + [(name, 0) for name in FINAL_METRICS])
+    assert points == sorted([("eval_excess_loss", t) for t, _ in CURVE] + [("samples", t) for t, _ in CURVE]
+                            + [(name, 0) for name in FINAL_METRICS])
     row = _both_loaders(store)[spec.run_key]
     assert (row["status"], row["tokens_to_target"], row["samples_to_target"]) == ("converged", 16384.0, 2048.0)
     assert row["error"] is None  # the first attempt's error is not the converged run's

@@ -34,6 +34,8 @@ print(json.dumps({
     "submissions": len(ns["found"].submissions),
     "bf16_runs": sorted(ns["bf16"]["tags.rcpforge.recipe"]),
     "curve": len(ns["curve"]),
+    "curves": [len(ns["curves"]), sorted(set(ns["curves"]["metric"])), ns["curves"]["seed"].nunique()],
+    "bands": __import__("os").path.getsize("seed-bands.png"),
     "torch": "torch" in sys.modules,
 }))
 """
@@ -53,4 +55,6 @@ def test_every_python_block_of_the_analysts_page_runs(demo, tmp_path):
     assert {"factors.json", "selection.json", "rcp_table.parquet", "rcps_demo_bf16.json"} <= set(facts["written"])
     assert facts["checked"] == ["rcpforge_demo", 16] and facts["submissions"] == 4
     assert facts["bf16_runs"] == ["bf16"] * 8 and facts["curve"] > 0
+    rows, metrics, seeds = facts["curves"]  # the seed bands' points: every run's eval points
+    assert rows > 16 and metrics == ["eval_accuracy"] and seeds == 4 and facts["bands"] > 1000
     assert facts["torch"] is False  # the API and MLflow's reads leave torch unloaded

@@ -54,9 +54,9 @@ def test_a_store_opens_by_campaign_name(demo):
                             submission_runs=3)
     assert by_name.recipes == from_file.recipes
     pd.testing.assert_frame_equal(by_name.rcp_table(), from_file.rcp_table())
-    # without a campaign file: the benchmark from the campaign's name, N from the smallest cell
+    # without a campaign file: the benchmark and N the runs recorded, the file's
     plain = rcpforge.load(tracking_uri=from_file.tracking_uri, campaign="demo")
-    assert (plain.benchmark, plain.submission_runs) == ("demo", 3)
+    assert (plain.benchmark, plain.submission_runs) == ("rcpforge_demo", 3)
     # a filtered runs table is analysed as given
     runs = from_file.runs_arrow()
     only_bs16 = runs.filter(pc.equal(runs["batch_size"], 16))

@@ -38,8 +38,14 @@ TAG_BACKEND_JOB = "rcpforge.backend_job"
 # Tune runs (role tune) only: the Optuna study and trial number the run belongs to.
 TAG_TUNE_STUDY = "rcpforge.tune.study"
 TAG_TUNE_TRIAL = "rcpforge.tune.trial"
-# The submission_benchmark an imported result file names.
+# The RCPs' benchmark: a run's campaign's `rcp.benchmark` as it was when the run was made,
+# or the submission_benchmark an imported result file names. With TAG_SUBMISSION_RUNS (the
+# campaign's `rcp.submission_runs`, N), a campaign opened by name from its store is analysed
+# as its file said (`rcpforge.load(tracking_uri=, campaign=)`); neither enters the run key.
 TAG_BENCHMARK = "rcpforge.benchmark"
+TAG_SUBMISSION_RUNS = "rcpforge.submission_runs"
+# The recipe the campaign's factors compare with (an adaptive campaign's may be other than bf16).
+TAG_REFERENCE = "rcpforge.reference"
 
 METRIC_TOKENS_TO_TARGET = "tokens_to_target"
 METRIC_SAMPLES_TO_TARGET = "samples_to_target"
