@@ -31,9 +31,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # lint is a prerequisite, so it finishes before pytest starts and pytest's closing line stays last.
-# Side by side: TEST_WORKERS pytest-xdist workers (most tests wait on services, not the CPU);
-# tests/helpers/xdist_groups.py keeps a file's tests, and all the Slurm tests, in one worker.
-TEST_WORKERS ?= 4
+# TEST_WORKERS=N runs the suite in N pytest-xdist workers (tests/helpers/xdist_groups.py keeps
+# a file's tests, and all the Slurm tests, in one worker). 0, the default, is one process:
+# measured on 2 cores, 4 workers were no faster (the suite is CPU-bound: 94% busy) and one
+# test failed only there (benchmarks/RESULTS.md, "the suite side by side").
+TEST_WORKERS ?= 0
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 

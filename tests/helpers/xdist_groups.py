@@ -1,4 +1,4 @@
-"""How the suite runs side by side (`make test`: pytest-xdist, `--dist loadgroup`).
+"""How the suite runs side by side (`make test TEST_WORKERS=N`: pytest-xdist, `--dist loadgroup`).
 
 Every test gets an `xdist_group`, and pytest-xdist runs a group's tests in one worker, one
 after another:
