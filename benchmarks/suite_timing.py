@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -90,7 +91,9 @@ def main() -> None:
     args = parser.parse_args()
     records, session = read(args.base)
     if not records:
-        raise SystemExit(f"no timing records at {args.base}.*: run the tests with RCPF_TEST_TIMING={args.base}")
+        print(f"error: no timing records at {args.base}.*: run the tests with RCPF_TEST_TIMING={args.base}",
+              file=sys.stderr)
+        raise SystemExit(2)
     print("\n".join(summary(records, session, args.top)))
     if args.write_durations:
         args.write_durations.write_text(json.dumps(group_seconds(records), indent=1) + "\n")
