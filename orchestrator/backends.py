@@ -27,6 +27,7 @@ def check_backend(campaign: Campaign) -> None:
                 check_local_host(trainer)
         except TrainerError as err:
             raise BackendError(str(err)) from None
+        _start_local_workers_server(campaign)
     elif spec.kind == "slurm":
         from rcpforge.cluster.slurm_states import preflight
 
@@ -35,6 +36,17 @@ def check_backend(campaign: Campaign) -> None:
         from rcpforge.cluster.ray_backend import check_reachable
 
         check_reachable(spec.address)
+
+
+def _start_local_workers_server(campaign: Campaign) -> None:
+    """The local workers' fork server starts importing what runs need (the executor,
+    MLflow, each built-in trainer's framework) while the tracking store opens."""
+    from rcpforge.cluster.local import start_worker_server
+    from rcpforge.trainers.registry import builtin_trainer_module
+
+    trainers = {builtin_trainer_module(trainer["kind"]) for trainer, _ in campaign.trainers()}
+    start_worker_server(["rcpforge.orchestrator.execute", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
+                         *sorted(t for t in trainers if t)])
 
 
 def backend_class(kind: str) -> type[Backend]:

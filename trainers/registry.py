@@ -223,6 +223,12 @@ def campaign_warnings(settings: dict[str, Any], benchmark: str) -> list[str]:
     return list(_declared(settings["kind"]).campaign_warnings(settings, benchmark))
 
 
+def builtin_trainer_module(kind: str) -> str | None:
+    """The module of a built-in trainer kind's training code (None for a user's kind,
+    whose code may change between campaigns and is imported afresh by each worker)."""
+    return _BUILTIN[kind][2].split(":")[0] if kind in _BUILTIN else None
+
+
 def get_trainer(kind: str) -> Trainer:
     if kind in _BUILTIN:
         return _load(_BUILTIN[kind][2])()

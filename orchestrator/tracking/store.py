@@ -8,7 +8,8 @@ from functools import cached_property
 from pathlib import Path
 
 from rcpforge.orchestrator.ledger import LedgerEntry
-from rcpforge.orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from rcpforge.orchestrator.tracking.client import DEFAULT_RETRY_S, absent_sqlite_store, retrying_client
+from rcpforge.orchestrator.tracking.new_store import place_new_sqlite_store
 from rcpforge.orchestrator.tracking.records import MAX_TAG, ImportedRun, attempt_tags, run_params, spec_tags
 from rcpforge.orchestrator.tracking.writes import ClientWrites, writes_for
 from rcpforge.trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
@@ -49,6 +50,8 @@ class Tracking:
         RunSpec (`records.campaign_tags`: the RCPs' benchmark and N, the reference recipe)."""
         self.uri = uri
         self.campaign_tags = dict(campaign_tags or {})
+        if (db := absent_sqlite_store(uri)) is not None:
+            place_new_sqlite_store(db)  # MLflow's client would make it: whole, at once, instead
         self.client = retrying_client(uri, retry_s)
         # run id -> artifact URI of the runs made here: a worker told it stores the run's
         # result file without asking MLflow where it goes (a call a run)

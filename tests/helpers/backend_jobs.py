@@ -173,3 +173,16 @@ def count_starts_and_hold_the_first(folder: str, seconds: float) -> dict:
         tasks = int(os.environ.get("RCPFORGE_GANG_TASKS", "1"))
         _within(PEERS_WAIT_S, lambda: all(len(logged_starts(folder, t)) >= count for t in range(tasks)))
     return {"task": task, "start": count}
+
+
+def imported(names: list[str]) -> dict[str, bool]:
+    """Which of `names` the worker had imported before this job ran (this module imports
+    none of them)."""
+    import sys
+
+    return {name: name in sys.modules for name in names}
+
+
+def environment_and_folder(name: str) -> tuple[str | None, str]:
+    """The worker's value of the variable `name` and its current folder, as the job sees them."""
+    return os.environ.get(name), os.getcwd()

@@ -44,3 +44,35 @@ def test_the_synopses_of_docs_commands_list_every_command_and_flag():
         flags = [opt for param in command.params for opt in param.opts if opt.startswith("--") and opt != "--help"]
         missing = [flag for flag in flags if flag not in synopses[name]]
         assert not missing, f"docs/commands.md synopsis of `rcpforge {name}` lacks {missing}"
+
+
+_ENDING = """
+import atexit, sys, threading, time
+from rcpforge.orchestrator.cli import main
+
+class _Teardown:
+    def __del__(self):
+        print("module teardown", flush=True)
+
+kept = _Teardown()  # freed only by the interpreter's teardown of this module
+atexit.register(lambda: print("atexit ran", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.5), print("thread joined", flush=True))).start()
+sys.argv = ["rcpforge", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_command_ends_as_python_would_but_without_the_teardown_of_its_modules(tmp_path):
+    """The command line skips only the interpreter's teardown of the loaded modules (a
+    second of CPU a command): threads are joined, atexit handlers run (Ray's shutdown is
+    one), the output is flushed and the exit code kept."""
+    def ending(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _ENDING, *args], cwd=tmp_path, capture_output=True, text=True,
+                              env={"PYTHONPATH": str(ROOT)}, timeout=120)
+
+    helped = ending("--help")
+    assert helped.returncode == 0 and "Usage: rcpforge" in helped.stdout
+    assert helped.stdout.rstrip().endswith("thread joined\natexit ran"), helped.stdout[-200:]
+    assert "module teardown" not in helped.stdout
+    refused = ending("status", "missing.yaml")
+    assert refused.returncode == 2 and "missing.yaml" in refused.stderr and "atexit ran" in refused.stdout

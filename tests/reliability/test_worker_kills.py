@@ -32,15 +32,16 @@ def _children(pid: int) -> list[int]:
 
 
 def _worker_pids(orchestrator: int) -> list[int]:
-    # the pool's workers run the trainer; the resource tracker is a child too, spare it
+    # the pool's workers are the children of the orchestrator's fork server (the
+    # resource tracker is a child too: spare it)
     out = []
     for pid in _children(orchestrator):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"spawn_main" in cmd:
-            out.append(pid)
+        if b"multiprocessing.forkserver" in cmd:
+            out += _children(pid)
     return out
 
 

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import torch
 
+from rcpforge.trainers.contract.cache import user_cache
 from rcpforge.trainers.precision.formats import ElementFormat
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,7 @@ _enabled = os.environ.get("RCPFORGE_QKERNEL", "1") != "0"
 
 def cache_dir() -> Path:
     env = os.environ.get("RCPFORGE_KERNEL_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rcpforge" / "kernels"
+    return Path(env) if env else user_cache("kernels")
 
 
 def _cpu_flags() -> str:
