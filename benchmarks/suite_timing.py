@@ -5,7 +5,7 @@
 
 Prints the session's wall time and how busy the machine's cores were over it; wall and
 CPU time per file (the slowest first) and per kind of time; and with --write-durations,
-each xdist group's seconds for tests/helpers/xdist_groups.py to hand out longest first.
+each test file's seconds for tests/helpers/xdist_groups.py to hand out longest first.
 
 The kinds of time, per test: "services" where the test uses a real cluster or server
 (the Slurm clusters, a Ray instance, the PostgreSQL-backed MLflow server, the tiny-LM
@@ -76,18 +76,20 @@ def summary(records: list[dict], session: dict | None, top: int) -> list[str]:
     return lines
 
 
-def group_seconds(records: list[dict]) -> dict[str, float]:
-    groups: dict[str, float] = defaultdict(float)
+def file_seconds(records: list[dict]) -> dict[str, float]:
+    """Each test file's seconds, longest first: tests/helpers/xdist_groups.py sums a
+    group's files, so a serial run's records serve as well as a side-by-side one's."""
+    files: dict[str, float] = defaultdict(float)
     for r in records:
-        groups[r["group"] or r["file"]] += r["wall_s"]
-    return {name: round(s, 1) for name, s in sorted(groups.items(), key=lambda item: -item[1])}
+        files[r["file"]] += r["wall_s"]
+    return {name: round(s, 1) for name, s in sorted(files.items(), key=lambda item: -item[1])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="the RCPF_TEST_TIMING path the run was given")
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--write-durations", type=Path, help="write each xdist group's seconds here")
+    parser.add_argument("--write-durations", type=Path, help="write each test file's seconds here")
     args = parser.parse_args()
     records, session = read(args.base)
     if not records:
@@ -96,7 +98,7 @@ def main() -> None:
         raise SystemExit(2)
     print("\n".join(summary(records, session, args.top)))
     if args.write_durations:
-        args.write_durations.write_text(json.dumps(group_seconds(records), indent=1) + "\n")
+        args.write_durations.write_text(json.dumps(file_seconds(records), indent=1) + "\n")
         print(f"wrote {args.write_durations}")
 
 

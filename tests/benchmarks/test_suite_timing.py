@@ -1,5 +1,5 @@
 """benchmarks/suite_timing.py reads what tests/helpers/timing.py writes: per worker file,
-the session's figures, sums per file and kind, and each xdist group's seconds."""
+the session's figures, sums per file and kind, and each file's seconds."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_sums_per_file_kind_and_group(tmp_path):
     assert "busy 60 s of 80 s (75%)" in proc.stdout
     assert "computing 10 s wall" in proc.stdout and "services 30 s wall" in proc.stdout
     assert "waiting 2 s wall" in proc.stdout
-    assert json.loads(durations.read_text()) == {"slurm": 30.0, "tests/a.py": 12.0}
+    assert json.loads(durations.read_text()) == {"tests/s.py": 30.0, "tests/a.py": 12.0}
 
 
 def test_no_records_is_one_line_and_exit_2(tmp_path):

@@ -6,6 +6,7 @@ an outcome."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections import Counter
 
 from rcpforge.sweeps.spec import load_campaign
@@ -28,5 +29,15 @@ def test_configuration_error_cancels_the_queued_jobs(slurm, tmp_path):
     assert kinds["configuration"] == 1 and kinds["cancelled"] >= 1, kinds
     assert all(r.data.tags[TAG_STATUS] == "failed" for r in runs)
     jobs = [r.data.tags[TAG_BACKEND_JOB].removeprefix("slurm:") for r in runs if TAG_BACKEND_JOB in r.data.tags]
-    listed = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], capture_output=True, text=True)
-    assert not listed.stdout.strip(), listed.stdout
+    # The job that reported the error may still be listed for a moment while its Python
+    # exits (its result was in before); the queued ones were cancelled and are gone.
+    deadline = time.monotonic() + 30
+    while True:
+        listed = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(jobs)], capture_output=True,
+                                text=True).stdout.split("\n")
+        left = [line for line in listed if line.strip()]
+        if not left or time.monotonic() > deadline:
+            break
+        assert all(line.split()[1] in ("RUNNING", "COMPLETING") for line in left), left  # none still queued
+        time.sleep(0.5)
+    assert not left, left

@@ -15,9 +15,9 @@ held until used (`rcpforge.cluster.gang.free_port`).
 
 The groups then go out longest first (pytest-xdist hands out groups in the order their
 first test was collected, with `--no-loadscope-reorder`): tests/durations.json holds each
-group's seconds as measured (benchmarks/suite_timing.py writes it), so the long Slurm
-group does not start last and hold the run up alone. A group it does not know (a new
-file) counts as DEFAULT_S."""
+file's seconds as measured (benchmarks/suite_timing.py writes it, from a serial run or a
+side-by-side one) and a group's are its files', so the long Slurm group does not start
+last and hold the run up alone. A file it does not know (a new one) counts as DEFAULT_S."""
 
 from __future__ import annotations
 
@@ -70,5 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
     # longest group first; a group's tests keep their order (a stable sort)
-    order = {group: -seconds.get(group, DEFAULT_S) for group in groups.values()}
+    order: dict[str, float] = {}
+    for path, group in groups.items():
+        order[group] = order.get(group, 0.0) - seconds.get(path, DEFAULT_S)
     items.sort(key=lambda item: order[groups[item.nodeid.split("::")[0]]])
