@@ -32,10 +32,10 @@ lint: $(STAMP)
 
 # lint is a prerequisite, so it finishes before pytest starts and pytest's closing line stays last.
 # TEST_WORKERS=N runs the suite in N pytest-xdist workers (tests/helpers/xdist_groups.py keeps
-# a file's tests, and all the Slurm tests, in one worker). 0, the default, is one process:
-# measured on 2 cores, 4 workers were no faster (the suite is CPU-bound: 94% busy) and one
-# test failed only there (benchmarks/RESULTS.md, "the suite side by side").
-TEST_WORKERS ?= 0
+# a file's tests, and all the Slurm tests, in one worker); 0 is one process. 2 on 2 cores:
+# 1158 s against 1543 s for one process, both cores 93% busy; 4 were no faster
+# (benchmarks/RESULTS.md, "the suite side by side").
+TEST_WORKERS ?= 2
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
