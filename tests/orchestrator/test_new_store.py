@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -66,6 +67,7 @@ def test_without_a_writable_cache_mlflow_makes_the_store(tmp_path, monkeypatch):
 
 _PLACE = """
 import sys
+import time
 from pathlib import Path
 from rcpforge.orchestrator.tracking.new_store import place_new_sqlite_store
 print(place_new_sqlite_store(Path(sys.argv[1])))
@@ -79,3 +81,30 @@ def test_of_processes_making_one_store_at_once_exactly_one_puts_it(tmp_path):
     answers = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert sorted(answers) == ["False", "False", "False", "True"]
     assert MlflowClient(f"sqlite:///{db}").get_experiment_by_name("Default") is not None
+
+
+_OPEN = """
+import sys
+import time
+from rcpforge.orchestrator.tracking import Tracking
+Tracking(sys.argv[1]).open_experiment("c", __import__("pathlib").Path(sys.argv[2]))
+"""
+
+
+def test_a_reader_never_finds_the_store_half_made(tmp_path):
+    """The file appears whole, schema and all, the moment it appears: MLflow making it in
+    place leaves about a second in which a client opened on it would migrate it too."""
+    db = tmp_path / "store.db"
+    opener = subprocess.Popen([sys.executable, "-c", _OPEN, f"sqlite:///{db}", str(tmp_path / "art")], cwd=ROOT)
+    try:
+        while not db.exists():
+            assert opener.poll() is None or db.exists(), "the store was never made"
+            time.sleep(0.002)
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = conn.execute("SELECT version_num FROM alembic_version").fetchall() if "alembic_version" in tables \
+                else []
+        conn.close()
+        assert {"experiments", "runs", "metrics", "tags"} <= tables and version, tables
+    finally:
+        assert opener.wait(timeout=120) == 0
