@@ -18,7 +18,7 @@ from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 from rcpforge.cluster.backend import Backend, BackendError, Job
 from rcpforge.orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
@@ -127,15 +127,19 @@ def run_campaign(
         # bad settings fail as the backend starts, before any submission
         with running_backend(campaign, workers) as backend:
             run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event)
-            run.start(plan.launch)
-            run.record_jobs()
-            if detach:
-                summary.detached = True
-                return summary
-            run.follow(plan.elsewhere)
-            run.until_done()
-            if campaign.adaptive is not None and summary.stopped is None:
-                _next_looks(run, campaign, max_attempts, summary, on_look)
+            try:
+                run.start(plan.launch)
+                run.record_jobs()
+                if detach:
+                    summary.detached = True
+                    return summary
+                run.follow(plan.elsewhere)
+                run.until_done()
+                if campaign.adaptive is not None and summary.stopped is None:
+                    _next_looks(run, campaign, max_attempts, summary, on_look)
+            except KeyboardInterrupt:
+                run.interrupted()
+                raise
         return summary
 
 
@@ -301,9 +305,27 @@ class _Launcher:
         self.summary.not_launched = len(self.waiting)
         self.waiting.clear()
         self.followed.clear()  # live elsewhere (an earlier orchestrator's): its own to finish
+        free = self.cancel_in_flight(f"cancelled: the campaign stopped on a configuration error ({reason})",
+                                     spare=set(misconfigured))
+        # every attempt of a misconfigured run was the configuration's
+        free += [(run_id, self.tracking.recorded(run_id)[1]) for run_id in misconfigured]
+        self.tracking.set_error_kinds(misconfigured, ErrorKind.configuration)
+        self.tracking.set_free_attempts(free)
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the runs in flight are stopped and recorded `cancelled`, free, as on a
+        configuration error, not left `running` with no process behind them; the next
+        `rcpforge run` launches them again."""
+        self.waiting.clear()
+        self.tracking.set_free_attempts(self.cancel_in_flight("cancelled: the campaign was interrupted (Ctrl-C)"))
+
+    def cancel_in_flight(self, why: str, spare: Collection[str] = ()) -> list[tuple[str, int]]:
+        """Stop every run in flight and record it `cancelled` with `why`; the attempts to
+        record free, of each run not in `spare`: every recorded attempt but those the run
+        was charged before this one (the cancelled attempt counts only where its worker
+        had started it)."""
         in_flight, self.runs = list(self.runs.values()), {}
         self.backend.cancel()
-        why = f"cancelled: the campaign stopped on a configuration error ({reason})"
         free = []
         for spec, run_id, attempt in in_flight:
             status, attempts = self.tracking.recorded(run_id)
@@ -311,15 +333,10 @@ class _Launcher:
                 continue
             self.tracking.mark_failed(run_id, why, spec, kind=ErrorKind.cancelled)
             self.summary.cancelled += 1
-            if run_id not in misconfigured:
-                # free: every recorded attempt but those the run was charged before this one
-                # (the cancelled attempt counts only where its worker had started it)
+            if run_id not in spare:
                 charged_before = attempt - 1 - self.free.get(spec.run_key, 0)
                 free.append((run_id, attempts - charged_before))
-        # every attempt of a misconfigured run was the configuration's
-        free += [(run_id, self.tracking.recorded(run_id)[1]) for run_id in misconfigured]
-        self.tracking.set_error_kinds(misconfigured, ErrorKind.configuration)
-        self.tracking.set_free_attempts(free)
+        return free
 
     def check_followed(self) -> None:
         # The ledger and the cluster are read every few seconds, not on every wakeup.

@@ -102,8 +102,8 @@ def test_a_reader_never_finds_the_store_half_made(tmp_path):
             time.sleep(0.002)
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            version = conn.execute("SELECT version_num FROM alembic_version").fetchall() if "alembic_version" in tables \
-                else []
+            has_version = "alembic_version" in tables
+            version = conn.execute("SELECT version_num FROM alembic_version").fetchall() if has_version else []
         conn.close()
         assert {"experiments", "runs", "metrics", "tags"} <= tables and version, tables
     finally:
