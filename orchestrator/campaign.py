@@ -313,17 +313,17 @@ class _Launcher:
         self.tracking.set_free_attempts(free)
 
     def interrupted(self) -> None:
-        """Ctrl-C: the runs in flight are stopped and recorded `cancelled`, free, as on a
-        configuration error, not left `running` with no process behind them; the next
-        `rcpforge run` launches them again."""
+        """Ctrl-C: the runs in flight are stopped and put back `pending`, their attempt
+        free, not left `running` with no process behind them; the next `rcpforge run`
+        launches them again."""
         self.waiting.clear()
-        self.tracking.set_free_attempts(self.cancel_in_flight("cancelled: the campaign was interrupted (Ctrl-C)"))
+        self.tracking.set_free_attempts(self.cancel_in_flight(None))
 
-    def cancel_in_flight(self, why: str, spare: Collection[str] = ()) -> list[tuple[str, int]]:
-        """Stop every run in flight and record it `cancelled` with `why`; the attempts to
-        record free, of each run not in `spare`: every recorded attempt but those the run
-        was charged before this one (the cancelled attempt counts only where its worker
-        had started it)."""
+    def cancel_in_flight(self, why: str | None, spare: Collection[str] = ()) -> list[tuple[str, int]]:
+        """Stop every run in flight and record it `cancelled` with `why` (None: `pending`
+        again); the attempts to record free, of each run not in `spare`: every recorded
+        attempt but those the run was charged before this one (the cancelled attempt
+        counts only where its worker had started it)."""
         in_flight, self.runs = list(self.runs.values()), {}
         self.backend.cancel()
         free = []
@@ -331,7 +331,10 @@ class _Launcher:
             status, attempts = self.tracking.recorded(run_id)
             if RunStatus(status or "pending").is_outcome:  # it ended meanwhile
                 continue
-            self.tracking.mark_failed(run_id, why, spec, kind=ErrorKind.cancelled)
+            if why is None:
+                self.tracking.mark_pending(run_id, spec)
+            else:
+                self.tracking.mark_failed(run_id, why, spec, kind=ErrorKind.cancelled)
             self.summary.cancelled += 1
             if run_id not in spare:
                 charged_before = attempt - 1 - self.free.get(spec.run_key, 0)

@@ -242,16 +242,29 @@ class Tracking:
         """Record a failure that the worker could not record itself (it died, or the
         campaign stopped it: `kind` cancelled), with the run's hyperparameters (a run made
         as it started has them from its worker only)."""
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import RunTag
 
-        params = [Param(k, v) for k, v in run_params(spec).items()] if spec is not None else []
-        for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
-            self.client.log_batch(run_id, params=params[i : i + 100])
+        self._log_spec_params(run_id, spec)
         self.client.log_batch(
             run_id, tags=[RunTag(TAG_STATUS, RunStatus.failed.value), RunTag(TAG_ERROR, error[-MAX_TAG:]),
                           RunTag(TAG_ERROR_KIND, kind.value)]
         )
         self.client.set_terminated(run_id, status="FAILED")
+
+    def mark_pending(self, run_id: str, spec: RunSpec | None = None) -> None:
+        """Put back in the queue a run its orchestrator stopped (Ctrl-C): `pending`, and
+        SCHEDULED in MLflow, as a run that has not started, not `running` with nothing
+        behind it; with its hyperparameters, as `mark_failed`."""
+        self._log_spec_params(run_id, spec)
+        self.client.set_tag(run_id, TAG_STATUS, RunStatus.pending.value)
+        self.client.update_run(run_id, status="SCHEDULED")
+
+    def _log_spec_params(self, run_id: str, spec: RunSpec | None) -> None:
+        from mlflow.entities import Param
+
+        params = [Param(k, v) for k, v in run_params(spec).items()] if spec is not None else []
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+            self.client.log_batch(run_id, params=params[i : i + 100])
 
 
 def mark_preempted(uri: str, run_id: str, retry_s: float = DEFAULT_RETRY_S) -> None:

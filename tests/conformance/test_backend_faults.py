@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from rcpforge.sweeps.spec import load_campaign
-from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_ERROR, TAG_ERROR_KIND, TAG_STATUS
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 from tests.cluster.helpers import assert_clean_ledger, mid_run, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.backend_services import with_service
@@ -70,11 +70,12 @@ def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_ba
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     assert "runs in flight were stopped" in out
-    # none is left `running` with nothing behind it: each stopped run is recorded cancelled
+    # none is left `running` with nothing behind it: each stopped run is pending again
     _, stopped = runs_of(campaign)
     assert stopped and all(r.data.tags[TAG_STATUS] != "running" and r.info.status != "RUNNING" for r in stopped)
-    cancelled = [r for r in stopped if r.data.tags.get(TAG_ERROR_KIND) == "cancelled"]
-    assert cancelled and all("interrupted" in r.data.tags[TAG_ERROR] for r in cancelled)
+    pending = [r for r in stopped if r.data.tags[TAG_STATUS] == "pending"]
+    assert pending and all(r.info.status == "SCHEDULED" for r in pending)
+    assert "pending and none running" in run_cli("status", str(path)).stdout
 
     # a run left running would write the same points as the rerun: the ledger shows it
     again = run_cli("run", str(path))
