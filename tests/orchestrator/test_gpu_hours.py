@@ -131,8 +131,15 @@ def test_the_gpu_hours_cap_stops_launching_and_keeps_what_was_spent(tmp_path, mo
     wanted = [cell for cell in cells if unbound[cell] == 4]
     assert {cell[1] for cell in wanted} == {16, 64}  # an arm of each comparison at least
     assert _seeds_at(path, tmp_path, total + sum(per_run[c] for c in wanted) * (1 + 1e-6)) == unbound
-    one_arm = _seeds_at(path, tmp_path, total + max(per_run.values()) * (1 + 1e-6))
-    assert sorted(one_arm.values()) == [3, 3, 3, 4], one_arm
+    # Room for one more run of the dearest wanted arm: less than all of them cost (at least
+    # two are wanted), more than any one. The best arm is granted, and what is granted fits
+    # the room; how many arms fit depends on the runs' wall times, so it is not fixed
+    # (on a loaded machine the dearest run cost more than two others: two were granted).
+    room = max(per_run[c] for c in wanted) * (1 + 1e-6)
+    some = _seeds_at(path, tmp_path, total + room)
+    granted = [cell for cell in cells if some[cell] == 4]
+    assert granted and set(granted) < set(wanted) and set(some.values()) == {3, 4}, (some, wanted)
+    assert sum(per_run[c] for c in granted) <= room, (some, per_run)
     assert sorted(_seeds_at(path, tmp_path, total + min(per_run.values()) * (1 - 1e-6)).values()) == [3, 3, 3, 3]
 
     # without the cap the campaign goes on from where it stopped: seed 3, each once,
