@@ -17,7 +17,9 @@ SLURM_PREFIX = "slurm:"
 def check_backend(campaign: Campaign) -> None:
     """The quick checks of what only the cluster can tell (is Slurm there, the partition,
     is the Ray head reachable; on this machine, what the trainer needs of it, such as a
-    GPU), before the tracking store or the cluster is touched."""
+    GPU), before the tracking store or the cluster is touched. A local campaign that
+    passes them also starts its workers' fork server here, so that its imports overlap
+    the opening of the store that comes next."""
     spec = campaign.backend
     if spec.kind == "local":
         from rcpforge.trainers.registry import TrainerError, check_local_host
