@@ -72,7 +72,12 @@ def _column(status: RunStatus, slurm_state: str | None) -> str:
     if status.is_outcome or status is RunStatus.failed:
         return status.value
     if slurm_state is not None and (slurm_state in ENDED or slurm_state == "UNLISTED"):
-        return "failed"  # its job ended without recording an outcome: it will be retried
+        # Its job ended without an outcome: it failed (it will be retried), unless the store
+        # holds it pending and the job was cancelled or is gone, as a Ctrl-C of its
+        # orchestrator leaves it (the job cancelled, the run put back): launched again.
+        if status is RunStatus.pending and slurm_state in ("CANCELLED", "UNLISTED"):
+            return "pending"
+        return "failed"
     if status is RunStatus.preempted:
         return "pending"  # waits to be launched again; never an outcome
     if slurm_state == "PENDING" or slurm_state == "REQUEUED":

@@ -15,6 +15,8 @@ from collections import Counter
 
 import pytest
 
+from rcpforge.orchestrator.backends import live_keys
+from rcpforge.orchestrator.tracking import Tracking
 from rcpforge.sweeps.spec import load_campaign
 from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
 from tests.cluster.helpers import assert_clean_ledger, mid_run, paced_campaign, runs_of, start_cli, wait_for
@@ -75,6 +77,10 @@ def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_ba
     assert stopped and all(r.data.tags[TAG_STATUS] != "running" and r.info.status != "RUNNING" for r in stopped)
     pending = [r for r in stopped if r.data.tags[TAG_STATUS] == "pending"]
     assert pending and all(r.info.status == "SCHEDULED" for r in pending)
+    if fault_backend["kind"] == "slurm":
+        # once their jobs are ended (CANCELLED), the stopped runs still count pending, not failed
+        wait_for(lambda: not live_keys(Tracking(campaign.tracking_uri).campaign_ledger(campaign.name)),
+                 "the cancelled jobs to end")
     assert "pending and none running" in run_cli("status", str(path)).stdout
 
     # a run left running would write the same points as the rerun: the ledger shows it

@@ -42,6 +42,11 @@ def test_status_columns_use_the_slurm_state():
     # the job ended without an outcome: counted failed (it will be retried), not running
     assert _column(RunStatus.running, "NODE_FAIL") == "failed"
     assert _column(RunStatus.running, "UNLISTED") == "failed"
+    # pending in the store (its orchestrator's Ctrl-C cancelled the job and put it back):
+    # launched again by the next `run`, not a failure
+    assert _column(RunStatus.pending, "CANCELLED") == "pending"
+    assert _column(RunStatus.pending, "UNLISTED") == "pending"
+    assert _column(RunStatus.pending, "FAILED") == "failed"  # its job failed before it started
 
 
 def test_free_attempts_do_not_count_against_max_attempts():
