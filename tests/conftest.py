@@ -12,6 +12,7 @@ import pytest
 from hypothesis import settings
 
 from rcpforge.cluster.gang import free_port
+from tests.helpers.cli_server import CliServer
 from tests.helpers.ray_cluster import two_node_ray  # noqa: F401 - the two-node Ray of tests/cluster/test_ray_gangs.py
 from tests.helpers.skip_guard import (  # noqa: F401 - hooks: in CI a skip not on tests/allowed_skips.txt fails
     pytest_configure,
@@ -32,9 +33,20 @@ if os.environ.get("CI"):
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real `rcpforge` command line in a fresh process."""
+_cli_server: CliServer | None = None
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600,
+            fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run the real `rcpforge` command line in its own process: forked from the suite's
+    CLI server, whose libraries are already imported (tests/helpers/cli_server.py), or
+    with `fresh` (or RCPF_TEST_CLI_FORK=0) a fresh interpreter."""
+    global _cli_server
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    if not fresh and os.environ.get("RCPF_TEST_CLI_FORK", "1") != "0":
+        if _cli_server is None or _cli_server.proc.poll() is not None:
+            _cli_server = CliServer(ROOT)
+        return _cli_server.run(args, env, cwd or ROOT, timeout)
     return subprocess.run(
         [sys.executable, "-m", "rcpforge.orchestrator.cli", *args],
         cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=timeout,
