@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := sweeps/examples/quickstart.yaml
 
-.PHONY: install demo lint test test-slow clean gpu-wheels slurm-up slurm-up-accounting slurm-down slurm-two-node-up slurm-two-node-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead bench-ingest
+.PHONY: install demo lint test test-slow clean gpu-wheels slurm-up slurm-up-accounting slurm-down slurm-two-node-up slurm-two-node-down slurm-limits-up slurm-limits-down mlflow-server mlflow-server-down soak bench-recipes bench-analysis bench-overhead bench-ingest
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,14 @@ slurm-two-node-up:
 
 slurm-two-node-down:
 	cluster/dev/slurm.sh stop-two-node
+
+# A third that says no as a production Slurm does (MaxArraySize=11, a QOS of 15 submitted
+# jobs per user), for the limits tests; SLURM_CONF=/etc/slurm-limits/slurm.conf.
+slurm-limits-up: slurm-up-accounting
+	cluster/dev/slurm.sh start-limits
+
+slurm-limits-down:
+	cluster/dev/slurm.sh stop-limits
 
 # Benchmarks print their figures beside a baseline measured in the same run.
 bench-recipes: $(STAMP)

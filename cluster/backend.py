@@ -91,6 +91,11 @@ class Backend(ABC):
         every job is submitted at once and waits in the cluster's queue (Slurm)."""
         return None
 
+    def take_notices(self) -> list[str]:
+        """Lines for the campaign's log since the last call (Slurm: a controller that
+        said "not now", and when it took the runs after all); default: none."""
+        return []
+
     @abstractmethod
     def cancel(self) -> None:
         """Stop every job not yet completed; they will not be reported."""

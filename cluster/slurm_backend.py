@@ -38,7 +38,9 @@ import submitit
 from rcpforge.cluster.backend import Backend, BackendError, Done, Job
 from rcpforge.cluster.gang import GANG_GRACE_S, describe_task, run_task
 from rcpforge.cluster.slurm_gang import START_MARK, await_kill, ended_by_slurm, failed_task, rendezvous_env
+from rcpforge.cluster.slurm_limits import SlurmLimits, limits_of
 from rcpforge.cluster.slurm_states import ENDED, asked_job_states, preflight
+from rcpforge.cluster.slurm_submit import Pending, Transient, backoff, find_by_token, prepare, send
 from rcpforge.trainers.contract.gang import Gang
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +48,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 # file before it counts as lost: the worker writes the result just before it exits. Counted
 # in time too: one wait's last poll and the next wait's first come a moment apart.
 _GRACE_POLLS = 3
+# How often the cluster's limits are read again while a campaign runs: an operator who
+# lifts a limit (`sacctmgr modify qos ...`) sees the campaign use the room within this.
+LIMITS_REFRESH_S = 30.0
 
 
 class _Resumable(submitit.helpers.Checkpointable):
@@ -133,7 +138,10 @@ class SlurmBackend(Backend):
     its default is defined once, in `sweeps/backends.py`'s `SlurmBackendSpec`); this
     class only maps it onto submitit's names. `gang` and `gpu_type` are the campaign's
     `launch:`; a job of another gang gets its own parameters (`Job.gang`). Every job is
-    submitted at once (no `free_slots` limit: the cluster's queue holds them)."""
+    submitted at once, within the cluster's limits (`cluster/slurm_limits.py`): arrays of
+    at most MaxArraySize - 1 tasks, and no more of the campaign's jobs queued and running,
+    nor GPUs asked for, than the smallest limit allows (`free_slots`); more go out as
+    others end. Submissions are sent and retried by `cluster/slurm_submit.py`."""
 
     jobs_outlive_process = True  # the cluster owns them; requeued on preemption (`reruns_jobs`)
 
@@ -146,7 +154,16 @@ class SlurmBackend(Backend):
         self._executors: dict[Gang, submitit.AutoExecutor] = {}
         self._executor_for(gang or Gang())  # a bad setting fails here, before anything is submitted
         self._queued: list[Job] = []
+        # arrays Slurm has not taken yet (refused for now: tried again at their time)
+        self._sending: list[tuple[Pending, list[Job], Gang]] = []
+        self.transient_answers = 0  # how many times the controller said "not now"
+        self.notices: list[str] = []  # lines for the campaign's log, taken by the orchestrator
+        self._limits_at = time.monotonic()
+        self.limits: SlurmLimits = limits_of(self._settings)
         self._jobs: dict[str, _Out] = {}  # task id -> its job
+        # Jobs whose result is in but that Slurm still lists (their step and epilog end a
+        # moment later): the queue limits count them until they leave.
+        self._leaving: set[str] = set()
         # Slurm job id -> when its gang's other tasks must have ended, once task 0 returned.
         self._finishing: dict[str, float] = {}
 
@@ -161,24 +178,88 @@ class SlurmBackend(Backend):
             self._executors[gang] = executor
         return self._executors[gang]
 
+
+    def free_slots(self, gang: Gang) -> int | None:
+        """How many more runs of `gang` the limits leave room for now (None: no limit read)."""
+        if time.monotonic() - self._limits_at >= LIMITS_REFRESH_S:
+            self._limits_at, self.limits = time.monotonic(), limits_of(self._settings)
+        rooms = []
+        queue = self.limits.queue_window
+        if queue is not None:
+            rooms.append(queue[0] - self.in_flight() - len(self._leaving))
+        gpus = self.limits.gpu_window
+        per_job = self._gpus_per_job(gang)
+        if gpus is not None and per_job:
+            held = sum(self._gpus_per_job(g) * len(jobs) for g, jobs in self._gangs_in_flight().items())
+            rooms.append((gpus[0] - held) // per_job)
+        return None if not rooms else max(0, min(rooms))
+
+    def _gpus_per_job(self, gang: Gang) -> int:
+        if gang.gpus_per_process:
+            return gang.gpus_per_task * gang.tasks
+        return self._settings.gpus_per_node * gang.nodes
+
+    def _gangs_in_flight(self) -> dict[Gang, list[object]]:
+        found: dict[Gang, list[object]] = {}
+        for job in self._queued:
+            found.setdefault(job.gang or Gang(), []).append(job)
+        for _, jobs, gang in self._sending:
+            found.setdefault(gang, []).extend(jobs)
+        for out in self._jobs.values():
+            found.setdefault(out.gang, []).append(out)
+        return found
+
     def submit(self, job: Job) -> None:
         self._queued.append(job)
 
+    def take_notices(self) -> list[str]:
+        lines, self.notices = self.notices, []
+        return lines
+
     def _flush(self) -> None:
-        """Everything submitted since the last wait goes out as one job array per gang
-        shape."""
-        if not self._queued:
-            return
+        """Everything submitted since the last wait goes out as job arrays, one per gang
+        shape and at most MaxArraySize - 1 tasks each; arrays refused for now are tried
+        again when their time comes."""
         queued, self._queued = self._queued, []
         by_gang = sorted(queued, key=lambda job: repr(job.gang))
+        size = self.limits.array_tasks or len(queued)
         for gang, group in groupby(by_gang, key=lambda job: job.gang):
             jobs = list(group)
             executor = self._executor_for(gang)
-            with executor.batch():
-                handles = [executor.submit(_Resumable(), gang, job.fn, job.on_requeue, job.final, *job.args)
-                           for job in jobs]
-            for job, handle in zip(jobs, handles):
-                self._jobs[job.task_id] = _Out(handle, gang)
+            for start in range(0, len(jobs), size):
+                chunk = jobs[start : start + size]
+                calls = [(_Resumable(), gang, job.fn, job.on_requeue, job.final, *job.args) for job in chunk]
+                self._sending.append((prepare(executor, calls), chunk, gang))
+        self._send_due()
+
+    def _send_due(self, block: bool = False) -> None:
+        """Send the arrays whose time has come (`block`: wait for each until Slurm takes it)."""
+        for item in list(self._sending):
+            pending, jobs, gang = item
+            while True:
+                if pending.next_try > time.monotonic():
+                    if not block:
+                        break
+                    time.sleep(pending.next_try - time.monotonic())
+                try:
+                    handles = send(pending, self._settings)
+                except BackendError:
+                    self._sending.remove(item)  # refused for good: not sent again
+                    raise
+                except Transient as err:
+                    self.transient_answers += 1
+                    if not pending.said:
+                        self.notices.append(f"Slurm did not take {len(jobs)} runs now ({err}); trying again, "
+                                            "2 s to 60 s apart, for as long as it takes")
+                    pending.said = str(err)
+                    backoff(pending)
+                    continue
+                self._sending.remove(item)
+                if pending.said:
+                    self.notices.append(f"Slurm took the {len(jobs)} runs after {pending.tries} tries")
+                for job, handle in zip(jobs, handles):
+                    self._jobs[job.task_id] = _Out(handle, gang)
+                break
 
     def job_ids(self) -> dict[str, str]:
         """Task id -> Slurm job id of every job out, for the ledger."""
@@ -186,14 +267,15 @@ class SlurmBackend(Backend):
         return {task_id: out.handle.job_id for task_id, out in self._jobs.items()}
 
     def in_flight(self) -> int:
-        return len(self._queued) + len(self._jobs)
+        return len(self._queued) + sum(len(jobs) for _, jobs, _ in self._sending) + len(self._jobs)
 
     def wait(self, timeout: float) -> list[Done]:
         self._flush()
         self._stop_stragglers()
         deadline = time.monotonic() + timeout
-        while self._jobs:
-            done = self._poll()
+        while self._jobs or self._sending:
+            self._send_due()
+            done = self._poll() if self._jobs else []
             if done or time.monotonic() >= deadline:
                 return done
             time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
@@ -223,10 +305,20 @@ class SlurmBackend(Backend):
                 del self._jobs[task_id]
                 done.append(Done(task_id, error=_lost_error(out, state)))
         self._stop_stragglers()
+        self._forget_left()
         return done
+
+    def _forget_left(self) -> None:
+        if not self._leaving:
+            return
+        states = asked_job_states(sorted(self._leaving))
+        if states is not None:
+            gone = (*ENDED, "UNLISTED")
+            self._leaving = {j for j in self._leaving if states.get(j, "UNLISTED").split()[0] not in gone}
 
     def _collect(self, task_id: str, out: _Out) -> Done:
         del self._jobs[task_id]
+        self._leaving.add(out.handle.job_id)
         handle = out.reporter
         if out.gang.tasks > 1:
             self._finishing[handle.job_id] = time.monotonic() + GANG_GRACE_S
@@ -256,6 +348,14 @@ class SlurmBackend(Backend):
     def cancel(self) -> None:
         self._queued.clear()
         ids = [out.handle.job_id for out in self._jobs.values()] + list(self._finishing)
+        for pending, _, _ in self._sending:  # an array whose answer was lost may be queued all the same
+            try:
+                lost = find_by_token(pending.token) if pending.tries else None
+            except Transient:
+                lost = None
+            if lost is not None:
+                ids.append(lost)
+        self._sending.clear()
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
         self._jobs.clear()
@@ -263,8 +363,10 @@ class SlurmBackend(Backend):
 
     def close(self) -> None:
         """Jobs still out keep running: Slurm owns them (see `rcpforge run --detach`).
-        A gang already reported has no use for the tasks it has left: they are stopped."""
+        A gang already reported has no use for the tasks it has left: they are stopped.
+        What is still to send goes out first, however long the controller makes it wait."""
         self._flush()
+        self._send_due(block=True)
         self._stop_stragglers(now=True)
 
     def __enter__(self) -> SlurmBackend:

@@ -102,6 +102,7 @@ def run_campaign(
     on_plan: Callable[[Plan], None] | None = None,
     detach: bool = False,
     on_look: Look | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> CampaignSummary:
     if detach and not backend_class(campaign.backend.kind).jobs_outlive_process:
         raise BackendError(
@@ -126,18 +127,23 @@ def run_campaign(
             return summary
         # bad settings fail as the backend starts, before any submission
         with running_backend(campaign, workers) as backend:
-            run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event)
+            run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event, on_notice)
             try:
                 run.start(plan.launch)
+                if detach:
+                    backend.close()  # every array sent, however long the controller makes it wait, then filed
                 run.record_jobs()
                 if detach:
                     summary.detached = True
+                    summary.not_launched = len(run.waiting)  # beyond the cluster's limits: the next run sends them
                     return summary
                 run.follow(plan.elsewhere)
                 run.until_done()
                 if campaign.adaptive is not None and summary.stopped is None:
                     _next_looks(run, campaign, max_attempts, summary, on_look)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, BackendError):
+                # Ctrl-C, or the cluster refused the jobs for good mid-campaign: what is in
+                # flight is stopped and put back pending, nothing counted against it.
                 run.interrupted()
                 raise
         return summary
@@ -168,10 +174,11 @@ class _Launcher:
 
     def __init__(self, campaign: Campaign, tracking: Tracking, experiment_id: str,
                  ledger: dict[str, LedgerEntry], backend: Backend, summary: CampaignSummary,
-                 on_event: Event | None):
+                 on_event: Event | None, on_notice: Callable[[str], None] | None = None):
         self.campaign, self.tracking, self.experiment_id = campaign, tracking, experiment_id
         self.ledger, self.backend, self.summary = ledger, backend, summary
         self.notify = on_event or (lambda *_: None)
+        self.on_notice = on_notice or (lambda _: None)
         self.max_attempts = campaign.backend.max_attempts
         self.runs: dict[str, tuple[RunSpec, str, int]] = {}  # task id -> (spec, run id, attempt)
         self.recorded: set[tuple[str, str]] = set()
@@ -278,6 +285,8 @@ class _Launcher:
                 self.settle(spec, run_id, attempt, result)
             self.fill()
             self.record_jobs()
+            for line in self.backend.take_notices():
+                self.on_notice(line)
             if self.followed:
                 self.check_followed()
 

@@ -106,6 +106,10 @@ class RunProgress:
         elif waiting:
             self.console.print(f"adaptive: look {latest + 1} waits for {waiting} more runs")
 
+    def notice(self, line: str) -> None:
+        """A line from the backend (a controller that said "not now")."""
+        self.console.print(line, highlight=False, markup=False)
+
     def on_event(self, kind: str, spec: RunSpec, result: RunResult | None) -> None:
         if kind == "start" or result is None:
             return  # queued, not yet running: only completions are worth a line

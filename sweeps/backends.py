@@ -76,8 +76,14 @@ class SlurmBackendSpec(_Common):
     gpus_per_node: int = Field(0, ge=0)
     cpus_per_task: int = Field(1, ge=1)
     mem_gb: float | None = Field(None, gt=0)
-    # Runs go out as one job array per launch wave, at most this many running at once.
+    # Runs go out as job arrays per launch wave, at most this many running at once.
     array_parallelism: int = Field(64, ge=1)
+    # Ceilings of the campaign's own, below the cluster's limits (which are read from it):
+    # its jobs queued and running, and the GPUs they ask for, at most this many at once.
+    max_queued: int | None = Field(None, ge=1)
+    max_gpus_in_use: int | None = Field(None, ge=1)
+    # The share of each limit read from the cluster left to the user's other work.
+    queue_margin: float = Field(0.1, ge=0.0, lt=1.0)
     # Extra `#SBATCH --key=value` lines, e.g. {constraint: a100, exclusive: true}.
     additional_parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
     # Shell lines run before the worker starts: module loads, environment.

@@ -162,7 +162,12 @@ def ray_address():
 
 
 # The two-node dev Slurm, for the multi-node gang tests (tests/cluster/test_slurm_gangs.py).
-from tests.helpers.slurm_cluster import two_node_slurm, two_node_slurm_conf  # noqa: E402, F401
+from tests.helpers.slurm_cluster import (  # noqa: E402, F401
+    limits_slurm,
+    limits_slurm_conf,
+    two_node_slurm,
+    two_node_slurm_conf,
+)
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,7 @@ def run(
     try:
         summary = run_campaign(
             campaign, workers=workers, retry_failed=retry_failed, on_event=progress.on_event,
-            on_plan=progress.on_plan, detach=detach, on_look=progress.on_look,
+            on_plan=progress.on_plan, detach=detach, on_look=progress.on_look, on_notice=progress.notice,
         )
     except (CampaignBusy, BackendError, TrackingUnavailable) as err:
         fail(escape(str(err)))  # an error text may hold [brackets] that rich would take as markup
@@ -81,6 +81,10 @@ def _report(campaign, campaign_file: Path, summary) -> None:
             f"campaign {campaign.name}: submitted {summary.launched} runs to Slurm and detached; "
             f"`rcpforge status {campaign_file}` shows progress"
         )
+        if summary.not_launched:
+            console.print(f"{summary.not_launched} more runs wait for room under the cluster's limits (see `rcpforge "
+                          f"status {campaign_file}`): `rcpforge run {campaign_file} --detach` again sends what fits "
+                          "then, or run without --detach to send them as others end", highlight=False, markup=False)
         if summary.adaptive is not None and not summary.adaptive.finished:
             # Looks are barriers taken by an orchestrator: detached, none is there to take the next.
             look = max((e.look for e in summary.adaptive.looks), default=0) + 1

@@ -44,6 +44,7 @@ def status(
     if as_json:
         print(json.dumps({"campaign": campaign.name, "tracking_uri": redact_uri(campaign.tracking_uri),
                           "world_size": found.world_size, "cells": [c.as_dict() for c in found.cells],
+                          "slurm_limits": _slurm_limits(campaign),
                           "totals": found.totals, "failed_runs": found.failures}, indent=2))
         return
     compute = compute_unit(campaign)
@@ -62,7 +63,18 @@ def status(
         console.print(f"{pending} runs pending and none running: unless a `rcpforge run` of this campaign is going "
                       f"on, `rcpforge run {campaign_file}` launches them (with --detach on Slurm, once per look of "
                       "an adaptive campaign)", highlight=False, markup=False)
+    for line in _slurm_limits(campaign):
+        console.print(f"slurm limits: {line}", highlight=False, markup=False)
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
+
+
+def _slurm_limits(campaign) -> list[str]:
+    """The limits a Slurm campaign runs within, where each came from (none for another backend)."""
+    if campaign.backend.kind != "slurm":
+        return []
+    from rcpforge.cluster.slurm_limits import limits_of
+
+    return limits_of(campaign.backend).lines()
 
 
 def _watch(campaign, interval: float) -> None:

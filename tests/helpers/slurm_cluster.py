@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,40 +24,73 @@ TWO_NODE_CONF = Path("/etc/slurm-two-node/slurm.conf")
 NODES = ("n1", "n2")
 
 
-def _nodes_up() -> bool:
-    """Both nodes of the two-node cluster answer and can take jobs."""
-    if not TWO_NODE_CONF.exists():
+def _nodes_up(conf: Path, nodes: tuple[str, ...]) -> bool:
+    """Every one of `nodes` of the cluster of `conf` answers and can take jobs."""
+    if not conf.exists():
         return False
     try:
         proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=20,
-                              env={**os.environ, "SLURM_CONF": str(TWO_NODE_CONF)})
+                              env={**os.environ, "SLURM_CONF": str(conf)})
     except (OSError, subprocess.TimeoutExpired):
         return False
     usable = {line.split()[0] for line in proc.stdout.splitlines()
               if line.split()[1:] and line.split()[1].startswith(("idle", "mixed", "alloc"))}
-    return proc.returncode == 0 and usable >= set(NODES)
+    return proc.returncode == 0 and usable >= set(nodes)
+
+
+def _dev_cluster(conf: Path, nodes: tuple[str, ...], command: str, hint: str) -> Iterator[Path]:
+    """A session's use of one of slurm.sh's extra clusters: reused when up (CI starts them
+    in .ci/run), else started by `slurm.sh <command>` and stopped at the end."""
+    from tests.conftest import missing_service  # here: tests/conftest.py imports this module
+
+    if shutil.which("sbatch") is None:
+        missing_service(f"no Slurm here (sbatch not on PATH): start it with `{hint}`")
+    started_here = not _nodes_up(conf, nodes)
+    if started_here:
+        proc = subprocess.run(["bash", str(_SCRIPT), command], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0 or not _nodes_up(conf, nodes):
+            missing_service(f"the dev Slurm of `{_SCRIPT} {command}` did not start ({hint}): "
+                            f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+    try:
+        yield conf
+    finally:
+        if started_here:
+            subprocess.run(["bash", str(_SCRIPT), command.replace("start", "stop")], capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session")
 def two_node_slurm_conf():
-    from tests.conftest import missing_service  # here: tests/conftest.py imports this module
-
-    if shutil.which("sbatch") is None:
-        missing_service("no Slurm here (sbatch not on PATH): start it with `make slurm-two-node-up`")
-    started_here = not _nodes_up()
-    if started_here:
-        proc = subprocess.run(["bash", str(_SCRIPT), "start-two-node"], capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0 or not _nodes_up():
-            missing_service(f"the two-node dev Slurm did not start ({_SCRIPT} start-two-node): "
-                            f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-    try:
-        yield TWO_NODE_CONF
-    finally:
-        if started_here:
-            subprocess.run(["bash", str(_SCRIPT), "stop-two-node"], capture_output=True, timeout=120)
+    yield from _dev_cluster(TWO_NODE_CONF, NODES, "start-two-node", "make slurm-two-node-up")
 
 
 @pytest.fixture
 def two_node_slurm(two_node_slurm_conf, monkeypatch) -> Path:
     monkeypatch.setenv("SLURM_CONF", str(two_node_slurm_conf))
     return two_node_slurm_conf
+
+
+# The limits cluster (`cluster/dev/slurm.sh start-limits`): one node, l1, MaxArraySize=11 and
+# a QOS of 15 submitted jobs per user enforced through the accounting database.
+LIMITS_CONF = Path("/etc/slurm-limits/slurm.conf")
+LIMITS_QOS = "rcpf-limited"
+LIMITS_MAX_SUBMIT = 15
+
+
+@pytest.fixture(scope="session")
+def limits_slurm_conf():
+    yield from _dev_cluster(LIMITS_CONF, ("l1",), "start-limits", "make slurm-limits-up")
+
+
+@pytest.fixture
+def limits_slurm(limits_slurm_conf, monkeypatch) -> Path:
+    """This test's Slurm clients and jobs go to the limits cluster, its QOS at 15 submitted
+    jobs per user (restored after the test, whatever it changed)."""
+    monkeypatch.setenv("SLURM_CONF", str(limits_slurm_conf))
+    set_max_submit(LIMITS_MAX_SUBMIT)
+    yield limits_slurm_conf
+    set_max_submit(LIMITS_MAX_SUBMIT)
+
+
+def set_max_submit(jobs: int) -> None:
+    subprocess.run(["sacctmgr", "-i", "modify", "qos", LIMITS_QOS, "set", f"MaxSubmitJobsPerUser={jobs}"],
+                   capture_output=True, text=True, timeout=60, check=True)

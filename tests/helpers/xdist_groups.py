@@ -7,6 +7,8 @@ after another:
 - the tests that use the one-node or the two-node dev Slurm form one group, `slurm`:
   those clusters are shared by the whole machine, and their tests count the queue, fill
   the node, preempt and requeue jobs, which no other test's jobs may be in the way of;
+- the tests of the limits cluster (its own controller and node, limits enforced) form
+  `slurm-limits`;
 - the tests of the two-node Ray cluster (two `ray start` processes on fixed names of
   this machine) form `ray-two-node`.
 Each worker has its own temporary folders (pytest's per-worker base), its own one-node
@@ -30,7 +32,9 @@ import pytest
 DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 DEFAULT_S = 5.0
 SLURM_FIXTURES = {"slurm", "two_node_slurm", "two_node_slurm_conf"}
-SERVICE_GROUPS = (("slurm", SLURM_FIXTURES), ("ray-two-node", {"two_node_ray"}))
+# The limits cluster has its own controller and node: its tests run beside the others.
+SERVICE_GROUPS = (("slurm-limits", {"limits_slurm", "limits_slurm_conf"}), ("slurm", SLURM_FIXTURES),
+                  ("ray-two-node", {"two_node_ray"}))
 
 
 # A test can reach a cluster without naming its fixture: `request.getfixturevalue`, the

@@ -1,0 +1,147 @@
+"""Campaigns on a Slurm that says no (the limits dev cluster, `cluster/dev/slurm.sh
+start-limits`): MaxArraySize=11 and a QOS of 15 submitted jobs per user, enforced by the
+real controller; a controller that times out (a fake `sbatch` before the real one on
+PATH, the only thing faked: it answers as a busy slurmctld does); a QOS that does not
+exist. The runs are an instant command program: these are tests of orchestration."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+
+from rcpforge.orchestrator.tracking import Tracking
+from rcpforge.sweeps.spec import load_campaign
+from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_STATUS
+from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of
+from tests.conftest import run_cli
+from tests.helpers.campaigns import write_campaign
+from tests.helpers.slurm_cluster import LIMITS_MAX_SUBMIT
+
+METRIC = "eval_accuracy"  # the paced program's
+
+
+def limited_campaign(tmp_path, seeds: int, **backend):
+    """2 batch sizes x `seeds` instant runs on the limits cluster."""
+    data = paced_campaign({"kind": "slurm", "time_min": 5, **backend}, evals=2, sleep=0.05, seeds=seeds)
+    path = write_campaign(tmp_path, data)
+    return path, load_campaign(path)
+
+
+class QueuePeak:
+    """Polls squeue throughout: the most jobs (array tasks counted one by one) listed at once."""
+
+    def __init__(self) -> None:
+        self.peak, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            listed = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=30)
+            if listed.returncode == 0:
+                self.peak = max(self.peak, len(listed.stdout.split()))
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> QueuePeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+def array_sizes(runs) -> Counter:
+    """Tasks per job array, from the job ids the runs were filed under (`slurm:<array>_<task>`)."""
+    return Counter(r.data.tags[TAG_BACKEND_JOB].removeprefix("slurm:").split("_")[0] for r in runs)
+
+
+def test_a_campaign_larger_than_the_limits_runs_within_them_to_the_end(limits_slurm, tmp_path):
+    path, campaign = limited_campaign(tmp_path, seeds=12)  # 24 runs, 15 submitted jobs allowed
+    with QueuePeak() as queue:
+        proc = run_cli("run", str(path), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Slurm did not take" not in proc.stdout  # kept within the limits, never refused
+    assert_clean_ledger(campaign, n_keys=24, metric=METRIC)
+    _, runs = runs_of(campaign)
+    assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)  # none refused, none run twice
+    assert 0 < queue.peak <= LIMITS_MAX_SUBMIT, queue.peak
+    sizes = array_sizes(runs)
+    assert max(sizes.values()) <= 10 and sum(sizes.values()) == 24, sizes  # MaxArraySize=11
+    status = run_cli("status", str(path))
+    assert "MaxArraySize = 11" in status.stdout and f"MaxSubmitJobsPerUser = {LIMITS_MAX_SUBMIT}" in status.stdout
+
+
+FAKE_SBATCH = """#!/bin/bash
+# A busy controller: the calls named in $RCPF_FAKE_FAIL time out; those in $RCPF_FAKE_LOST
+# reach slurmctld, which takes the job, but the answer is lost on the way back.
+n=$(( $(cat "{count}" 2>/dev/null || echo 0) + 1 )); echo $n > "{count}"
+for i in $RCPF_FAKE_FAIL; do
+  if [ "$i" = "$n" ]; then
+    echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2; exit 1
+  fi
+done
+for i in $RCPF_FAKE_LOST; do
+  if [ "$i" = "$n" ]; then
+    "{real}" "$@" >/dev/null
+    echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2; exit 1
+  fi
+done
+exec "{real}" "$@"
+"""
+
+
+def test_a_controller_that_times_out_or_loses_an_answer_never_gets_a_run_twice(limits_slurm, tmp_path,
+                                                                                 monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text(FAKE_SBATCH.format(count=tmp_path / "sbatch_calls", real=shutil.which("sbatch")))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    # calls 1 and 3 time out; call 4 is taken by the controller and its answer lost
+    monkeypatch.setenv("RCPF_FAKE_FAIL", "1 3")
+    monkeypatch.setenv("RCPF_FAKE_LOST", "4")
+    path, campaign = limited_campaign(tmp_path / "c", seeds=5, max_queued=4)  # 10 runs, arrays of <= 4
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    proc = run_cli("run", str(path), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Slurm did not take" in proc.stdout and "Socket timed out" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert_clean_ledger(campaign, n_keys=10, metric=METRIC)
+    _, runs = runs_of(campaign)
+    assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)
+    # every run's job is its own, and the controller got no array twice: its jobs are the runs'
+    # (the accounting database hears of the last jobs a moment after they ended)
+    wanted, deadline = set(array_sizes(runs)), time.monotonic() + 60
+    while True:
+        listed = subprocess.run(["sacct", "-n", "-X", "-P", "-S", since, "--name", f"rcpforge-{campaign.name}",
+                                 "-o", "JobID"], capture_output=True, text=True, timeout=60, check=True)
+        arrays = {line.split("_")[0] for line in listed.stdout.split()}
+        if arrays >= wanted or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert arrays == wanted, (arrays, wanted)
+    assert int((tmp_path / "sbatch_calls").read_text()) >= 5  # the refused tries were made
+
+
+def test_a_qos_the_cluster_does_not_have_is_one_line_and_every_run_stays_pending(limits_slurm, tmp_path):
+    path, campaign = limited_campaign(tmp_path, seeds=2, qos="nosuch")
+    proc = run_cli("run", str(path), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: backend.qos ('nosuch'): Slurm refused the jobs"), errors
+    assert "Traceback" not in proc.stderr
+    _, runs = runs_of(campaign)
+    assert runs and all(r.data.tags[TAG_STATUS] == "pending" for r in runs)
+    # nothing counted: fixed, the campaign launches every run as a first attempt
+    fixed = write_campaign(tmp_path, {**paced_campaign({"kind": "slurm", "time_min": 5}, evals=2, sleep=0.05,
+                                                       seeds=2)})
+    again = run_cli("run", str(fixed), timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    fixed_campaign = load_campaign(fixed)
+    ledger = Tracking(fixed_campaign.tracking_uri).campaign_ledger(fixed_campaign.name)
+    assert len(ledger) == 4 and all(e.status.value == "converged" and e.charged == 1 for e in ledger.values())

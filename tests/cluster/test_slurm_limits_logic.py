@@ -1,0 +1,76 @@
+"""How rcpforge reads a Slurm cluster's limits and the controller's answers (logic only;
+tests/cluster/test_slurm_limits.py runs campaigns against the real limits cluster)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from rcpforge.cluster.slurm_limits import Limit, SlurmLimits, gpus_of, parse_config
+from rcpforge.cluster.slurm_submit import kind_of, refusal
+
+CONFIG = """Configuration data as of 2026-12-07T01:00:00
+AccountingStorageEnforce = associations,limits,qos
+MaxArraySize            = 11
+MaxJobCount             = 10000
+SlurmctldHost[0]        = localhost(127.0.0.1)
+"""
+
+
+def test_the_controllers_integer_settings_are_read_by_name():
+    values = parse_config(CONFIG)
+    assert values["MaxArraySize"] == 11 and values["MaxJobCount"] == 10000
+    assert "SlurmctldHost[0]" not in values
+
+
+@pytest.mark.parametrize(("tres", "gpus"), [("cpu=8,gres/gpu=4", 4), ("gres/gpu:a100=2,gres/gpu:h100=6", 8),
+                                            ("cpu=8,mem=100G", None), ("", None)])
+def test_gpu_counts_come_from_tres_strings(tres, gpus):
+    assert gpus_of(tres) == gpus
+
+
+def test_arrays_stay_below_max_array_size_and_the_window_keeps_a_margin_off_the_clusters_limits():
+    limits = SlurmLimits(max_array_size=Limit(11, "slurm.conf MaxArraySize"),
+                         queue=[Limit(10000, "slurm.conf MaxJobCount"),
+                                Limit(15, "QOS rcpf-limited MaxSubmitJobsPerUser")], margin=0.1)
+    assert limits.array_tasks == 10
+    room, limit = limits.queue_window
+    assert (room, limit.source) == (13, "QOS rcpf-limited MaxSubmitJobsPerUser")  # 15 less ceil(10%)
+    # the campaign's own ceiling is taken as it is, and wins where it is lower
+    limits.queue.append(Limit(12, "backend.max_queued", own=True))
+    assert limits.queue_window[0] == 12
+    assert any("at most 12 jobs queued and running (backend.max_queued = 12" in line for line in limits.lines())
+    assert SlurmLimits(queue=[Limit(1, "QOS q MaxSubmitJobsPerUser")]).queue_window[0] == 1  # never none
+
+
+@pytest.mark.parametrize("line", [
+    "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+    "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+    "sbatch: error: Batch job submission failed: Resource temporarily unavailable",
+    "sbatch: error: QOSMaxSubmitJobPerUserLimit",
+    "sbatch: error: AssocMaxSubmitJobLimit",
+])
+def test_a_busy_or_full_controllers_answers_are_transient(line):
+    assert kind_of(line) is None
+
+
+@pytest.mark.parametrize(("line", "field", "value"), [
+    ("sbatch: error: Batch job submission failed: Invalid qos specification", "qos", "nosuch"),
+    ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+     "account", "nobody"),
+    ("sbatch: error: Batch job submission failed: Invalid partition name specified", "partition", "gpu"),
+    ("sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)",
+     "time_min", 60),
+])
+def test_a_permanent_refusal_names_the_campaign_field_and_its_value(line, field, value):
+    settings = SimpleNamespace(qos="nosuch", account="nobody", partition="gpu", time_min=60, additional_parameters={})
+    assert kind_of(line) == field
+    message = refusal(line, field, settings)
+    assert message.startswith(f"backend.{field} ({value!r}): Slurm refused the jobs: {line}")
+
+
+def test_a_policy_refusal_is_told_apart_from_a_transient_one():
+    line = ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, "
+            "user's size and/or time limits)")
+    assert kind_of(line) == "policy"
