@@ -81,6 +81,29 @@ def sacct_states(bases: list[str]) -> dict[str, str]:
     return _parse(proc.stdout) if proc.returncode == 0 else {}
 
 
+def pending_reasons(job_ids: list[str]) -> dict[str, str]:
+    """Job id -> why Slurm keeps it pending (squeue's reason: Resources, Priority,
+    QOSMaxJobsPerUserLimit, AssocGrpGRES, ReqNodeNotAvail, ...), for those of `job_ids`
+    that are pending; {} where squeue does not answer."""
+    if not job_ids or shutil.which("squeue") is None:
+        return {}
+    bases = sorted({j.split("_")[0] for j in job_ids})
+    try:
+        proc = subprocess.run(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(bases), "-o", "%i|%r"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if proc.returncode != 0:
+        return {}
+    wanted = set(job_ids)
+    reasons = {}
+    for line in proc.stdout.splitlines():
+        job_id, _, reason = line.partition("|")
+        if job_id.strip() in wanted and reason.strip():
+            reasons[job_id.strip()] = reason.strip()
+    return reasons
+
+
 def _parse(text: str) -> dict[str, str]:
     """`ID|STATE` lines; a state may carry words after it (`CANCELLED by 0`)."""
     states = {}

@@ -118,6 +118,17 @@ def slurm_states(ledger: dict[str, LedgerEntry]) -> dict[str, str]:
     return {key: states.get(job, "UNLISTED").split()[0] for key, job in jobs.items()}
 
 
+def slurm_pending_reasons(ledger: dict[str, LedgerEntry], states: dict[str, str]) -> dict[str, str]:
+    """Run key -> why Slurm keeps its job pending, for the keys `states` says are PENDING."""
+    jobs = {key: job for key, job in slurm_jobs(ledger).items() if states.get(key) == "PENDING"}
+    if not jobs:
+        return {}
+    from rcpforge.cluster.slurm_states import pending_reasons
+
+    reasons = pending_reasons(list(jobs.values()))
+    return {key: reasons[job] for key, job in jobs.items() if job in reasons}
+
+
 def live_keys(ledger: dict[str, LedgerEntry]) -> set[str]:
     from rcpforge.cluster.slurm_states import ENDED
 

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rcpforge.orchestrator.adaptive import arm_of, campaign_looks, look_specs, stop_facts
-from rcpforge.orchestrator.backends import slurm_states
+from rcpforge.orchestrator.backends import slurm_pending_reasons, slurm_states
 from rcpforge.orchestrator.cost import CellCost, add_dollars, compute_unit, estimates, usd_per_hour
 from rcpforge.orchestrator.failfast import reason_line
 from rcpforge.orchestrator.ledger import LedgerEntry
@@ -29,6 +29,9 @@ class CellStatus:
     runs: int = 0
     counts: Counter = field(default_factory=Counter)
     slurm: Counter = field(default_factory=Counter)  # Slurm job state -> runs
+    # Why Slurm keeps the cell's pending jobs waiting (squeue's reason) -> runs: a limit
+    # (QOSMaxJobsPerUserLimit, AssocGrpGRES), Resources, Priority, ...
+    waiting: Counter = field(default_factory=Counter)
     cost: CellCost = field(default_factory=CellCost)
     # Cost and ETA figures (orchestrator/cost.py), filled by `campaign_status`.
     estimate: dict = field(default_factory=dict)
@@ -46,6 +49,7 @@ class CellStatus:
     def as_dict(self) -> dict:
         return {"model": self.model, "recipe": self.recipe, "batch_size": self.batch_size, "runs": self.runs,
                 **{c: self.counts[c] for c in COLUMNS}, "slurm": dict(sorted(self.slurm.items())),
+                "slurm_pending_reasons": dict(sorted(self.waiting.items())),
                 "outside_plan": dict(sorted(self.outside.items())), **self.estimate, **self.adaptive}
 
 
@@ -89,6 +93,7 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
     tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
     ledger = tracking.campaign_ledger(campaign.name)
     states = slurm_states(ledger)
+    reasons = slurm_pending_reasons(ledger, states)
     cells: dict[tuple[str, str, int], CellStatus] = {}
     running = 0
     failures: list[dict] = []
@@ -114,6 +119,8 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
             failures.append(failure_of(spec.run_name, entry))
         if state is not None:
             cell.slurm[state] += 1
+        if spec.run_key in reasons:
+            cell.waiting[reasons[spec.run_key]] += 1
         if entry.status.is_outcome:
             cell.cost.add_finished(entry.metrics)
         if column == "running":

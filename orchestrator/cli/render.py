@@ -160,6 +160,8 @@ def status_table(campaign, found, compute: str, outside: int, live: bool = False
                         min_width=max((len(c.recipe) for c in found.cells), default=6) if col == "recipe" else None)
     for c in found.cells:
         slurm = ", ".join(f"{n} {s.lower()}" for s, n in sorted(c.slurm.items())) or "-"
+        if c.waiting:  # why the pending ones wait, in Slurm's words
+            slurm += " (waiting: " + ", ".join(f"{n} {why}" for why, n in sorted(c.waiting.items())) + ")"
         stopped = (f"{c.adaptive['stop_reason']} at look {c.adaptive['stopped_at_look']}"
                    if c.adaptive.get("stop_reason") else "goes on",) if adaptive else ()
         listed = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(c.outside.items())) or "-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import typer
@@ -63,6 +64,10 @@ def status(
         console.print(f"{pending} runs pending and none running: unless a `rcpforge run` of this campaign is going "
                       f"on, `rcpforge run {campaign_file}` launches them (with --detach on Slurm, once per look of "
                       "an adaptive campaign)", highlight=False, markup=False)
+    waiting = sum((c.waiting for c in found.cells), Counter())
+    if waiting:  # in Slurm's words: a limit (QOSMaxJobsPerUserLimit, AssocGrpGRES), Resources, Priority, ...
+        console.print(f"Slurm keeps {sum(waiting.values())} runs pending, by its reason: "
+                      + ", ".join(f"{n} {why}" for why, n in waiting.most_common()), highlight=False, markup=False)
     for line in _slurm_limits(campaign):
         console.print(f"slurm limits: {line}", highlight=False, markup=False)
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")

@@ -6,6 +6,7 @@ exist. The runs are an instant command program: these are tests of orchestration
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,10 +17,10 @@ from collections import Counter
 from rcpforge.orchestrator.tracking import Tracking
 from rcpforge.sweeps.spec import load_campaign
 from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_STATUS
-from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of
+from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from tests.helpers.slurm_cluster import LIMITS_MAX_SUBMIT
+from tests.helpers.slurm_cluster import LIMITS_MAX_SUBMIT, LIMITS_QOS, set_qos
 
 METRIC = "eval_accuracy"  # the paced program's
 
@@ -145,3 +146,37 @@ def test_a_qos_the_cluster_does_not_have_is_one_line_and_every_run_stays_pending
     fixed_campaign = load_campaign(fixed)
     ledger = Tracking(fixed_campaign.tracking_uri).campaign_ledger(fixed_campaign.name)
     assert len(ledger) == 4 and all(e.status.value == "converged" and e.charged == 1 for e in ledger.values())
+
+
+def test_status_says_why_a_run_waits_when_a_qos_limit_holds_it(limits_slurm, tmp_path):
+    # one running job per user; the user's other work (a sleeping job) holds it
+    set_qos(MaxJobsPerUser=1)
+    blocker = subprocess.run(["sbatch", "--parsable", f"--qos={LIMITS_QOS}", "--wrap", "sleep 300", "-o", "/dev/null"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout.strip().split(";")[0]
+    path, campaign = limited_campaign(tmp_path, seeds=1)  # 2 runs: the window (1 job) sends one
+    try:
+        wait_for(lambda: _state(blocker) == "RUNNING", "the blocking job to run")
+        proc = run_cli("run", str(path), "--detach", timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "1 more runs wait for room under the cluster's limits" in proc.stdout
+        _, runs = runs_of(campaign)
+        job = next(r.data.tags[TAG_BACKEND_JOB].removeprefix("slurm:") for r in runs if TAG_BACKEND_JOB in r.data.tags)
+        wait_for(lambda: _reason(job) == "QOSMaxJobsPerUserLimit", "Slurm to give the QOS limit as the reason")
+        status = run_cli("status", str(path))
+        assert "Slurm keeps 1 runs pending, by its reason: 1 QOSMaxJobsPerUserLimit" in status.stdout, status.stdout
+        shown = run_cli("status", str(path), "--json")
+        cells = json.loads(shown.stdout)["cells"]
+        assert sum(c["slurm_pending_reasons"].get("QOSMaxJobsPerUserLimit", 0) for c in cells) == 1
+    finally:
+        subprocess.run(["scancel", blocker], capture_output=True, timeout=60)
+        subprocess.run(["scancel", "--name", f"rcpforge-{campaign.name}"], capture_output=True, timeout=60)
+
+
+def _state(job: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True,
+                          timeout=30).stdout.strip()
+
+
+def _reason(job: str) -> str:
+    return subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%r"], capture_output=True, text=True,
+                          timeout=30).stdout.strip()

@@ -86,11 +86,12 @@ def limits_slurm(limits_slurm_conf, monkeypatch) -> Path:
     """This test's Slurm clients and jobs go to the limits cluster, its QOS at 15 submitted
     jobs per user (restored after the test, whatever it changed)."""
     monkeypatch.setenv("SLURM_CONF", str(limits_slurm_conf))
-    set_max_submit(LIMITS_MAX_SUBMIT)
+    set_qos(MaxSubmitJobsPerUser=LIMITS_MAX_SUBMIT, MaxJobsPerUser=-1)
     yield limits_slurm_conf
-    set_max_submit(LIMITS_MAX_SUBMIT)
+    set_qos(MaxSubmitJobsPerUser=LIMITS_MAX_SUBMIT, MaxJobsPerUser=-1)
 
 
-def set_max_submit(jobs: int) -> None:
-    subprocess.run(["sacctmgr", "-i", "modify", "qos", LIMITS_QOS, "set", f"MaxSubmitJobsPerUser={jobs}"],
+def set_qos(**limits: int) -> None:
+    """Set limits of the limits cluster's QOS (-1 lifts one); the controller applies them at once."""
+    subprocess.run(["sacctmgr", "-i", "modify", "qos", LIMITS_QOS, "set", *(f"{k}={v}" for k, v in limits.items())],
                    capture_output=True, text=True, timeout=60, check=True)
