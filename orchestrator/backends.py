@@ -118,6 +118,16 @@ def slurm_states(ledger: dict[str, LedgerEntry]) -> dict[str, str]:
     return {key: states.get(job, "UNLISTED").split()[0] for key, job in jobs.items()}
 
 
+def slurm_limit_lines(campaign: Campaign) -> list[str]:
+    """The limits a Slurm campaign runs within, each with where it came from, for `status`
+    and `run --dry-run` (none for another backend)."""
+    if campaign.backend.kind != "slurm":
+        return []
+    from rcpforge.cluster.slurm_limits import limits_of
+
+    return limits_of(campaign.backend).lines()
+
+
 def slurm_pending_reasons(ledger: dict[str, LedgerEntry], states: dict[str, str]) -> dict[str, str]:
     """Run key -> why Slurm keeps its job pending, for the keys `states` says are PENDING."""
     jobs = {key: job for key, job in slurm_jobs(ledger).items() if states.get(key) == "PENDING"}

@@ -118,12 +118,14 @@ def _stopped(campaign, campaign_file: Path, summary) -> None:
 
 def _dry_run(campaign, as_json: bool) -> None:
     """What the launch would start, from the code that launches (orchestrator/dryrun.py)."""
+    from rcpforge.orchestrator.backends import slurm_limit_lines
     from rcpforge.orchestrator.dryrun import dry_run
 
     configs = dry_run(campaign)
+    limits = slurm_limit_lines(campaign)
     if as_json:
         print(json.dumps({"campaign": campaign.name, "backend": campaign.backend.kind, "dry_run": True,
-                          "configurations": configs}, indent=2))
+                          "configurations": configs, **({"slurm_limits": limits} if limits else {})}, indent=2))
         return
     runs = sum(c["runs"] for c in configs)
     out = [f"campaign {campaign.name}: dry run on backend {campaign.backend.kind}, nothing launched or written; "
@@ -147,6 +149,7 @@ def _dry_run(campaign, as_json: bool) -> None:
             out.append(f"  task {task['task']} of {len(config['tasks'])}: "
                        + " ".join(f"{k}={v}" for k, v in task["variables"].items()))
             out += [f"    {key}: {_words(value)}" for key, value in task.items() if key not in ("task", "variables")]
+    out += [f"slurm limits: {line}" for line in limits]
     console.print("\n".join(out), highlight=False, markup=False, soft_wrap=True)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from rcpforge.orchestrator.backends import slurm_limit_lines
 from rcpforge.orchestrator.cli import render
 from rcpforge.orchestrator.cli.app import app, console, fail, stored_campaign_or_fail
 from rcpforge.orchestrator.cost import compute_unit
@@ -45,7 +46,7 @@ def status(
     if as_json:
         print(json.dumps({"campaign": campaign.name, "tracking_uri": redact_uri(campaign.tracking_uri),
                           "world_size": found.world_size, "cells": [c.as_dict() for c in found.cells],
-                          "slurm_limits": _slurm_limits(campaign),
+                          "slurm_limits": slurm_limit_lines(campaign),
                           "totals": found.totals, "failed_runs": found.failures}, indent=2))
         return
     compute = compute_unit(campaign)
@@ -68,18 +69,9 @@ def status(
     if waiting:  # in Slurm's words: a limit (QOSMaxJobsPerUserLimit, AssocGrpGRES), Resources, Priority, ...
         console.print(f"Slurm keeps {sum(waiting.values())} runs pending, by its reason: "
                       + ", ".join(f"{n} {why}" for why, n in waiting.most_common()), highlight=False, markup=False)
-    for line in _slurm_limits(campaign):
+    for line in slurm_limit_lines(campaign):
         console.print(f"slurm limits: {line}", highlight=False, markup=False)
     console.print(f"tracking store: {redact_uri(campaign.tracking_uri)}")
-
-
-def _slurm_limits(campaign) -> list[str]:
-    """The limits a Slurm campaign runs within, where each came from (none for another backend)."""
-    if campaign.backend.kind != "slurm":
-        return []
-    from rcpforge.cluster.slurm_limits import limits_of
-
-    return limits_of(campaign.backend).lines()
 
 
 def _watch(campaign, interval: float) -> None:

@@ -74,6 +74,9 @@ def test_a_campaign_larger_than_the_limits_runs_within_them_to_the_end(limits_sl
     assert max(sizes.values()) <= 10 and sum(sizes.values()) == 24, sizes  # MaxArraySize=11
     status = run_cli("status", str(path))
     assert "MaxArraySize = 11" in status.stdout and f"MaxSubmitJobsPerUser = {LIMITS_MAX_SUBMIT}" in status.stdout
+    planned = json.loads(run_cli("run", str(path), "--dry-run", "--json").stdout)
+    assert "at most 13 jobs queued and running (QOS rcpf-limited MaxSubmitJobsPerUser = 15, less the 10% " \
+           "queue_margin" in " ".join(planned["slurm_limits"])
 
 
 FAKE_SBATCH = """#!/bin/bash
