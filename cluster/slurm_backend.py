@@ -182,7 +182,9 @@ class SlurmBackend(Backend):
     def free_slots(self, gang: Gang) -> int | None:
         """How many more runs of `gang` the limits leave room for now (None: no limit read)."""
         if time.monotonic() - self._limits_at >= LIMITS_REFRESH_S:
-            self._limits_at, self.limits = time.monotonic(), limits_of(self._settings)
+            fresh, self._limits_at = limits_of(self._settings), time.monotonic()
+            if fresh.controller_answered or not self.limits.controller_answered:
+                self.limits = fresh  # a controller that does not answer now keeps the limits it had
         rooms = []
         queue = self.limits.queue_window
         if queue is not None:

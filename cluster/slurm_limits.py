@@ -47,6 +47,9 @@ class SlurmLimits:
     gpus: list[Limit] = field(default_factory=list)
     margin: float = 0.1
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
+    # Whether slurmctld answered (`scontrol show config`): a controller restarting says
+    # nothing of its limits, which have not gone away meanwhile.
+    controller_answered: bool = True
 
     @property
     def array_tasks(self) -> int | None:
@@ -97,6 +100,7 @@ def read_limits(qos: str | None = None, account: str | None = None, max_queued: 
     config = _run(["scontrol", "show", "config"])
     cluster = re.search(r"^\s*ClusterName\s*=\s*(\S+)", config or "", re.M)
     if config is None:
+        limits.controller_answered = False
         limits.notes.append("scontrol show config did not answer: MaxArraySize and MaxJobCount unknown")
     else:
         values = parse_config(config)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -17,10 +18,10 @@ from collections import Counter
 from rcpforge.orchestrator.tracking import Tracking
 from rcpforge.sweeps.spec import load_campaign
 from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG_STATUS
-from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, wait_for
+from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
-from tests.helpers.slurm_cluster import LIMITS_MAX_SUBMIT, LIMITS_QOS, set_qos
+from tests.helpers.slurm_cluster import LIMITS_CTLD_PID, LIMITS_MAX_SUBMIT, LIMITS_QOS, set_qos
 
 METRIC = "eval_accuracy"  # the paced program's
 
@@ -183,3 +184,41 @@ def _state(job: str) -> str:
 def _reason(job: str) -> str:
     return subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%r"], capture_output=True, text=True,
                           timeout=30).stdout.strip()
+
+
+def test_a_controller_restarted_during_a_submission_wave_does_not_stop_the_campaign(limits_slurm, tmp_path):
+    path, campaign = limited_campaign(tmp_path, seeds=6, max_queued=3)  # 12 runs, in waves of 3
+    proc = start_cli("run", str(path))
+
+    def some_converged():
+        _, runs = runs_of(campaign)
+        return sum(r.data.tags.get(TAG_STATUS) == "converged" for r in runs) >= 2
+
+    wait_for(some_converged, "two runs converged", proc)
+    restart_controller(down_s=4)  # sbatch and squeue get no answer meanwhile
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out
+    assert_clean_ledger(campaign, n_keys=12, metric=METRIC)
+    _, runs = runs_of(campaign)
+    assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)
+
+
+def restart_controller(down_s: float) -> None:
+    """Stop the limits cluster's slurmctld, leave it down `down_s` seconds, start it again
+    (its jobs are kept in its state folder) and wait until its node takes jobs."""
+    pid = int(LIMITS_CTLD_PID.read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not _alive(pid), "slurmctld to stop", limit_s=60)
+    time.sleep(down_s)
+    subprocess.run(["slurmctld", "-f", os.environ["SLURM_CONF"]], check=True, timeout=60)
+    wait_for(lambda: subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip()
+             .startswith(("idle", "mixed", "alloc")), "the node to take jobs again", limit_s=60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -72,6 +72,7 @@ def two_node_slurm(two_node_slurm_conf, monkeypatch) -> Path:
 # The limits cluster (`cluster/dev/slurm.sh start-limits`): one node, l1, MaxArraySize=11 and
 # a QOS of 15 submitted jobs per user enforced through the accounting database.
 LIMITS_CONF = Path("/etc/slurm-limits/slurm.conf")
+LIMITS_CTLD_PID = Path("/var/lib/rcpforge-slurm-limits/slurmctld.pid")  # slurm.sh's LIMITS_STATE
 LIMITS_QOS = "rcpf-limited"
 LIMITS_MAX_SUBMIT = 15
 
