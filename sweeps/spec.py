@@ -282,9 +282,17 @@ class Campaign(_Strict):
 
     @property
     def tracking_uri(self) -> str:
-        if self.tracking.uri:
-            return self.tracking.uri
-        return f"sqlite:///{(self.base_dir / DEFAULT_DB).resolve()}"
+        """The store, wherever the command runs from: a relative SQLite path
+        (`sqlite:///my-store.db`) is beside the campaign file, as its default store and
+        its relative argv and workdir are."""
+        uri = self.tracking.uri
+        if not uri:
+            return f"sqlite:///{(self.base_dir / DEFAULT_DB).resolve()}"
+        prefix = "sqlite:///"
+        if uri.startswith(prefix) and not uri.startswith(prefix + "/") and not uri[len(prefix):].startswith(":memory:"):
+            path, sep, query = uri[len(prefix):].partition("?")
+            return f"{prefix}{(self.base_dir / path).resolve()}{sep}{query}"
+        return uri
 
     @property
     def warnings(self) -> list[str]:

@@ -19,6 +19,21 @@ def test_quickstart_is_valid_and_expands_to_every_cell():
     assert campaign.tracking_uri.endswith("sweeps/examples/rcpforge-mlflow.db")
 
 
+@pytest.mark.parametrize(("uri", "expected"), [
+    ("sqlite:///my-store.db", "sqlite:///{base}/my-store.db"),
+    ("sqlite:///stores/../my-store.db?timeout=30", "sqlite:///{base}/my-store.db?timeout=30"),
+    ("sqlite:////abs/store.db", "sqlite:////abs/store.db"),
+    ("postgresql://u@db:5432/mlflow", "postgresql://u@db:5432/mlflow"),
+])
+def test_a_relative_sqlite_store_is_beside_the_campaign_file_wherever_the_command_runs(tmp_path, monkeypatch, uri,
+                                                                                         expected):
+    folder = tmp_path / "camp"
+    folder.mkdir()
+    path = write_campaign(folder, {**tiny_campaign(), "tracking": {"uri": uri}})
+    monkeypatch.chdir(tmp_path)  # another folder than the file's
+    assert load_campaign(path).tracking_uri == expected.format(base=folder.resolve())
+
+
 def test_the_distributed_example_is_the_quickstart_as_gangs_of_two():
     quickstart = load_campaign(ROOT / "sweeps/examples/quickstart.yaml")
     distributed = load_campaign(ROOT / "sweeps/examples/distributed.yaml")
