@@ -73,6 +73,14 @@ def test_unit_rule_stops_the_campaign_and_a_fixed_file_completes_it_once(tmp_pat
     assert not any(TAG_ERROR_KIND in r.data.tags for r in runs)
 
 
+def test_a_metric_key_the_program_never_logs_stops_the_campaign_naming_what_it_logs(tmp_path):
+    data = failing_campaign("fine", benchmark="byo_epochs")  # a program the checker reads as it is
+    data["trainer"].update(metric_key="eval_acc", unit="epochs")  # it logs eval_accuracy, in epochs
+    _, _, line = stopped(tmp_path, data, most_attempts=1)
+    assert "trainer.metric_key 'eval_acc' is never logged by the program: its eval lines log 'eval_accuracy'; " \
+           "did you mean 'eval_accuracy'?" in line, line
+
+
 def test_a_program_that_does_not_exist_stops_the_campaign(tmp_path):
     path, _, line = stopped(tmp_path, failing_campaign("epochs", program=str(tmp_path / "no_such.py")),
                             most_attempts=1)

@@ -453,3 +453,31 @@ def test_a_disclosed_precision_that_contradicts_the_labels_is_a_warning_tag(tmp_
     assert "disclosed lowest_numerical_precision_in_linear 'nvfp4'" in tags["rcpforge.warning"]
     agreeing = spec.model_copy(update={"recipe_options": {"precision": "nvfp4"}})
     assert "rcpforge.warning" not in _result_file_facts(result, agreeing)[1]
+
+
+def test_a_metric_key_the_program_never_logs_is_a_configuration_error_naming_what_it_logs(tmp_path):
+    # the program logs its metric as eval_acc; the campaign reads eval_accuracy
+    result, rep = _run(tmp_path, '''
+        header(32)
+        for s in range(1, 100_000):
+            mllog("eval_loss", 2.0, epoch_num=s)
+            mllog("eval_acc", 0.5, epoch_num=s)
+            time.sleep(0.01)
+    ''')
+    assert result.status is RunStatus.failed and result.error_kind is ErrorKind.configuration
+    assert result.error.startswith("trainer.metric_key 'eval_accuracy' is never logged by the program: its eval "
+                                   "lines log 'eval_acc', 'eval_loss'; did you mean 'eval_acc'?"), result.error
+    assert rep.points == []  # stopped at the second eval, not at its wall clock
+
+
+def test_a_run_stop_success_without_an_eval_of_the_metric_key_is_no_convergence(tmp_path):
+    # the checker reads the eval_accuracy line and the run_stop; the campaign's key is another
+    result, rep = _run(tmp_path, '''
+        header(32)
+        evals(1000, acc=0.95)
+        mllog("run_stop", status="success")
+    ''', unit="samples", metric_key="eval_score")
+    assert result.status is RunStatus.failed and result.error_kind is ErrorKind.configuration
+    assert result.error.startswith("trainer.metric_key 'eval_score' is never logged by the program: its eval lines "
+                                   "log 'eval_accuracy'"), result.error
+    assert rep.points == []

@@ -28,12 +28,14 @@ line reaches rcpforge when it is printed.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,21 @@ def _text(value: Any) -> Any:
 UNIT_RULE_FAILURE = "MLLOG eval line "
 
 
+# MLLOG's marks of an eval's interval (their value is the epoch), not eval metrics.
+EVAL_MARKS = frozenset({"eval_start", "eval_stop"})
+
+
+def metric_key_never_logged(metric_key: str, eval_keys: Iterable[str]) -> str:
+    """The configuration error of a program that never logs `trainer.metric_key`."""
+    keys = sorted(set(eval_keys))
+    logged = (f"its eval lines log {', '.join(repr(k) for k in keys)}" if keys
+              else "it logged no eval line (an MLLOG key eval_...)")
+    close = difflib.get_close_matches(metric_key, keys, n=1, cutoff=0.5)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"trainer.metric_key {metric_key!r} is never logged by the program: {logged}{guess} Set "
+            "trainer.metric_key to the key the program logs its eval metric under")
+
+
 def broke_unit_rule(error: str | None) -> bool:
     return bool(error) and error.startswith(UNIT_RULE_FAILURE) and " has no metadata " in error
 
@@ -144,6 +161,8 @@ class _Follower:
         self.last: EvalPoint | None = None
         self.failure: str | None = None  # why the run failed while it was followed
         self.mllog_lines = 0  # readable MLLOG lines so far: none, and a failure is at startup
+        # Eval lines of keys other than metric_key while none of metric_key came (`_check_metric_key`).
+        self.other_evals: Counter = Counter()
         self._out = open(result_file, "w", encoding="latin-1")
 
     def on_line(self, line: str) -> None:
@@ -153,8 +172,20 @@ class _Follower:
         self.mllog_lines += 1
         self._out.write(self.reading.last_text + "\n")
         self._check_unit(event)
-        if event.get("key") == self.cfg.metric_key:
+        key = event.get("key")
+        if key == self.cfg.metric_key:
             self._eval(event)
+        elif self.evals == 0 and isinstance(key, str) and key.startswith("eval_") and key not in EVAL_MARKS:
+            self._check_metric_key(key)
+
+    def _check_metric_key(self, key: str) -> None:
+        """A second eval of another key with none of metric_key yet: the program logs its
+        eval metric under another name, and every run would end with no curve and no
+        budget enforced. Fail it now, naming the keys it does log."""
+        self.other_evals[key] += 1
+        if self.other_evals[key] >= 2:
+            self.failure = metric_key_never_logged(self.cfg.metric_key, self.other_evals)
+            raise StopProcess(self.failure)
 
     def _check_unit(self, event: dict[str, Any]) -> None:
         """An eval line the checker reads without the key it reads the value from would
@@ -321,11 +352,13 @@ def _result(follower: _Follower, end: ProcessEnd, cfg: CommandSettings, wall_s: 
         note = "; ".join(notes) or None
         if not reading.converged:
             return RunResult(status=RunStatus.not_converged, error=note or f"run_stop status {reading.stop_status!r}", **common)
+        if follower.evals == 0:  # "converged" with no eval of the metric: no curve, no budget held
+            return RunResult(status=RunStatus.failed, error=metric_key_never_logged(cfg.metric_key, follower.other_evals),
+                             error_kind=ErrorKind.configuration, **common)
         value = reading.value_to_converge
-        if cfg.unit == "epochs" and last is None:
-            return RunResult(status=RunStatus.failed, error=f"run_stop success but no {cfg.metric_key} eval to count samples from", **common)
         if cfg.unit == "samples" and not _finite(value):
             return RunResult(status=RunStatus.failed, error=f"run_stop success but the checker's value to converge is {value!r}, not a number", **common)
+        assert last is not None  # an eval of the metric came (evals > 0)
         samples = int(round(value)) if cfg.unit == "samples" else last.samples
         tokens = samples * cfg.tokens_per_sample
         return RunResult(status=RunStatus.converged, samples_to_target=samples, tokens_to_target=tokens, error=note, **common)
