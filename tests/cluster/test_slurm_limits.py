@@ -13,7 +13,10 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import Counter
+
+import yaml
 
 from rcpforge.orchestrator.tracking import Tracking
 from rcpforge.sweeps.spec import load_campaign
@@ -26,9 +29,11 @@ from tests.helpers.slurm_cluster import LIMITS_CTLD_PID, LIMITS_MAX_SUBMIT, LIMI
 METRIC = "eval_accuracy"  # the paced program's
 
 
-def limited_campaign(tmp_path, seeds: int, **backend):
-    """2 batch sizes x `seeds` instant runs on the limits cluster."""
-    data = paced_campaign({"kind": "slurm", "time_min": 5, **backend}, evals=2, sleep=0.05, seeds=seeds)
+def limited_campaign(tmp_path, seeds: int, evals: int = 2, **backend):
+    """2 batch sizes x `seeds` instant runs (`evals` evals 0.25 s apart, or 2 at once) on the limits cluster."""
+    data = paced_campaign({"kind": "slurm", "time_min": 5, **backend}, evals=evals, sleep=0.25 if evals > 2 else 0.05,
+                          seeds=seeds)
+    data["name"] = f"limits-{uuid.uuid4().hex[:8]}"  # its jobs' name is its own: sacct finds only them
     path = write_campaign(tmp_path, data)
     return path, load_campaign(path)
 
@@ -62,22 +67,42 @@ def array_sizes(runs) -> Counter:
 
 
 def test_a_campaign_larger_than_the_limits_runs_within_them_to_the_end(limits_slurm, tmp_path):
-    path, campaign = limited_campaign(tmp_path, seeds=12)  # 24 runs, 15 submitted jobs allowed
+    path, campaign = limited_campaign(tmp_path, seeds=9)  # 18 runs, 15 submitted jobs allowed
     with QueuePeak() as queue:
         proc = run_cli("run", str(path), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Slurm did not take" not in proc.stdout  # kept within the limits, never refused
-    assert_clean_ledger(campaign, n_keys=24, metric=METRIC)
+    assert_clean_ledger(campaign, n_keys=18, metric=METRIC)
     _, runs = runs_of(campaign)
     assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)  # none refused, none run twice
     assert 0 < queue.peak <= LIMITS_MAX_SUBMIT, queue.peak
     sizes = array_sizes(runs)
-    assert max(sizes.values()) <= 10 and sum(sizes.values()) == 24, sizes  # MaxArraySize=11
+    assert max(sizes.values()) <= 10 and sum(sizes.values()) == 18, sizes  # MaxArraySize=11
     status = run_cli("status", str(path))
     assert "MaxArraySize = 11" in status.stdout and f"MaxSubmitJobsPerUser = {LIMITS_MAX_SUBMIT}" in status.stdout
     planned = json.loads(run_cli("run", str(path), "--dry-run", "--json").stdout)
     assert "at most 13 jobs queued and running (QOS rcpf-limited MaxSubmitJobsPerUser = 15, less the 10% " \
            "queue_margin" in " ".join(planned["slurm_limits"])
+
+
+def test_a_limit_lifted_mid_campaign_is_used(limits_slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("RCPF_SLURM_LIMITS_REFRESH_S", "2")  # the campaign reads the limits every 2 s
+    set_qos(MaxSubmitJobsPerUser=5)  # 4 jobs at once, the 10% margin off
+    path, campaign = limited_campaign(tmp_path, seeds=7, evals=6)  # 14 runs of about 2 s
+    with QueuePeak() as queue:
+        proc = start_cli("run", str(path))
+
+        def converged(n):
+            _, runs = runs_of(campaign)
+            return sum(r.data.tags.get(TAG_STATUS) == "converged" for r in runs) >= n
+
+        wait_for(lambda: converged(4), "4 runs converged", proc)
+        before = queue.peak
+        set_qos(MaxSubmitJobsPerUser=LIMITS_MAX_SUBMIT)
+        out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert before <= 5 and queue.peak > 5, (before, queue.peak)  # held by the limit, then used the room
+    assert_clean_ledger(campaign, n_keys=14, metric=METRIC)
 
 
 FAKE_SBATCH = """#!/bin/bash
@@ -143,8 +168,9 @@ def test_a_qos_the_cluster_does_not_have_is_one_line_and_every_run_stays_pending
     _, runs = runs_of(campaign)
     assert runs and all(r.data.tags[TAG_STATUS] == "pending" for r in runs)
     # nothing counted: fixed, the campaign launches every run as a first attempt
-    fixed = write_campaign(tmp_path, {**paced_campaign({"kind": "slurm", "time_min": 5}, evals=2, sleep=0.05,
-                                                       seeds=2)})
+    data = yaml.safe_load(path.read_text())
+    del data["backend"]["qos"]
+    fixed = write_campaign(tmp_path, data)  # the same campaign, its QOS fixed
     again = run_cli("run", str(fixed), timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     fixed_campaign = load_campaign(fixed)
