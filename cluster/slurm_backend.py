@@ -179,7 +179,6 @@ class SlurmBackend(Backend):
             self._executors[gang] = executor
         return self._executors[gang]
 
-
     def free_slots(self, gang: Gang) -> int | None:
         """How many more runs of `gang` the limits leave room for now (None: no limit read)."""
         if time.monotonic() - self._limits_at >= LIMITS_REFRESH_S:
@@ -190,11 +189,9 @@ class SlurmBackend(Backend):
         queue = self.limits.queue_window
         if queue is not None:
             rooms.append(queue[0] - self.in_flight() - len(self._leaving))
-        gpus = self.limits.gpu_window
-        per_job = self._gpus_per_job(gang)
+        gpus, per_job = self.limits.gpu_window, self._gpus_per_job(gang)
         if gpus is not None and per_job:
-            held = sum(self._gpus_per_job(g) * len(jobs) for g, jobs in self._gangs_in_flight().items())
-            rooms.append((gpus[0] - held) // per_job)
+            rooms.append((gpus[0] - self._gpus_held()) // per_job)
         return None if not rooms else max(0, min(rooms))
 
     def _gpus_per_job(self, gang: Gang) -> int:
@@ -202,15 +199,11 @@ class SlurmBackend(Backend):
             return gang.gpus_per_task * gang.tasks
         return self._settings.gpus_per_node * gang.nodes
 
-    def _gangs_in_flight(self) -> dict[Gang, list[object]]:
-        found: dict[Gang, list[object]] = {}
-        for job in self._queued:
-            found.setdefault(job.gang or Gang(), []).append(job)
-        for _, jobs, gang in self._sending:
-            found.setdefault(gang, []).extend(jobs)
-        for out in self._jobs.values():
-            found.setdefault(out.gang, []).append(out)
-        return found
+    def _gpus_held(self) -> int:
+        """GPUs this campaign's jobs ask for: queued here, on their way, and out."""
+        gangs = [job.gang or Gang() for job in self._queued] + [out.gang for out in self._jobs.values()]
+        gangs += [gang for _, jobs, gang in self._sending for _ in jobs]
+        return sum(self._gpus_per_job(gang) for gang in gangs)
 
     def submit(self, job: Job) -> None:
         self._queued.append(job)

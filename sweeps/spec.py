@@ -41,7 +41,7 @@ from rcpforge.sweeps.launch import LaunchSpec
 from rcpforge.sweeps.models_spec import ModelChoice, model_forms, resolve_model
 from rcpforge.sweeps.rcp_spec import RcpSpec
 from rcpforge.sweeps.recipe_grid import expand_grid
-from rcpforge.sweeps.tracking_spec import DEFAULT_DB, TrackingSpec
+from rcpforge.sweeps.tracking_spec import DEFAULT_DB, TrackingSpec, beside
 from rcpforge.trainers.contract import Budget, RunSpec, Target
 from rcpforge.trainers.contract.fields import validation_message
 from rcpforge.trainers.contract.gang import Gang
@@ -285,14 +285,9 @@ class Campaign(_Strict):
         """The store, wherever the command runs from: a relative SQLite path
         (`sqlite:///my-store.db`) is beside the campaign file, as its default store and
         its relative argv and workdir are."""
-        uri = self.tracking.uri
-        if not uri:
+        if not self.tracking.uri:
             return f"sqlite:///{(self.base_dir / DEFAULT_DB).resolve()}"
-        prefix = "sqlite:///"
-        if uri.startswith(prefix) and not uri.startswith(prefix + "/") and not uri[len(prefix):].startswith(":memory:"):
-            path, sep, query = uri[len(prefix):].partition("?")
-            return f"{prefix}{(self.base_dir / path).resolve()}{sep}{query}"
-        return uri
+        return beside(self.tracking.uri, self.base_dir)
 
     @property
     def warnings(self) -> list[str]:

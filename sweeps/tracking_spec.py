@@ -7,11 +7,24 @@ recorded in, and how long an outage of it is waited out. Torch-free.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rcpforge.trainers.contract.uri import uri_form_problem
 
 DEFAULT_DB = "rcpforge-mlflow.db"
+SQLITE = "sqlite:///"
+
+
+def beside(uri: str, base_dir: Path) -> str:
+    """A relative SQLite path (`sqlite:///my-store.db`) as a path beside the campaign file
+    (`base_dir`), as the default store and relative argv and workdir are, wherever a
+    command runs from; any other URI as it is."""
+    if not uri.startswith(SQLITE) or uri.startswith(SQLITE + "/") or uri[len(SQLITE):].startswith(":memory:"):
+        return uri
+    path, sep, query = uri[len(SQLITE):].partition("?")
+    return f"{SQLITE}{(base_dir / path).resolve()}{sep}{query}"
 
 
 class TrackingSpec(BaseModel):

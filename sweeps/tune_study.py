@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from rcpforge.sweeps.spec import Campaign
+from rcpforge.sweeps.tracking_spec import beside
 from rcpforge.trainers.contract.uri import redact_uri
 from rcpforge.sweeps.tune_optuna import make_pruner, make_sampler, sampler_settings
 from rcpforge.sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
@@ -39,6 +40,7 @@ class TuneError(ValueError):
 def storage_url(campaign: Campaign) -> str:
     tune = campaign.tune
     url = (tune.storage if tune else None) or f"sqlite:///{(campaign.base_dir / DEFAULT_STORAGE).resolve()}"
+    url = beside(url, campaign.base_dir)  # a relative SQLite path is beside the campaign file
     if url == campaign.tracking_uri:
         raise TuneError(
             f"tune.storage is the MLflow tracking store ({redact_uri(url)}); Optuna and MLflow cannot share "

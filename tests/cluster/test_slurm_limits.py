@@ -89,6 +89,7 @@ def test_a_limit_lifted_mid_campaign_is_used(limits_slurm, tmp_path, monkeypatch
     monkeypatch.setenv("RCPF_SLURM_LIMITS_REFRESH_S", "2")  # the campaign reads the limits every 2 s
     set_qos(MaxSubmitJobsPerUser=5)  # 4 jobs at once, the 10% margin off
     path, campaign = limited_campaign(tmp_path, seeds=7, evals=6)  # 14 runs of about 2 s
+    runs_of(campaign)  # the store exists before two processes open it
     with QueuePeak() as queue:
         proc = start_cli("run", str(path))
 
@@ -214,6 +215,7 @@ def _reason(job: str) -> str:
 
 def test_a_controller_restarted_during_a_submission_wave_does_not_stop_the_campaign(limits_slurm, tmp_path):
     path, campaign = limited_campaign(tmp_path, seeds=6, max_queued=3)  # 12 runs, in waves of 3
+    runs_of(campaign)  # the store exists before two processes open it
     proc = start_cli("run", str(path))
 
     def some_converged():

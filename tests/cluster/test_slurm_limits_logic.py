@@ -74,3 +74,25 @@ def test_a_policy_refusal_is_told_apart_from_a_transient_one():
     line = ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, "
             "user's size and/or time limits)")
     assert kind_of(line) == "policy"
+
+
+def test_the_window_counts_jobs_and_the_gpus_they_ask_for(tmp_path, monkeypatch):
+    from rcpforge.cluster import slurm_backend
+    from rcpforge.cluster.backend import Job
+    from rcpforge.orchestrator.backends import make_backend
+    from rcpforge.sweeps.spec import parse_campaign
+    from tests.helpers.backend_jobs import echo
+    from tests.helpers.campaigns import tiny_campaign
+
+    monkeypatch.setattr(slurm_backend, "preflight", lambda partition: None)
+    limits = SlurmLimits(queue=[Limit(3, "backend.max_queued", own=True)],
+                         gpus=[Limit(8, "backend.max_gpus_in_use", own=True)])
+    monkeypatch.setattr(slurm_backend, "limits_of", lambda settings: limits)
+    campaign = parse_campaign(tiny_campaign(backend={"kind": "slurm", "gpus_per_node": 4}), tmp_path)
+    backend = make_backend(campaign)
+    gang = campaign.gang
+    assert backend.free_slots(gang) == 2  # 8 GPUs, 4 a job: the GPU ceiling binds before the 3 jobs
+    backend.submit(Job("a", echo, (1,), gang=gang))
+    assert backend.free_slots(gang) == 1
+    limits.gpus.clear()
+    assert backend.free_slots(gang) == 2  # then the queue's 3 jobs, one of them in flight

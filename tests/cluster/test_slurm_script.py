@@ -5,6 +5,7 @@ stand-in `sbatch` keeps the script it is given and submits nothing)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 import rcpforge.cluster.slurm_backend as slurm_backend
 from rcpforge.cluster.backend import BackendError, Job
+from rcpforge.cluster.slurm_submit import TOKEN_PREFIX
 from rcpforge.orchestrator.backends import make_backend
 from rcpforge.sweeps.spec import parse_campaign
 from rcpforge.trainers.contract.gang import Gang
@@ -112,12 +114,13 @@ def _normalised(script: str, tmp_path: Path) -> str:
     and nothing else touched: <PYTHON> this interpreter (submitit's command is
     sys.executable), <TMP> the test's temporary folder (the campaign's, so submitit's job
     folder and its logs), <ROOT> this checkout (the worker's PYTHONPATH), <HOME> the home
-    folder. The script holds no date, user or host name, and no job id (Slurm's %j)."""
+    folder, <TOKEN> the array's submission token (its comment, new at each submission). The
+    script holds no date, user or host name, and no job id (Slurm's %A_%a)."""
     places = {sys.executable: "<PYTHON>", str(tmp_path): "<TMP>", str(tmp_path.resolve()): "<TMP>",
               str(ROOT): "<ROOT>", str(Path.home()) + "/": "<HOME>/"}
     for value in sorted(places, key=len, reverse=True):  # a path inside another is replaced whole
         script = script.replace(value, places[value])
-    return script
+    return re.sub(f"{TOKEN_PREFIX}[0-9a-f]{{32}}", f"{TOKEN_PREFIX}<TOKEN>", script)
 
 
 @pytest.mark.parametrize("golden, nodes", [("slurm_one_node.sbatch", 1), ("slurm_two_node.sbatch", 2)])
