@@ -157,7 +157,6 @@ class SlurmBackend(Backend):
         self._queued: list[Job] = []
         # arrays Slurm has not taken yet (refused for now: tried again at their time)
         self._sending: list[tuple[Pending, list[Job], Gang]] = []
-        self.transient_answers = 0  # how many times the controller said "not now"
         self.notices: list[str] = []  # lines for the campaign's log, taken by the orchestrator
         self._limits_at = time.monotonic()
         self.limits: SlurmLimits = limits_of(self._settings)
@@ -243,7 +242,6 @@ class SlurmBackend(Backend):
                     self._sending.remove(item)  # refused for good: not sent again
                     raise
                 except Transient as err:
-                    self.transient_answers += 1
                     if not pending.said:
                         self.notices.append(f"Slurm did not take {len(jobs)} runs now ({err}); trying again, "
                                             "2 s to 60 s apart, for as long as it takes")

@@ -132,6 +132,7 @@ def run_campaign(
                 run.start(plan.launch)
                 if detach:
                     backend.close()  # every array sent, however long the controller makes it wait, then filed
+                    run.tell_notices()
                 run.record_jobs()
                 if detach:
                     summary.detached = True
@@ -285,10 +286,14 @@ class _Launcher:
                 self.settle(spec, run_id, attempt, result)
             self.fill()
             self.record_jobs()
-            for line in self.backend.take_notices():
-                self.on_notice(line)
+            self.tell_notices()
             if self.followed:
                 self.check_followed()
+
+    def tell_notices(self) -> None:
+        """The backend's lines for the log (a controller that said "not now")."""
+        for line in self.backend.take_notices():
+            self.on_notice(line)
 
     def settle(self, spec: RunSpec, run_id: str, attempt: int, result: RunResult) -> None:
         self.notify("end", spec, result)
