@@ -70,7 +70,7 @@ slurm-two-node-up:
 slurm-two-node-down:
 	cluster/dev/slurm.sh stop-two-node
 
-# A third that says no as a production Slurm does (MaxArraySize=11, a QOS of 15 submitted
+# A third that says no as a production Slurm does (MaxArraySize=6, a QOS of 8 submitted
 # jobs per user), for the limits tests; SLURM_CONF=/etc/slurm-limits/slurm.conf.
 slurm-limits-up: slurm-up-accounting
 	cluster/dev/slurm.sh start-limits

@@ -24,9 +24,9 @@
 #
 # A third cluster says no as a production one does, for tests/cluster/test_slurm_limits.py:
 # one node, l1, under its own slurmctld (SLURM_CONF=/etc/slurm-limits/slurm.conf), with
-# MaxArraySize=RCPF_SLURM_MAX_ARRAY (11) and accounting enforced
+# MaxArraySize=RCPF_SLURM_MAX_ARRAY (6) and accounting enforced
 # (AccountingStorageEnforce=associations,limits,qos) through the one-node cluster's
-# slurmdbd; the user's default QOS there, rcpf-limited, allows RCPF_SLURM_MAX_SUBMIT (15)
+# slurmdbd; the user's default QOS there, rcpf-limited, allows RCPF_SLURM_MAX_SUBMIT (8)
 # submitted jobs per user (`sacctmgr -i modify qos rcpf-limited set MaxSubmitJobsPerUser=N`
 # changes it at once; -1 lifts it).
 set -euo pipefail
@@ -53,8 +53,8 @@ LIMITS_CTLD_PORT=26817
 LIMITS_NODE_PORT=26821
 LIMITS_CLUSTER=rcpforge-limits
 LIMITS_QOS=rcpf-limited
-MAX_ARRAY=${RCPF_SLURM_MAX_ARRAY:-11}
-MAX_SUBMIT=${RCPF_SLURM_MAX_SUBMIT:-15}
+MAX_ARRAY=${RCPF_SLURM_MAX_ARRAY:-6}
+MAX_SUBMIT=${RCPF_SLURM_MAX_SUBMIT:-8}
 
 running() { [ -s "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null; }
 

@@ -12,7 +12,7 @@ from rcpforge.sweeps.spec import load_campaign
 from rcpforge.trainers.contract.schema import TAG_ERROR, TAG_STATUS, TAG_WORLD_SIZE
 from tests.cluster.helpers import assert_clean_ledger, ddp_command_campaign, runs_of
 from tests.helpers.campaigns import write_campaign
-from tests.helpers.processes import alive, listening
+from tests.helpers.processes import alive, port_freed
 
 
 def test_a_command_program_started_per_node_joins_its_process_group_from_the_rendezvous_variables(tmp_path, cli):
@@ -59,4 +59,4 @@ def test_a_rank_killed_mid_run_fails_the_attempt_and_the_retry_completes(tmp_pat
         time.sleep(0.2)
     assert not [p for p in pids if alive(p)]
     _, port = (marks / "port").read_text().split()
-    assert not listening(int(port))  # nobody listens there
+    assert not port_freed(int(port))  # nobody listens on the gang's rendezvous port any more

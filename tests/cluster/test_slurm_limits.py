@@ -1,5 +1,5 @@
 """Campaigns on a Slurm that says no (the limits dev cluster, `cluster/dev/slurm.sh
-start-limits`): MaxArraySize=11 and a QOS of 15 submitted jobs per user, enforced by the
+start-limits`): MaxArraySize=6 and a QOS of 8 submitted jobs per user, enforced by the
 real controller; a controller that times out (a fake `sbatch` before the real one on
 PATH, the only thing faked: it answers as a busy slurmctld does); a QOS that does not
 exist. The runs are an instant command program: these are tests of orchestration."""
@@ -67,28 +67,28 @@ def array_sizes(runs) -> Counter:
 
 
 def test_a_campaign_larger_than_the_limits_runs_within_them_to_the_end(limits_slurm, tmp_path):
-    path, campaign = limited_campaign(tmp_path, seeds=9)  # 18 runs, 15 submitted jobs allowed
+    path, campaign = limited_campaign(tmp_path, seeds=5)  # 10 runs, 8 submitted jobs allowed
     with QueuePeak() as queue:
         proc = run_cli("run", str(path), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Slurm did not take" not in proc.stdout  # kept within the limits, never refused
-    assert_clean_ledger(campaign, n_keys=18, metric=METRIC)
+    assert_clean_ledger(campaign, n_keys=10, metric=METRIC)
     _, runs = runs_of(campaign)
     assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)  # none refused, none run twice
     assert 0 < queue.peak <= LIMITS_MAX_SUBMIT, queue.peak
     sizes = array_sizes(runs)
-    assert max(sizes.values()) <= 10 and sum(sizes.values()) == 18, sizes  # MaxArraySize=11
+    assert max(sizes.values()) <= 5 and sum(sizes.values()) == 10, sizes  # MaxArraySize=6
     status = run_cli("status", str(path))
-    assert "MaxArraySize = 11" in status.stdout and f"MaxSubmitJobsPerUser = {LIMITS_MAX_SUBMIT}" in status.stdout
+    assert "MaxArraySize = 6" in status.stdout and f"MaxSubmitJobsPerUser = {LIMITS_MAX_SUBMIT}" in status.stdout
     planned = json.loads(run_cli("run", str(path), "--dry-run", "--json").stdout)
-    assert "at most 13 jobs queued and running (QOS rcpf-limited MaxSubmitJobsPerUser = 15, less the 10% " \
+    assert "at most 7 jobs queued and running (QOS rcpf-limited MaxSubmitJobsPerUser = 8, less the 10% " \
            "queue_margin" in " ".join(planned["slurm_limits"])
 
 
 def test_a_limit_lifted_mid_campaign_is_used(limits_slurm, tmp_path, monkeypatch):
     monkeypatch.setenv("RCPF_SLURM_LIMITS_REFRESH_S", "2")  # the campaign reads the limits every 2 s
-    set_qos(MaxSubmitJobsPerUser=5)  # 4 jobs at once, the 10% margin off
-    path, campaign = limited_campaign(tmp_path, seeds=7, evals=6)  # 14 runs of about 2 s
+    set_qos(MaxSubmitJobsPerUser=3)  # 2 jobs at once, the 10% margin off
+    path, campaign = limited_campaign(tmp_path, seeds=6, evals=6)  # 12 runs of about 2 s
     runs_of(campaign)  # the store exists before two processes open it
     with QueuePeak() as queue:
         proc = start_cli("run", str(path))
@@ -97,13 +97,13 @@ def test_a_limit_lifted_mid_campaign_is_used(limits_slurm, tmp_path, monkeypatch
             _, runs = runs_of(campaign)
             return sum(r.data.tags.get(TAG_STATUS) == "converged" for r in runs) >= n
 
-        wait_for(lambda: converged(4), "4 runs converged", proc)
+        wait_for(lambda: converged(2), "2 runs converged", proc)
         before = queue.peak
         set_qos(MaxSubmitJobsPerUser=LIMITS_MAX_SUBMIT)
         out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
-    assert before <= 5 and queue.peak > 5, (before, queue.peak)  # held by the limit, then used the room
-    assert_clean_ledger(campaign, n_keys=14, metric=METRIC)
+    assert before <= 3 and queue.peak > 3, (before, queue.peak)  # held by the limit, then used the room
+    assert_clean_ledger(campaign, n_keys=12, metric=METRIC)
 
 
 FAKE_SBATCH = """#!/bin/bash
@@ -214,7 +214,7 @@ def _reason(job: str) -> str:
 
 
 def test_a_controller_restarted_during_a_submission_wave_does_not_stop_the_campaign(limits_slurm, tmp_path):
-    path, campaign = limited_campaign(tmp_path, seeds=6, max_queued=3)  # 12 runs, in waves of 3
+    path, campaign = limited_campaign(tmp_path, seeds=4, max_queued=3)  # 8 runs, in waves of 3
     runs_of(campaign)  # the store exists before two processes open it
     proc = start_cli("run", str(path))
 
@@ -227,7 +227,7 @@ def test_a_controller_restarted_during_a_submission_wave_does_not_stop_the_campa
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert "Traceback" not in out
-    assert_clean_ledger(campaign, n_keys=12, metric=METRIC)
+    assert_clean_ledger(campaign, n_keys=8, metric=METRIC)
     _, runs = runs_of(campaign)
     assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)
 

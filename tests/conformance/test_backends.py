@@ -19,7 +19,7 @@ from rcpforge.trainers.contract.gang import Gang
 from tests.helpers import backend_jobs
 from tests.helpers.backend_services import with_service
 from tests.helpers.campaigns import tiny_campaign
-from tests.helpers.processes import alive, listening
+from tests.helpers.processes import alive, port_freed
 
 # kind -> the campaign's `backend:` section for this suite. Ray: no task retries, so a
 # killed worker is reported at once (retries are the campaign's business, tested there).
@@ -142,7 +142,7 @@ def test_a_rank_killed_mid_run_stops_the_whole_gang_and_frees_its_port(backend, 
         time.sleep(0.2)
     assert not [pid for pid in pids if alive(pid)], "a rank of the failed gang is still running"
     _, port = (tmp_path / "port").read_text().split()
-    assert not listening(int(port))  # nobody listens on the gang's rendezvous port any more
+    assert not port_freed(int(port))  # nobody listens on the gang's rendezvous port any more
     # the backend goes on with the next gang
     backend.submit(Job("next", backend_jobs.gang_env, (str(tmp_path),), gang=PAIR))
     assert [(d.task_id, d.error) for d in _collect(backend, 1)] == [("next", None)]

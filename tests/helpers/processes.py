@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 
@@ -32,13 +34,46 @@ def listening(port: int) -> bool:
     ephemeral range, where any other process's outgoing connection (Ray's, MLflow's, the
     database's) may take the same number as its local port for a while, which makes a bind
     fail though nobody holds the port as a rendezvous."""
+    return bool(_listening_sockets(port))
+
+
+def _listening_sockets(port: int) -> set[str]:
+    """The listening sockets on TCP `port`, as a process's fd links name them (socket:[inode])."""
+    found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
         except FileNotFoundError:
             continue
         for row in rows:
-            local, state = row.split()[1], row.split()[3]
-            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":  # 0A: LISTEN
-                return True
-    return False
+            fields = row.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                found.add(f"socket:[{fields[9]}]")
+    return found
+
+
+def listeners(port: int) -> dict[int, str]:
+    """The processes holding a socket that listens on TCP `port`: pid -> command line."""
+    sockets = _listening_sockets(port)
+    found = {}
+    for entry in Path("/proc").iterdir() if sockets else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in sockets for fd in (entry / "fd").iterdir()):
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
+        except OSError:
+            continue
+    return found
+
+
+def port_freed(port: int, within_s: float = 30.0) -> dict[int, str]:
+    """Wait until nobody listens on `port`; who still does after `within_s` (empty: freed).
+
+    A wait, not one look: the port of a dead gang is a free ephemeral port again, and a
+    test running beside this one in another worker may bind the same number for a moment
+    (its own gang, a server); a listener the gang left behind holds it for good."""
+    deadline = time.monotonic() + within_s
+    while listening(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return listeners(port) if listening(port) else {}

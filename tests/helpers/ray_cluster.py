@@ -47,15 +47,32 @@ def _env() -> dict[str, str]:
 
 
 def _processes_of(temp_dir: str) -> list[int]:
+    """The processes of the cluster under `temp_dir`: those with it in their command line,
+    and those that renamed themselves (Ray's dashboard and runtime-env agents, its client
+    server) but still hold a log file under it open."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if temp_dir.encode() in (entry / "cmdline").read_bytes():
+                if temp_dir.encode() in (entry / "cmdline").read_bytes() or _holds_file_under(entry, temp_dir):
                     found.append(int(entry.name))
             except OSError:
                 continue
     return found
+
+
+def _holds_file_under(proc: Path, folder: str) -> bool:
+    try:
+        fds = list((proc / "fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd).startswith(folder + "/"):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _stop(temp_dir: str) -> None:
@@ -69,6 +86,9 @@ def _stop(temp_dir: str) -> None:
         deadline = time.monotonic() + settle
         while _processes_of(temp_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
+    left = _processes_of(temp_dir)
+    # a process left behind keeps a core and 100 MB busy for the rest of the suite
+    assert not left, f"the two-node Ray under {temp_dir} left processes running: {left}"
 
 
 def drive(request: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +108,9 @@ def two_node_ray():
     # this one, scanning the same range, does not take them meanwhile.
     port = free_port(ports=HEAD_PORTS)
     client_port = free_port(ports=HEAD_PORTS)
-    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
+    # No log monitor: the drivers do not take the workers' output (log_to_driver=False), and
+    # each node's monitor would poll its log files for the rest of the session.
+    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", "--include-log-monitor=false"]
     try:
         for args in (["--head", f"--port={port}", f"--ray-client-server-port={client_port}",
                       "--include-dashboard=false", f"--temp-dir={temp_dir}"],

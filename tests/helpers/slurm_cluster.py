@@ -69,12 +69,12 @@ def two_node_slurm(two_node_slurm_conf, monkeypatch) -> Path:
     return two_node_slurm_conf
 
 
-# The limits cluster (`cluster/dev/slurm.sh start-limits`): one node, l1, MaxArraySize=11 and
-# a QOS of 15 submitted jobs per user enforced through the accounting database.
+# The limits cluster (`cluster/dev/slurm.sh start-limits`): one node, l1, MaxArraySize=6 and
+# a QOS of 8 submitted jobs per user enforced through the accounting database.
 LIMITS_CONF = Path("/etc/slurm-limits/slurm.conf")
 LIMITS_CTLD_PID = Path("/var/lib/rcpforge-slurm-limits/slurmctld.pid")  # slurm.sh's LIMITS_STATE
 LIMITS_QOS = "rcpf-limited"
-LIMITS_MAX_SUBMIT = 15
+LIMITS_MAX_SUBMIT = 8
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +84,7 @@ def limits_slurm_conf():
 
 @pytest.fixture
 def limits_slurm(limits_slurm_conf, monkeypatch) -> Path:
-    """This test's Slurm clients and jobs go to the limits cluster, its QOS at 15 submitted
+    """This test's Slurm clients and jobs go to the limits cluster, its QOS at 8 submitted
     jobs per user (restored after the test, whatever it changed)."""
     monkeypatch.setenv("SLURM_CONF", str(limits_slurm_conf))
     set_qos(MaxSubmitJobsPerUser=LIMITS_MAX_SUBMIT, MaxJobsPerUser=-1)

@@ -9,8 +9,9 @@ after another:
   the node, preempt and requeue jobs, which no other test's jobs may be in the way of;
 - the tests of the limits cluster (its own controller and node, limits enforced) form
   `slurm-limits`;
-- the tests of the two-node Ray cluster (two `ray start` processes on fixed names of
-  this machine) form `ray-two-node`.
+- the tests of the two-node Ray cluster (two `ray start` processes on this machine) go
+  with `slurm`: a file there uses it too, and a session-wide cluster started in two
+  workers would cost twice its start and idle CPU.
 Each worker has its own temporary folders (pytest's per-worker base), its own one-node
 Ray (`ray_address`), its own PostgreSQL-backed MLflow server (`mlflow_server`), on ports
 held until used (`rcpforge.cluster.gang.free_port`).
@@ -33,8 +34,9 @@ DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 DEFAULT_S = 5.0
 SLURM_FIXTURES = {"slurm", "two_node_slurm", "two_node_slurm_conf"}
 # The limits cluster has its own controller and node: its tests run beside the others.
-SERVICE_GROUPS = (("slurm-limits", {"limits_slurm", "limits_slurm_conf"}), ("slurm", SLURM_FIXTURES),
-                  ("ray-two-node", {"two_node_ray"}))
+# The two-node Ray goes with the Slurm tests: a file of the Slurm group uses it too
+# (test_gangs_across_backends), and one worker then starts one such cluster, not two.
+SERVICE_GROUPS = (("slurm-limits", {"limits_slurm", "limits_slurm_conf"}), ("slurm", SLURM_FIXTURES | {"two_node_ray"}))
 
 
 # A test can reach a cluster without naming its fixture: `request.getfixturevalue`, the
