@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rcpforge.trainers.contract.retry import RetryingClient, under_retry_policy
-from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.redact import redact_uri
 from rcpforge.trainers.contract.schema import (
     METRIC_SAMPLES_TO_TARGET,
     METRIC_TOKENS_TO_TARGET,

@@ -17,7 +17,8 @@ through the same tests.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from rcpforge.trainers.contract.gang import Gang
@@ -42,6 +43,12 @@ class Job:
     # (None: every value) may be what the signal did to the call, and is not reported:
     # the cluster's state decides (requeued: the job runs again; ended: the job's error).
     final: Callable[[Any], bool] | None = None
+    # Variables set in each task's environment for the call (credentials: sweeps/secrets.py),
+    # carried apart from `args` so that no backend writes them into its own files: local
+    # workers get them through their pipe, Ray tasks as an argument (in memory); Slurm,
+    # which must store a job until it runs, in a file only the user may read, removed
+    # once the job has ended (cluster/task_secrets.py).
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

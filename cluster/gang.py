@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +16,25 @@ from rcpforge.trainers.contract.gang import RENDEZVOUS_VARS, Gang
 GANG_GRACE_S = 10.0
 
 
-def run_task(fn: Callable[..., Any], args: tuple, env: dict[str, str]) -> Any:
+def run_task(fn: Callable[..., Any], args: tuple, env: dict[str, str],
+             secret_env: Mapping[str, str] | None = None) -> Any:
     """Call `fn(*args)` as one gang task: the rendezvous variables of an earlier job of
-    a reused worker are cleared, this task's are set."""
+    a reused worker are cleared, this task's are set, and its job's `secret_env` for the
+    call only (a reused Ray worker keeps no campaign's credentials for the next job)."""
     for name in RENDEZVOUS_VARS:
         os.environ.pop(name, None)
     os.environ.update(env)
-    return fn(*args)
+    secret_env = secret_env or {}
+    before = {name: os.environ.get(name) for name in secret_env}
+    os.environ.update(secret_env)
+    try:
+        return fn(*args)
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def describe_task(gang: Gang, task: int) -> str:

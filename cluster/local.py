@@ -79,7 +79,7 @@ def _worker_loop(conn: Connection, lifeline: Connection) -> None:
         os.environ.clear()
         os.environ.update(environ)
         try:
-            conn.send(Done(job.task_id, value=run_task(job.fn, job.args, env)))
+            conn.send(Done(job.task_id, value=run_task(job.fn, job.args, env, job.secret_env)))
         except BaseException:  # noqa: BLE001 - reported to the orchestrator as this job's error
             conn.send(Done(job.task_id, error=traceback.format_exc()))
 

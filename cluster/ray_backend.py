@@ -21,7 +21,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from rcpforge.cluster.backend import Backend, BackendError, Done, Job
@@ -190,7 +190,7 @@ class RayBackend(Backend):
                                        retry_exceptions=False, name=job.task_id, **self._task_options)
         if self._gpu_type:
             options["accelerator_type"] = self._gpu_type
-        ref = self._remote.options(**options).remote(job.fn, job.args, job.gang)
+        ref = self._remote.options(**options).remote(job.fn, job.args, job.gang, job.secret_env)
         self._refs[ref] = job.task_id
         self._note_holders()
 
@@ -282,7 +282,7 @@ class RayBackend(Backend):
         self.close()
 
 
-def _run_alone(fn: Callable[..., Any], args: tuple, gang: Gang) -> Any:
+def _run_alone(fn: Callable[..., Any], args: tuple, gang: Gang, secret_env: Mapping[str, str]) -> Any:
     """A one-task job in its Ray worker, with the world-1 rendezvous every run sees. The
     port is found here, on the node the task landed on, not on the driver's."""
-    return run_task(fn, args, gang.task_env(0, "127.0.0.1", free_port(), None))
+    return run_task(fn, args, gang.task_env(0, "127.0.0.1", free_port(), None), secret_env)

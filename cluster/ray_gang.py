@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +113,7 @@ class RayGangs:
                 self._fail(run, 0, f"ray actor failed: {type(err).__name__}: {_ANSI.sub('', str(err))}")
                 return
             # Ray sets CUDA_VISIBLE_DEVICES itself for an actor that holds GPUs.
-            run.tasks = {actor.run.remote(job.fn, job.args, gang.task_env(task, host, port, None)): task
+            run.tasks = {actor.run.remote(job.fn, job.args, gang.task_env(task, host, port, None), job.secret_env): task
                          for task, actor in enumerate(run.actors)}
         else:
             task = run.tasks.pop(ref, None)
@@ -211,5 +211,5 @@ class _GangTask:
         host = ray.util.get_node_ip_address()
         return host, free_port(host)
 
-    def run(self, fn: Callable[..., Any], args: tuple, env: dict[str, str]) -> Any:
-        return run_task(fn, args, env)
+    def run(self, fn: Callable[..., Any], args: tuple, env: dict[str, str], secret_env: Mapping[str, str]) -> Any:
+        return run_task(fn, args, env, secret_env)

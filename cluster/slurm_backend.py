@@ -41,6 +41,7 @@ from rcpforge.cluster.slurm_gang import START_MARK, await_kill, ended_by_slurm, 
 from rcpforge.cluster.slurm_limits import SlurmLimits, limits_of
 from rcpforge.cluster.slurm_states import ENDED, asked_job_states, preflight
 from rcpforge.cluster.slurm_submit import Pending, Transient, backoff, find_by_token, prepare, send
+from rcpforge.cluster.task_secrets import drop_sealed, seal, unseal
 from rcpforge.trainers.contract.gang import Gang
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -59,21 +60,21 @@ class _Resumable(submitit.helpers.Checkpointable):
     The job's `on_requeue(*args)` says what a requeue means to it (e.g. the run's ledger
     entry reads `preempted` until the job runs again)."""
 
-    def __call__(self, gang, fn, on_requeue, final, *args):
+    def __call__(self, gang, sealed, fn, on_requeue, final, *args):
         with ended_by_slurm() as terminated:
-            value = run_task(fn, args, rendezvous_env(gang))
+            value = run_task(fn, args, rendezvous_env(gang), unseal(sealed))
             if terminated.is_set() and not (final is not None and final(value)):
                 await_kill()  # Slurm is ending the job: its state says what became of it
             return value
 
-    def checkpoint(self, gang, fn, on_requeue, final, *args):
+    def checkpoint(self, gang, sealed, fn, on_requeue, final, *args):
         # submitit calls this in task 0 only: the note is written once per requeue.
         if on_requeue is not None:
             try:
                 on_requeue(*args)
             except Exception:  # noqa: BLE001 - the requeue matters more than the note
                 pass
-        return super().checkpoint(gang, fn, on_requeue, final, *args)
+        return super().checkpoint(gang, sealed, fn, on_requeue, final, *args)
 
 
 def submitit_parameters(settings: Any, job_name: str, gang: Gang, gpu_type: str | None = None) -> dict[str, Any]:
@@ -223,7 +224,8 @@ class SlurmBackend(Backend):
             executor = self._executor_for(gang)
             for start in range(0, len(jobs), size):
                 chunk = jobs[start : start + size]
-                calls = [(_Resumable(), gang, job.fn, job.on_requeue, job.final, *job.args) for job in chunk]
+                calls = [(_Resumable(), gang, seal(self.folder, job.task_id, job.secret_env), job.fn, job.on_requeue,
+                          job.final, *job.args) for job in chunk]
                 self._sending.append((prepare(executor, calls), chunk, gang))
         self._send_due()
 
@@ -297,6 +299,7 @@ class SlurmBackend(Backend):
             out.lost_polls += 1
             if out.lost_polls >= _GRACE_POLLS and now - out.lost_since >= (_GRACE_POLLS - 1) * self.poll_s:
                 del self._jobs[task_id]
+                drop_sealed(self.folder, [task_id])
                 done.append(Done(task_id, error=_lost_error(out, state)))
         self._stop_stragglers()
         self._forget_left()
@@ -312,6 +315,7 @@ class SlurmBackend(Backend):
 
     def _collect(self, task_id: str, out: _Out) -> Done:
         del self._jobs[task_id]
+        drop_sealed(self.folder, [task_id])
         self._leaving.add(out.handle.job_id)
         handle = out.reporter
         if out.gang.tasks > 1:
@@ -349,6 +353,7 @@ class SlurmBackend(Backend):
                 lost = None
             if lost is not None:
                 ids.append(lost)
+        drop_sealed(self.folder, [*self._jobs, *(job.task_id for _, jobs, _ in self._sending for job in jobs)])
         self._sending.clear()
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=30)

@@ -28,6 +28,7 @@ from rcpforge.orchestrator.failfast import FailFast
 from rcpforge.orchestrator.ledger import LedgerEntry, Plan, make_plan
 from rcpforge.orchestrator.tracking import Tracking, campaign_tags
 from rcpforge.sweeps.expand import expand
+from rcpforge.sweeps.secrets import launch_secrets
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
 
@@ -110,6 +111,7 @@ def run_campaign(
             "Ray tasks stop with the orchestrator"
         )
     check_backend(campaign)
+    secrets = launch_secrets(campaign, os.environ)  # a variable missing: one line, nothing launched
     with campaign_lock(campaign):
         tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s,
                             campaign_tags(campaign.benchmark, campaign.submission_runs, campaign.reference))
@@ -128,6 +130,7 @@ def run_campaign(
         # bad settings fail as the backend starts, before any submission
         with running_backend(campaign, workers) as backend:
             run = _Launcher(campaign, tracking, experiment_id, ledger, backend, summary, on_event, on_notice)
+            run.secrets = secrets
             try:
                 run.start(plan.launch)
                 if detach:
@@ -192,6 +195,7 @@ class _Launcher:
         # run key -> the run's free attempts (`LedgerEntry.free_attempts`), read from the
         # ledger as it is launched or followed: its budget is the store's, not this process's
         self.free: dict[str, int] = {}
+        self.secrets: dict[str, dict[str, str]] = {}  # model -> its runs' Job.secret_env (sweeps/secrets.py)
 
     def start(self, specs: list[RunSpec]) -> None:
         """First attempts: all at once on a backend that sets no limit (Slurm: its queue is
@@ -251,7 +255,7 @@ class _Launcher:
         job = assignment_for(self.campaign, spec, run_id, attempt, fresh=fresh, unlogged=unlogged and attempt == 1,
                              artifact_uri=self.tracking.artifact_uris.get(run_id))
         self.backend.submit(Job(spec.run_key, execute_run, (job,), on_requeue=note_requeue, gang=self.campaign.gang,
-                                final=has_outcome))
+                                final=has_outcome, secret_env=self.secrets.get(spec.model, {})))
         self.summary.launched += 1
         self.notify("start", spec, None)
 

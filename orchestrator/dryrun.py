@@ -18,6 +18,7 @@ from rcpforge.sweeps.expand import expand
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.trainers.contract import RunSpec
 from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.redact import redact, redact_argv
 
 # Where task 0's rendezvous is, per backend: chosen as the run starts (a port free then),
 # so a dry run names it instead of making one up.
@@ -71,12 +72,15 @@ def _task(campaign: Campaign, spec: RunSpec, folder: Path, variables: dict[str, 
     """What one gang task starts: a program (the command trainer) or a call in the worker."""
     if spec.trainer_kind != "command":
         return {"variables": variables, "in_process": True, "folder": str(folder),
-                "settings": dict(spec.trainer), "hparams": dict(spec.hparams),
+                "settings": redact(dict(spec.trainer), shown=True), "hparams": dict(spec.hparams),
                 "recipe_options": dict(spec.recipe_options), "budget": spec.budget.model_dump(mode="json"),
                 "target": spec.target.model_dump(mode="json"), "world_size": spec.world_size}
     from rcpforge.trainers.command.trainer import command_settings, launch_of
 
     launch = launch_of(spec, command_settings(spec), folder, campaign.base_dir.resolve(),
                        campaign.benchmark_of(spec.model), env=variables)
-    return {"variables": variables, "argv": launch.argv, "env": launch.env, "workdir": str(launch.workdir),
+    # Under the one redaction rule (trainers/contract/redact.py): a secret's entry is *** or
+    # where its value comes from, as `launch_of` shows it; launch.env holds none.
+    return {"variables": variables, "argv": redact_argv(launch.argv), "env": {**launch.env, **launch.secrets},
+            "workdir": str(launch.workdir),
             "mllog_file": str(launch.mllog_file) if launch.mllog_file else None}

@@ -41,6 +41,7 @@ from rcpforge.sweeps.launch import LaunchSpec
 from rcpforge.sweeps.models_spec import ModelChoice, model_forms, resolve_model
 from rcpforge.sweeps.rcp_spec import RcpSpec
 from rcpforge.sweeps.recipe_grid import expand_grid
+from rcpforge.sweeps.secrets import take_out_literals
 from rcpforge.sweeps.tracking_spec import DEFAULT_DB, TrackingSpec, beside
 from rcpforge.trainers.contract import Budget, RunSpec, Target
 from rcpforge.trainers.contract.fields import validation_message
@@ -105,6 +106,9 @@ class Campaign(_Strict):
     # The campaign file's name, MLPerf's `config_filename` in every run's MLLOG ("" for a
     # campaign not read from a file: its name stands in).
     config_file: str = Field(default="", exclude=True)
+    # trainer.env's credential-named literals, taken out of `trainer` and `models` (there: ***)
+    # by model ("": the campaign's trainer); never dumped, so never recorded (sweeps/secrets.py).
+    secret_literals: dict[str, dict[str, str]] = Field(default_factory=dict, exclude=True, repr=False)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -246,6 +250,7 @@ class Campaign(_Strict):
                 self.tune.check_against(self.trainer["kind"], self.hparams)
             except ValueError as err:
                 raise ValueError(str(err)) from None
+        take_out_literals(self)
         return self
 
     # --- derived settings -------------------------------------------------------------
@@ -371,7 +376,7 @@ def parse_campaign(data: Any, base_dir: Path = Path("."), source: str = "campaig
     try:
         return Campaign.model_validate({**data, "base_dir": base_dir, "config_file": config_file})
     except ValidationError as err:
-        hidden = ("base_dir", "config_file")  # set here, not by the file
+        hidden = ("base_dir", "config_file", "secret_literals")  # set here, not by the file
         raise CampaignError(f"{source}: {validation_message(err, Campaign, hidden, _MESSAGES)}") from None
 
 

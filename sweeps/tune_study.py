@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.sweeps.tracking_spec import beside
-from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.redact import redact, redact_uri
 from rcpforge.sweeps.tune_optuna import make_pruner, make_sampler, sampler_settings
 from rcpforge.sweeps.tune_spec import DEFAULT_STORAGE, TuneSpec
 
@@ -71,7 +71,7 @@ def _fingerprint(campaign: Campaign, cell: Cell) -> dict[str, str]:
         _SPACE_ATTR: json.dumps(tune.model_dump(mode="json", include={"space", "seeds"}), sort_keys=True),
         "rcpforge.target": campaign.target.model_dump_json(),
         "rcpforge.budget": campaign.budget.model_dump_json(),
-        "rcpforge.trainer": json.dumps(campaign.trainer, sort_keys=True),
+        "rcpforge.trainer": json.dumps(redact(campaign.trainer), sort_keys=True),  # a study holds no secret
     }
 
 

@@ -65,6 +65,11 @@ def _checked_campaign_or_fail(path: Path, waits_for_store: bool):
 
 
 def _warn(campaign, path: Path) -> None:
+    from rcpforge.sweeps.secrets import literal_warning
+
+    literal = literal_warning([trainer for trainer, _ in campaign.trainers()])
+    if literal:  # once per command: the file holds credentials in the open
+        err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(literal)}", highlight=False)
     if campaign.warnings:  # only then is the store read for them (orchestrator/campaign_warnings.py)
         from rcpforge.orchestrator.campaign_warnings import warnings_that_apply
 

@@ -16,7 +16,7 @@ from rcpforge.orchestrator.cli.app import (
     reference_or_fail,
     stored_campaign_or_fail,
 )
-from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.redact import redact, redact_uri
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 
@@ -77,7 +77,8 @@ def report(
     curves = load_curves(campaign.tracking_uri, campaign.name, [campaign.target.metric, *telemetry])
     request = analysis_request(campaign, reference, seed, extrapolate_to=extrapolate_to)
     # without prices the settings read as before the cost: section existed
-    settings = campaign.model_dump(mode="json", exclude={"base_dir", *(() if campaign.cost else ("cost",))})
+    settings = redact(campaign.model_dump(mode="json", exclude={"base_dir", *(() if campaign.cost else ("cost",))}),
+                      shown=True)
     settings["tracking"] = {"uri": redact_uri(campaign.tracking_uri)}
     spent = campaign_status(campaign)
     facts = CampaignFacts(request, settings, campaign.target.metric, campaign.target.value, campaign.batch_sizes,

@@ -18,7 +18,7 @@ from rcpforge.orchestrator.cli.app import (
     stored_campaign_or_fail,
     tracking_uri_or_fail,
 )
-from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.redact import redact_uri
 
 
 @app.command("import")

@@ -19,8 +19,8 @@ from rcpforge.orchestrator.cli.app import (
     fail,
     load_campaign_or_fail,
 )
+from rcpforge.trainers.contract.redact import redact_uri
 from rcpforge.trainers.contract.schema import TAG_ERROR
-from rcpforge.trainers.contract.uri import redact_uri
 
 
 @app.command()
@@ -53,6 +53,7 @@ def run(
     from rcpforge.orchestrator.campaign import CampaignBusy, run_campaign
     from rcpforge.orchestrator.progress import RunProgress
     from rcpforge.orchestrator.tracking import TrackingUnavailable
+    from rcpforge.sweeps.secrets import MissingSecret
 
     progress = RunProgress(console)
     try:
@@ -60,7 +61,7 @@ def run(
             campaign, workers=workers, retry_failed=retry_failed, on_event=progress.on_event,
             on_plan=progress.on_plan, detach=detach, on_look=progress.on_look, on_notice=progress.notice,
         )
-    except (CampaignBusy, BackendError, TrackingUnavailable) as err:
+    except (CampaignBusy, BackendError, TrackingUnavailable, MissingSecret) as err:
         fail(escape(str(err)))  # an error text may hold [brackets] that rich would take as markup
     except KeyboardInterrupt:
         progress.close()

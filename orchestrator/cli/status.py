@@ -37,7 +37,7 @@ def status(
         return
     from rcpforge.orchestrator.status import campaign_status
     from rcpforge.orchestrator.tracking import TrackingUnavailable
-    from rcpforge.trainers.contract.uri import redact_uri
+    from rcpforge.trainers.contract.redact import redact_uri
 
     try:
         found = campaign_status(campaign)

@@ -23,7 +23,7 @@ def tune(
     """Tune hyperparameters per (recipe, batch size) on tokens-to-target; write
     hparams.<recipe>.yaml beside the campaign. Running it again continues the studies."""
     campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
-    from rcpforge.trainers.contract.uri import redact_uri
+    from rcpforge.trainers.contract.redact import redact_uri
     from rcpforge.orchestrator.tune.launcher import select_cells, tune_campaign
     from rcpforge.sweeps.tune_study import TuneError, storage_url
     from rcpforge.sweeps.tune_table import table_path
@@ -42,10 +42,11 @@ def tune(
 
     from rcpforge.cluster.backend import BackendError
     from rcpforge.orchestrator.tracking import TrackingUnavailable
+    from rcpforge.sweeps.secrets import MissingSecret
 
     try:
         summaries = tune_campaign(campaign, cells, trials=trials, workers=workers, on_event=on_event)
-    except (TuneError, BackendError) as err:
+    except (TuneError, BackendError, MissingSecret) as err:
         fail(escape(str(err)))
     except TrackingUnavailable as err:
         fail(escape(str(err)))

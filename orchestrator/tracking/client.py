@@ -36,7 +36,8 @@ def check_tracking_uri(uri: str) -> None:
     """Refuse, before any call, a URI that cannot work here: malformed, a database driver
     that is not installed, a SQLite file whose folder cannot be made or written. MLflow
     answers each with a long traceback, or retries opening the file for minutes."""
-    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, redact_uri, uri_form_problem
+    from rcpforge.trainers.contract.redact import redact_uri
+    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, uri_form_problem
 
     problem = uri_form_problem(uri)
     if problem is None and uri.split(":", 1)[0].split("+", 1)[0].lower() in DATABASE_SCHEMES:
@@ -102,7 +103,8 @@ def probe_store(uri: str, retry_s: float | None = None) -> None:
     retried for `retry_s` (READ_RETRY_S) at most; a store that does not answer raises
     TrackingUnavailable naming it, the wait and the fix. (MLflow itself retries a database
     connection for about 100 s, then prints its traceback.) A SQLite file needs no probe."""
-    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, SERVER_SCHEMES, redact_uri
+    from rcpforge.trainers.contract.redact import redact_uri
+    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, SERVER_SCHEMES
 
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
     retry_s = READ_RETRY_S if retry_s is None else retry_s
@@ -131,7 +133,7 @@ def _probe_database(uri: str, retry_s: float) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from rcpforge.trainers.contract.uri import redact_uri
+    from rcpforge.trainers.contract.redact import redact_uri
 
     deadline = time.monotonic() + retry_s
     timeout = max(1, min(5, int(retry_s)))

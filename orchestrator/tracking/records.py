@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from rcpforge.trainers.contract import RunSpec, RunStatus
 from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.redact import redact
 from rcpforge.trainers.contract.schema import (
     TAG_ATTEMPT_STARTED,
     TAG_ATTEMPTS,
@@ -66,12 +67,20 @@ def spec_tags(spec: RunSpec) -> dict[str, str]:
         TAG_SEED: str(spec.seed),
         TAG_TRAINER: spec.trainer_kind,
         TAG_TARGET_METRIC: spec.target.metric,
-        TAG_SPEC: spec.model_dump_json()[:MAX_TAG],
+        TAG_SPEC: spec_record(spec)[:MAX_TAG],
         TAG_STATUS: RunStatus.pending.value,
         TAG_ATTEMPTS: "0",
         TAG_WORLD_SIZE: str(spec.world_size),
         **model_tags(spec),
     }
+
+
+def spec_record(spec: RunSpec) -> str:
+    """The RunSpec as its tag holds it: under the one redaction rule (a credential in
+    argv masked; env holds no secret value by then, sweeps/secrets.py)."""
+    recorded = redact(spec.model_dump(mode="json"))
+    return spec.model_dump_json() if recorded == spec.model_dump(mode="json") else \
+        RunSpec.model_validate(recorded).model_dump_json()
 
 
 def campaign_tags(benchmark: str, submission_runs: int, reference: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ a killed tune loses at most the trials in flight, and running it again continues
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -25,6 +26,7 @@ from rcpforge.orchestrator.campaign import campaign_lock
 from rcpforge.orchestrator.execute import assignment_for
 from rcpforge.orchestrator.tracking import Tracking, campaign_tags
 from rcpforge.orchestrator.tune.worker import TrialJob, run_trial
+from rcpforge.sweeps.secrets import launch_secrets
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.sweeps.tune_objective import score
 from rcpforge.sweeps.tune_spec import TUNE_SEED_OFFSET, TuneSpec
@@ -96,6 +98,7 @@ class _CellRun:
         # A trainer that fails every time must not be retried forever: the cell stops
         # after this many failed trials in a row.
         self.failures_left = MAX_FAILURES_IN_A_ROW
+        self.secret_env: dict[str, str] = {}  # trainer.env's secrets (sweeps/secrets.py), for each trial's job
 
     def run(self) -> CellSummary:
         while True:
@@ -143,7 +146,7 @@ class _CellRun:
         )
         task_id = re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.study.study_name}-t{trial.number}")
         self.in_flight[task_id] = _Trial(trial, run_ids)
-        self.backend.submit(Job(task_id, run_trial, (job,)))
+        self.backend.submit(Job(task_id, run_trial, (job,), secret_env=self.secret_env))
         self.on_event(self.cell, trial.number, "start", None)
 
     def _tell(self, entry: _Trial, results: list[RunResult]) -> None:
@@ -197,6 +200,7 @@ def tune_campaign(
     workers = workers or getattr(campaign.backend, "workers", 1)
     summaries = []
     check_backend(campaign)
+    secret_env = launch_secrets(campaign, os.environ)[""]  # a missing variable: before any trial
     with tune_lock(campaign):
         tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s,
                             campaign_tags(campaign.benchmark, campaign.submission_runs, campaign.reference))
@@ -208,6 +212,7 @@ def tune_campaign(
                 index = every.index((cell.recipe, cell.batch_size))
                 run = _CellRun(campaign, cell, index, tracking, experiment_id, backend, workers,
                                trials or tune.trials, on_event or (lambda *_: None))
+                run.secret_env = secret_env
                 summary = run.run()
                 summaries.append(summary)
                 if summary.best_trial is not None:

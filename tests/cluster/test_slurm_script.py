@@ -4,9 +4,7 @@ stand-in `sbatch` keeps the script it is given and submits nothing)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -24,29 +22,6 @@ from tests.helpers.campaigns import tiny_campaign
 from tests.helpers.golden import assert_matches_golden
 
 GOLDEN = Path(__file__).parent / "golden"
-
-# Stand-ins on PATH: `sbatch` copies the script it is given into its folder (0.sbatch,
-# 1.sbatch, ...) and answers as sbatch does; submitit only asks that an `srun` exists.
-_SBATCH = """#!/bin/sh
-n=$(ls {kept} | wc -l)
-cp "$1" {kept}/"$n.sbatch"
-echo "Submitted batch job $((4200 + n))"
-"""
-
-
-@pytest.fixture
-def sbatch(tmp_path, monkeypatch):
-    """The folder the stand-in `sbatch` keeps each submitted script in."""
-    tools, kept = tmp_path / "bin", tmp_path / "sbatch"
-    tools.mkdir()
-    kept.mkdir()
-    (tools / "sbatch").write_text(_SBATCH.format(kept=shlex.quote(str(kept))))
-    (tools / "srun").write_text("#!/bin/sh\nexit 1\n")
-    for tool in tools.iterdir():
-        tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
-    return kept
-
 
 def _script(backend, gang: Gang, kept: Path) -> str:
     """The sbatch script of a job of `gang`, as the backend submits it."""

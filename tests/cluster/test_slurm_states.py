@@ -120,7 +120,7 @@ def test_after_sigterm_only_an_outcome_is_reported(monkeypatch, sleeps, submitit
         os.kill(os.getpid(), signal.SIGTERM)  # the preemption, as the run ends
         return {"status": status}
 
-    assert slurm_backend._Resumable()(Gang(), run, None, has_outcome) == {"status": status}
+    assert slurm_backend._Resumable()(Gang(), None, run, None, has_outcome) == {"status": status}
     assert sleeps == ([slurm_gang.TERMINATED_WAIT_S] if waits else [])
 
 

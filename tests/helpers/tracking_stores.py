@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.redact import redact_uri
 
 STORE_KINDS = ("sqlite", "server", "postgresql")
 

@@ -7,8 +7,8 @@ import pytest
 
 from rcpforge.orchestrator.tracking import RunLog, Tracking, TrackingUnavailable, _RetryingClient
 from rcpforge.trainers.contract import EvalPoint, RunResult, RunStatus
+from rcpforge.trainers.contract.redact import redact_uri
 from rcpforge.trainers.contract.schema import METRIC_TOKENS_TO_TARGET, METRIC_TOKENS_TRAINED, TAG_RUN_KEY, TAG_STATUS
-from rcpforge.trainers.contract.uri import redact_uri
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
 

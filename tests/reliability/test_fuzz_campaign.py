@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcpforge.sweeps.spec import Campaign, CampaignError, load_campaign, parse_campaign
-from rcpforge.trainers.contract.uri import redact_uri
+from rcpforge.trainers.contract.redact import redact_uri
 from tests.helpers.campaigns import TINY
 
 FIELDS = sorted(TINY)

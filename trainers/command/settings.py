@@ -153,10 +153,21 @@ def env_name(field: str) -> str:
 ADDED_LATER: dict[str, Any] = {"start": "per_rank", "mllog_file": None}
 
 
+class FromEnv(BaseModel):
+    """An `env` entry given by reference (`HF_TOKEN: {from_env: HF_TOKEN}`): its value is
+    the variable of the shell `rcpforge run` starts in, read as runs launch and carried
+    to each task beside its RunSpec (sweeps/secrets.py), never recorded nor in a run key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    from_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class CommandSettings(TrainerSettings):
     model_config = ConfigDict(frozen=True, extra="forbid")
     argv: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
+    # A value, or where it comes from: credentials by reference ({from_env: NAME}); a
+    # literal named like a credential (trainers/contract/redact.py) is recorded as ***.
+    env: dict[str, str | FromEnv] = Field(default_factory=dict)
     workdir: str | None = None
     metric_key: str = Field("eval_accuracy", min_length=1)
     unit: Literal["samples", "epochs"] = "samples"
@@ -321,14 +332,14 @@ def _texts(value: Any) -> list[str]:
         return []
     if isinstance(value, str):
         return [value]
-    if isinstance(value, dict):
-        return list(value.values())
+    if isinstance(value, dict):  # env: an entry by reference has no text of its own
+        return [v for v in value.values() if isinstance(v, str)]
     return list(value)
 
 
 def _located_texts(settings: dict[str, Any]) -> list[tuple[str, str]]:
     found = [(f"argv[{i}]", t) for i, t in enumerate(settings.get("argv") or [])]
-    found += [(f"env.{k}", t) for k, t in (settings.get("env") or {}).items()]
+    found += [(f"env.{k}", t) for k, t in (settings.get("env") or {}).items() if isinstance(t, str)]
     for name in ("workdir", "mllog_file"):
         if settings.get(name):
             found.append((name, settings[name]))

@@ -36,7 +36,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from rcpforge.trainers.command.settings import (
     MODEL_SETTING_PREFIX,
     RECIPE_OPTION_PREFIX,
     CommandSettings,
+    FromEnv,
     env_name,
     label_disclosure,
     substitute,
@@ -53,6 +54,7 @@ from rcpforge.trainers.contract import ErrorKind, EvalPoint, Reporter, RunResult
 from rcpforge.trainers.contract.gang import gang_task
 from rcpforge.trainers.contract.mllog.read import SAMPLES_BENCHMARKS, TOKEN, MllogReader, convergence_unit, is_eval_line
 from rcpforge.trainers.contract.mllog.write import RESULT_FILE
+from rcpforge.trainers.contract.redact import MASK, is_secret_entry, shown_reference
 from rcpforge.trainers.contract.submission import benchmark_origin
 
 OUTPUT_LOG = "output.log"
@@ -97,6 +99,9 @@ class Launch:
     env: dict[str, str]
     workdir: Path
     mllog_file: Path | None
+    # The secret entries, as shown (***, <from the environment: NAME>): their values are in
+    # the task's environment already, where its backend put them (Job.secret_env).
+    secrets: dict[str, str] = field(default_factory=dict)
 
 
 def command_settings(spec: RunSpec) -> CommandSettings:
@@ -112,11 +117,13 @@ def launch_of(spec: RunSpec, cfg: CommandSettings, output_dir: Path, campaign_di
     # Unbuffered, so MLLOG lines a Python program print()s arrive as they are printed
     # (a block-buffered pipe would hold them until the buffer fills: a run that looks stalled).
     sets = {"PYTHONUNBUFFERED": "1", **{env_name(k): v for k, v in values.items()}}
-    sets.update({k: substitute(v, values) for k, v in cfg.env.items()})
+    secrets = {k: shown_reference(v.from_env) if isinstance(v, FromEnv) else MASK
+               for k, v in cfg.env.items() if is_secret_entry(k, v) or isinstance(v, FromEnv)}
+    sets.update({k: substitute(v, values) for k, v in cfg.env.items() if isinstance(v, str) and k not in secrets})
     return Launch(
         argv=[substitute(a, values) for a in cfg.argv], env=sets,
         workdir=campaign_dir / substitute(cfg.workdir, values) if cfg.workdir else campaign_dir,
-        mllog_file=output_dir / substitute(cfg.mllog_file, values) if cfg.mllog_file else None,
+        mllog_file=output_dir / substitute(cfg.mllog_file, values) if cfg.mllog_file else None, secrets=secrets,
     )
 
 
@@ -282,6 +289,11 @@ class CommandTrainer(Trainer):
         benchmark = reporter.benchmark or spec.campaign
         launch = launch_of(spec, cfg, output_dir, campaign_dir, benchmark)
         argv, workdir, mllog_file = launch.argv, launch.workdir, launch.mllog_file
+        lacking = [name for name in launch.secrets if name not in os.environ]
+        if lacking:  # a job made without its secret_env: the program would run without its credential
+            return RunResult(status=RunStatus.failed, error_kind=ErrorKind.configuration,
+                             error=f"trainer.env.{lacking[0]}: its value did not reach this task; launch the "
+                                   "campaign with `rcpforge run`, which carries it")
         env = {**os.environ, **launch.env}
         if mllog_file is not None:
             mllog_file.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,9 @@ readers (the analysis) of runs both speak.
   defaults, revisions only above their first) and its hash;
 - `revisions`: the numerics revision of each recipe, which enters the run key;
 - `schema`: the tag and metric names a run is filed under in MLflow;
-- `uri`: tracking URIs as a person may see them (passwords masked);
+- `uri`: tracking URIs as written, their form checked;
+- `redact`: the one redaction rule of what rcpforge records or prints (URI passwords,
+  credentials in `env` and argv);
 - `retry`: the retry policy of every call to a tracking store, writes and reads;
 - `mllog`: the one home of MLLOG, the checker-exact reader and the result-file writer.
 

@@ -1,17 +1,11 @@
-"""Tracking URIs as a person or a log may see them: any password masked."""
+"""Tracking URIs as written: their form checked before a store is touched (shown with
+any password masked by `redact.redact_uri`, the one redaction rule)."""
 
 from __future__ import annotations
 
 import re
 
-# userinfo "user:password@" sits before the first "/" of the authority
-_URI_PASSWORD = re.compile(r"(?P<head>://[^/:@\s]*:)[^@\s/]*(?P<at>@)")
-
-
-def redact_uri(uri: str) -> str:
-    """The URI with any password replaced by ***, for everything a person or a log sees."""
-    return _URI_PASSWORD.sub(r"\g<head>***\g<at>", uri)
-
+from rcpforge.trainers.contract.redact import redact_uri
 
 # The stores MLflow's tracking client opens: SQLAlchemy databases and tracking servers.
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
