@@ -27,6 +27,7 @@ from rcpforge.orchestrator.execute import assignment_for, execute_run, has_outco
 from rcpforge.orchestrator.failfast import FailFast
 from rcpforge.orchestrator.ledger import LedgerEntry, Plan, make_plan
 from rcpforge.orchestrator.tracking import Tracking, campaign_tags
+from rcpforge.orchestrator.store_owner import OtherStore, claim_runs_folder
 from rcpforge.sweeps.expand import expand
 from rcpforge.sweeps.secrets import launch_secrets
 from rcpforge.sweeps.spec import Campaign
@@ -90,6 +91,10 @@ def campaign_lock(campaign: Campaign, activity: str = "run", busy: type[Exceptio
             ) from None
         fh.write(str(os.getpid()))
         fh.flush()
+        try:  # under the lock: two first runs with two stores cannot both claim the folder
+            claim_runs_folder(campaign.runs_folder, campaign.tracking_uri)
+        except OtherStore as err:
+            raise busy(str(err)) from None
         yield
 
 

@@ -313,9 +313,14 @@ class Campaign(_Strict):
         """MLPerf's `config_filename` of the campaign's runs: the campaign file's name."""
         return self.config_file or self.name
 
+    @property
+    def runs_folder(self) -> Path:
+        """The campaign's runs' folders are in it; its store is recorded there (orchestrator/store_owner.py)."""
+        return self.base_dir / "rcpforge-runs" / self.name
+
     def run_dir(self, spec: RunSpec) -> Path:
         """A run's own folder (result files, checkpoints), the same on every attempt."""
-        return self.base_dir / "rcpforge-runs" / self.name / f"{spec.run_name}_{spec.run_key[:12]}"
+        return self.runs_folder / f"{spec.run_name}_{spec.run_key[:12]}"
 
     @property
     def benchmark(self) -> str:

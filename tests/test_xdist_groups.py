@@ -51,3 +51,23 @@ def test_a_files_tests_and_the_slurm_tests_each_share_one_worker(tmp_path):
     assert len(workers) == 6 and all(len(w) == 1 for w in workers.values())  # each file in one worker
     assert workers["test_slurm_x.py"] == workers["test_slurm_y.py"]  # the Slurm tests together
     assert len(set().union(*workers.values())) > 1  # and the run did spread
+
+
+def test_only_the_slurm_cases_of_a_case_by_case_file_join_the_slurm_group():
+    from types import SimpleNamespace
+
+    from tests.helpers.xdist_groups import CASE_BY_CASE, group_of_item
+
+    path = CASE_BY_CASE[0]
+
+    def case(kind: str | None, file: str = path) -> SimpleNamespace:
+        callspec = None if kind is None else SimpleNamespace(params={"fault_backend": kind})
+        return SimpleNamespace(nodeid=f"{file}::test_x" + (f"[{kind}]" if kind else ""), callspec=callspec)
+
+    assert group_of_item(case("slurm"), "slurm") == "slurm"
+    assert group_of_item(case("local"), "slurm") == path
+    assert group_of_item(case("ray"), "slurm") == path
+    assert group_of_item(case(None), "slurm") == path  # a test of the file that takes no backend
+    # a file not listed keeps every case in its group: its module fixtures may start Slurm jobs
+    other = "tests/cluster/test_tracking_server.py"
+    assert group_of_item(case("ray", other), "slurm") == "slurm"

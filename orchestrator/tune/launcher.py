@@ -136,7 +136,7 @@ class _CellRun:
             for s in specs
         ]
         trial.set_user_attr("mlflow_run_ids", run_ids)
-        folder = self.campaign.base_dir / "rcpforge-runs" / self.campaign.name / "tune" / self.study.study_name
+        folder = self.campaign.runs_folder / "tune" / self.study.study_name
         job = TrialJob(
             storage=self.storage, study=self.study.study_name, trial_id=trial._trial_id,
             pruner=self.tune.pruner.model_dump_json(), max_tokens=self.campaign.budget.max_tokens,

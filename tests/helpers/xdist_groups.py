@@ -63,6 +63,22 @@ def group_of_files(items: list[pytest.Item]) -> dict[str, str]:
     return groups
 
 
+# Files whose backend comes from a function-scoped parameter (local, ray, slurm) and that
+# start no cluster in a module or session fixture: only their `slurm` cases need the one
+# dev Slurm; their other cases run as the file's own group, beside the Slurm group.
+CASE_BY_CASE = ("tests/conformance/test_backend_faults.py", "tests/conformance/test_backends.py",
+                "tests/orchestrator/test_secrets.py")
+
+
+def group_of_item(item: pytest.Item, file_group: str) -> str:
+    """The test's group: its file's, but for a non-Slurm case of a CASE_BY_CASE file."""
+    path = item.nodeid.split("::")[0]
+    if file_group != "slurm" or path not in CASE_BY_CASE:
+        return file_group
+    callspec = getattr(item, "callspec", None)
+    return "slurm" if callspec is not None and "slurm" in callspec.params.values() else path
+
+
 def expected_seconds(path: Path = DURATIONS) -> dict[str, float]:
     return json.loads(path.read_text()) if path.exists() else {}
 
@@ -73,10 +89,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return  # set in a worker of `--dist loadgroup`; a plain run keeps pytest's order
     groups = group_of_files(items)
     seconds = expected_seconds()
+    of_item = {item.nodeid: group_of_item(item, groups[item.nodeid.split("::")[0]]) for item in items}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
-    # longest group first; a group's tests keep their order (a stable sort)
+        item.add_marker(pytest.mark.xdist_group(of_item[item.nodeid]))
+    # longest group first (a file split case by case counts whole in each of its groups);
+    # a group's tests keep their order (a stable sort)
     order: dict[str, float] = {}
-    for path, group in groups.items():
+    for path, group in {(item.nodeid.split("::")[0], group) for item, group in
+                        ((item, of_item[item.nodeid]) for item in items)}:
         order[group] = order.get(group, 0.0) - seconds.get(path, DEFAULT_S)
-    items.sort(key=lambda item: order[groups[item.nodeid.split("::")[0]]])
+    items.sort(key=lambda item: order[of_item[item.nodeid]])

@@ -28,3 +28,35 @@ def test_a_campaign_run_from_another_folder_then_from_its_own_trains_each_run_on
     assert "nothing to launch" in again.stdout
     _, runs = runs_of(load_campaign(path))
     assert len(runs) == 2 and all(r.data.tags["rcpforge.attempts"] == "1" for r in runs)
+
+
+def test_a_second_store_for_the_same_runs_folder_is_refused_naming_both(tmp_path):
+    """Two files of one campaign beside each other, tracking in two stores: the second
+    would launch every run again into the first's folders. It is refused, one line naming
+    both stores, and its store is not made."""
+    data = paced_campaign({"kind": "local", "workers": 2}, evals=2, sleep=0.01)
+    first_path = write_campaign(tmp_path, {**data, "tracking": {"uri": "sqlite:///first.db"}})
+    first = run_cli("run", str(first_path))
+    assert first.returncode == 0, first.stdout + first.stderr
+    (tmp_path / "second.yaml").write_text(first_path.read_text().replace("first.db", "second.db"))
+    second = run_cli("run", str(tmp_path / "second.yaml"))
+    assert second.returncode == 2, second.stdout + second.stderr
+    errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, second.stderr
+    assert f"sqlite:///{tmp_path.resolve() / 'first.db'}" in errors[0] and "second.db" in errors[0], errors[0]
+    assert not (tmp_path / "second.db").exists()
+    # the campaign folder moved whole keeps its store: nothing refused, nothing launched again
+    moved = tmp_path.parent / f"{tmp_path.name}-moved"
+    tmp_path.rename(moved)
+    again = run_cli("run", str(moved / first_path.name))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing to launch" in again.stdout
+
+
+def test_the_store_recorded_keeps_no_password_and_a_rotated_one_is_the_same_store(tmp_path):
+    from rcpforge.orchestrator.store_owner import OWNER_FILE, claim_runs_folder
+
+    folder = tmp_path / "rcpforge-runs" / "c"
+    claim_runs_folder(folder, "postgresql://bob:old-secret@db:5432/mlflow")
+    assert "old-secret" not in (folder / OWNER_FILE).read_text()
+    claim_runs_folder(folder, "postgresql://bob:new-secret@db:5432/mlflow")  # the same store: no error
