@@ -75,6 +75,7 @@ def _task(campaign: Campaign, spec: RunSpec, folder: Path, variables: dict[str, 
                 "settings": redact(dict(spec.trainer), shown=True), "hparams": dict(spec.hparams),
                 "recipe_options": dict(spec.recipe_options), "budget": spec.budget.model_dump(mode="json"),
                 "target": spec.target.model_dump(mode="json"), "world_size": spec.world_size}
+    from rcpforge.trainers.command.inputs import missing_inputs
     from rcpforge.trainers.command.trainer import command_settings, launch_of
 
     launch = launch_of(spec, command_settings(spec), folder, campaign.base_dir.resolve(),
@@ -83,4 +84,6 @@ def _task(campaign: Campaign, spec: RunSpec, folder: Path, variables: dict[str, 
     # where its value comes from, as `launch_of` shows it; launch.env holds none.
     return {"variables": variables, "argv": redact_argv(launch.argv), "env": {**launch.env, **launch.secrets},
             "workdir": str(launch.workdir),
-            "mllog_file": str(launch.mllog_file) if launch.mllog_file else None}
+            "mllog_file": str(launch.mllog_file) if launch.mllog_file else None,
+            # what the launch would fail on as a configuration error, if missing where it runs too
+            "missing_inputs": missing_inputs(launch.argv, launch.workdir, folder)}

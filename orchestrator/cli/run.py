@@ -124,6 +124,7 @@ def _dry_run(campaign, as_json: bool) -> None:
 
     configs = dry_run(campaign)
     limits = slurm_limit_lines(campaign)
+    _warn_missing_inputs(configs)
     if as_json:
         print(json.dumps({"campaign": campaign.name, "backend": campaign.backend.kind, "dry_run": True,
                           "configurations": configs, **({"slurm_limits": limits} if limits else {})}, indent=2))
@@ -152,6 +153,18 @@ def _dry_run(campaign, as_json: bool) -> None:
             out += [f"    {key}: {_words(value)}" for key, value in task.items() if key not in ("task", "variables")]
     out += [f"slurm limits: {line}" for line in limits]
     console.print("\n".join(out), highlight=False, markup=False, soft_wrap=True)
+
+
+def _warn_missing_inputs(configs) -> None:
+    """A file argv names that is not here: the first launch here would fail on it as a
+    configuration error. A warning, not an error: on a cluster it may be there."""
+    from rcpforge.trainers.command.inputs import missing_input_message
+
+    missing = {(arg, config["workdir"]) for config in configs for arg in config.get("missing_inputs", ())}
+    for arg, workdir in sorted(missing):
+        err_console.print(f"[yellow]warning:[/yellow] {escape(missing_input_message(arg, Path(workdir)))} "
+                          "(a run started where it is missing fails as a configuration error)",
+                          highlight=False, soft_wrap=True)
 
 
 def _words(value) -> str:

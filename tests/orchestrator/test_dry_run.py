@@ -93,3 +93,23 @@ def test_json_without_dry_run_is_refused_in_one_line(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if not line.startswith("warning:")]  # byo_epochs's note
     assert len(errors) == 1 and errors[0].startswith("error: --json") and "--dry-run" in errors[0], proc.stderr
     assert not (tmp_path / "rcpforge-mlflow.db").exists()
+
+
+def test_dry_run_warns_of_a_script_argv_names_that_is_not_there(tmp_path):
+    """`run` fails the first run on it as a configuration error; the dry run says so first."""
+    data = recording_campaign()
+    data["trainer"] = dict(data["trainer"], argv=["{python}", "no_such_train.py", str(RECORDING),
+                                                  "{output_dir}/made_by_the_run.yaml"])
+    (tmp_path / "work").mkdir()
+    path = write_campaign(tmp_path, data)
+    proc = run_cli("run", str(path), "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # it may exist where a cluster runs it
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: trainer.argv")]
+    assert len(warnings) == 1, proc.stderr  # once, however many configurations name it
+    assert "'no_such_train.py', which does not exist in " + str(tmp_path / "work") in warnings[0], warnings
+    shown = json.loads(run_cli("run", str(path), "--dry-run", "--json").stdout)
+    # the recording program exists; a file in the run's own folder is its output, not an input
+    assert all(c["missing_inputs"] == ["no_such_train.py"] for c in shown["configurations"])
+    fixed = dict(data["trainer"], argv=["{python}", str(RECORDING), "{output_dir}"])
+    clean = run_cli("run", str(write_campaign(tmp_path, {**data, "trainer": fixed})), "--dry-run")
+    assert "warning: trainer.argv" not in clean.stderr, clean.stderr

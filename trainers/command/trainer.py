@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rcpforge.trainers.command.inputs import missing_input_message, missing_inputs
 from rcpforge.trainers.command.process import ProcessEnd, StopProcess, run_and_follow
 from rcpforge.trainers.command.settings import (
     MODEL_SETTING_PREFIX,
@@ -317,28 +318,19 @@ class CommandTrainer(Trainer):
         return _with_kind(result, follower, end, argv, (workdir, output_dir))
 
 
-# Arguments that name a file the program reads (a script, a config): missing, the run is
-# misconfigured, not unlucky.
-_INPUT_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".ini")
-
-
 def _with_kind(result: RunResult, follower: _Follower, end: ProcessEnd, argv: list[str],
                folders: tuple[Path, Path]) -> RunResult:
     """A failure before the program's first MLLOG line is `startup` (retried unless another
     run's first attempt ends the same way), or `configuration` where an argument that names
-    an input file (`_INPUT_SUFFIXES`, outside the run's folder) names none."""
+    an input file (trainers/command/inputs.py) names none."""
     if (result.status is not RunStatus.failed or result.error_kind is not None or follower.mllog_lines
             or end.stopped_because is not None):  # stopped by rcpforge (its wall clock): not the program's exit
         return result
     workdir, output_dir = folders
-    for arg in argv[1:]:
-        path = workdir / arg
-        if arg.endswith(_INPUT_SUFFIXES) and not path.exists() and output_dir not in path.parents:
-            return result.model_copy(update={
-                "error_kind": ErrorKind.configuration,
-                "error": f"{result.error}\ntrainer.argv names {arg!r}, which does not exist in {workdir}: "
-                         "fix the path in trainer.argv (relative paths are the campaign folder's, or trainer.workdir's)",
-            })
+    missing = missing_inputs(argv, workdir, output_dir)
+    if missing:
+        return result.model_copy(update={"error_kind": ErrorKind.configuration,
+                                         "error": f"{result.error}\n{missing_input_message(missing[0], workdir)}"})
     return result.model_copy(update={"error_kind": ErrorKind.startup})
 
 
