@@ -55,3 +55,13 @@ def test_a_models_own_literal_is_taken_out_too():
     assert {s.model: s.trainer["env"] for s in expand(loaded)} == {"m1": {"API_KEY": "***"},
                                                                    "m2": {"OMP_NUM_THREADS": "1"}}
     assert launch_secrets(loaded, {}) == {"m1": {"API_KEY": "m-lit"}, "m2": {}}
+
+
+@pytest.mark.parametrize("entry", [{"from_env": "1bad name"}, {"form_env": "HF_TOKEN"}, {"from_env": "A", "x": 1}])
+def test_a_malformed_reference_is_one_message_naming_the_entry_and_the_form(entry):
+    from rcpforge.trainers.command.settings import CommandSettings
+
+    with pytest.raises(ValueError) as err:
+        CommandSettings.model_validate({"argv": ["prog"], "env": {"HF_TOKEN": entry}})
+    assert len(err.value.errors()) == 1  # not one error per form the entry could take
+    assert "entry HF_TOKEN" in str(err.value) and "{from_env: NAME}" in str(err.value)

@@ -209,6 +209,19 @@ class CommandSettings(TrainerSettings):
         data = handler(self)
         return keyed(data, ADDED_LATER) if isinstance(data, dict) else data
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _entries(cls, env: Any) -> Any:
+        """An entry is a text, or {from_env: NAME} and nothing else: one line naming it, not
+        pydantic's two errors, one per form the entry could have taken."""
+        for name, value in (env.items() if isinstance(env, dict) else ()):
+            if isinstance(value, dict) and not (set(value) == {"from_env"} and isinstance(value["from_env"], str)
+                                                and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value["from_env"])):
+                raise ValueError(f"entry {name}: {value!r} is neither a value nor a reference; give a text, or "
+                                 f"{{from_env: NAME}} naming an environment variable (letters, digits and _, "
+                                 f"not starting with a digit), e.g. {name}: {{from_env: {name}}}")
+        return env
+
     @field_validator("argv", "env", "workdir", "mllog_file")
     @classmethod
     def _placeholders_well_formed(cls, value: Any) -> Any:
