@@ -78,9 +78,9 @@ def spec_tags(spec: RunSpec) -> dict[str, str]:
 def spec_record(spec: RunSpec) -> str:
     """The RunSpec as its tag holds it: under the one redaction rule (a credential in
     argv masked; env holds no secret value by then, sweeps/secrets.py)."""
-    recorded = redact(spec.model_dump(mode="json"))
-    return spec.model_dump_json() if recorded == spec.model_dump(mode="json") else \
-        RunSpec.model_validate(recorded).model_dump_json()
+    plain = spec.model_dump(mode="json")
+    recorded = redact(plain)
+    return spec.model_dump_json() if recorded == plain else RunSpec.model_validate(recorded).model_dump_json()
 
 
 def campaign_tags(benchmark: str, submission_runs: int, reference: str) -> dict[str, str]:

@@ -95,7 +95,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # longest group first (a file split case by case counts whole in each of its groups);
     # a group's tests keep their order (a stable sort)
     order: dict[str, float] = {}
-    for path, group in {(item.nodeid.split("::")[0], group) for item, group in
-                        ((item, of_item[item.nodeid]) for item in items)}:
+    for path, group in {(item.nodeid.split("::")[0], of_item[item.nodeid]) for item in items}:
         order[group] = order.get(group, 0.0) - seconds.get(path, DEFAULT_S)
     items.sort(key=lambda item: order[of_item[item.nodeid]])
