@@ -10,6 +10,13 @@ folder first on sys.path as `python -m` does, and runs `rcpforge.orchestrator.cl
 reading its environment, as a real one does. The exit status is the child's, as
 `subprocess.run` reports it.
 
+The local backend's workers fork from multiprocessing's fork server, which each real
+command starts for itself and which spends some 3 s of CPU importing MLflow before its
+first worker (about 50 commands of the suite run local campaigns). This server starts one
+such fork server, with the same third-party preload and no rcpforge module, and its
+children use it as a command's own; each worker still takes the command's folder,
+sys.path and environment, and imports rcpforge's modules afresh, as with its own server.
+
 What a fork cannot show stays with a real process: the tests that signal a command
 (`start_cli`), the installed wheel's console script (tests/test_wheel.py), and any
 `run_cli(..., fresh=True)`; RCPF_TEST_CLI_FORK=0 runs every command as a fresh process.
@@ -41,12 +48,38 @@ PRELOAD = (
     "scipy.stats", "mlflow", "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store",
 )
 MODULE = "rcpforge.orchestrator.cli"
+# What the local backend's fork server imports for every run (rcpforge's
+# `_start_local_workers_server`), third-party only: MLflow, and the tiny LM's torch.
+WORKER_PRELOAD = ("mlflow", "mlflow.store.tracking.sqlalchemy_store", "torch")
+
+
+def _start_worker_server() -> None:
+    """The fork server every command's local workers come from (see the module's doc)."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
+    forkserver.ensure_running()
+
+
+def _share_worker_server() -> None:
+    """In a command: use this server's fork server as the command's own. multiprocessing
+    checks that its fork server lives with waitpid, which only its parent may call: here
+    its liveness shows instead as the refusal of a connection, as for any other user."""
+    from multiprocessing import forkserver, resource_tracker
+
+    def ensure_running() -> None:
+        resource_tracker.ensure_running()
+
+    forkserver._forkserver.ensure_running = ensure_running  # type: ignore[method-assign]  # noqa: SLF001
+    forkserver.ensure_running = ensure_running
 
 
 def _run_command(request: dict) -> None:
     """In the forked child: become the command, then end as it ends."""
     code = 1
     try:
+        _share_worker_server()
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
@@ -82,6 +115,7 @@ def _run_command(request: dict) -> None:
 def serve(socket_path: str) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
+    _start_worker_server()
     # forking is only safe while this process has one thread
     assert threading.active_count() == 1, threading.enumerate()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
