@@ -30,6 +30,7 @@ from rcpforge.analysis.factors import (
     interval_text,
     pairwise_factors,
 )
+from rcpforge.analysis.hardware import mixed_hardware_notes
 from rcpforge.analysis.load import write_parquet
 from rcpforge.analysis.rcp import trimmed_count
 from rcpforge.analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
@@ -88,6 +89,7 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     result = AnalysisResult(table)
     if req.checker_differs:
         result.notes.append(req.checker_differs)
+    result.notes += mixed_hardware_notes(runs)
     for recipe in req.recipes:
         records = rcp_records(runs, recipe, req.benchmark, req.hparams, req.submission_runs)
         if records:

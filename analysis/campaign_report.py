@@ -11,6 +11,7 @@ import yaml
 from rcpforge.analysis import plots
 from rcpforge.analysis.analyze import AnalysisRequest
 from rcpforge.analysis.display import NOT_MEANINGFUL, Shown, gain_text, outliers_text, rcp_row_shown, runs_required_text
+from rcpforge.analysis.hardware import mixed_hardware_notes
 from rcpforge.analysis.layer_map import layer_map_sections
 from rcpforge.analysis.rcp_table import TABLE_SCHEMA
 from rcpforge.analysis.report import Section
@@ -202,8 +203,9 @@ def cost_section(rows: list[dict], totals: dict) -> Section:
                    columns=columns, rows=[{k: r.get(k) for k in columns} for r in rows])
 
 
-def rcp_table_section(req: AnalysisRequest, table: pa.Table) -> Section:
-    differs = f" Note: {req.checker_differs}." if req.checker_differs else ""
+def rcp_table_section(req: AnalysisRequest, table: pa.Table, runs: pa.Table) -> Section:
+    notes = [req.checker_differs] if req.checker_differs else []
+    differs = "".join(f" Note: {n}." for n in notes + mixed_hardware_notes(runs))
     return Section(
         "rcp-table", "RCP table",
         text=(f"Samples to converge per (recipe, batch size), benchmark {req.benchmark}, "
@@ -297,7 +299,7 @@ def _body(facts: CampaignFacts, part: ModelPart, curves: pa.Table, telemetry_nam
         sections.append(pairwise_section(part.pairs))
     if req.adaptive:
         sections.append(adaptive_section(req.adaptive))
-    sections.append(rcp_table_section(req, table))
+    sections.append(rcp_table_section(req, table, runs))
     if part.selections is not None:
         sections.append(selection_section(part.selections, req.selection))
     sections.append(rcp_health_section(req, runs))

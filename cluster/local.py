@@ -130,7 +130,27 @@ def _listed_gpus() -> list[str]:
 
 def gpu_names() -> list[str]:
     """The names `nvidia-smi -L` gives this machine's GPUs ("NVIDIA H100 80GB HBM3")."""
-    return [line.split(":", 1)[1].split("(")[0].strip() for line in _listed_gpus()]
+    return [_gpu_name(line) for line in _listed_gpus()]
+
+
+def visible_gpu_names() -> list[str]:
+    """The names of the GPUs this process may use: those of `nvidia-smi -L`'s list that
+    CUDA_VISIBLE_DEVICES picks (by index or UUID), all of them where it is not set."""
+    lines = _listed_gpus()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return [_gpu_name(line) for line in lines]
+    chosen = []
+    for device in (d.strip() for d in listed.split(",")):
+        if device.isdigit():
+            chosen += lines[int(device):int(device) + 1]
+        elif device:
+            chosen += [line for line in lines if device in line]
+    return [_gpu_name(line) for line in chosen]
+
+
+def _gpu_name(line: str) -> str:
+    return line.split(":", 1)[1].split("(")[0].strip()
 
 
 def check_gpu_type(gpu_type: str, names: list[str]) -> None:

@@ -22,6 +22,7 @@ from typing import Callable, Collection, Iterator
 
 from rcpforge.cluster.backend import Backend, BackendError, Job
 from rcpforge.orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
+from rcpforge.orchestrator.billing import SETTLE_WAIT_S, bill_slurm_runs
 from rcpforge.orchestrator.backends import backend_class, check_backend, live_keys, running_backend
 from rcpforge.orchestrator.execute import assignment_for, execute_run, has_outcome, note_requeue
 from rcpforge.orchestrator.failfast import FailFast
@@ -121,6 +122,7 @@ def run_campaign(
         tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s,
                             campaign_tags(campaign.benchmark, campaign.submission_runs, campaign.reference))
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
+        bill_slurm_runs(campaign, tracking, experiment_id, 0.0, on_notice)  # runs ended since the last `run`
         ledger = tracking.ledger(experiment_id)
         max_attempts = campaign.backend.max_attempts
         specs, looked = desired_runs(campaign, ledger, retry_failed)
@@ -150,6 +152,7 @@ def run_campaign(
                 run.until_done()
                 if campaign.adaptive is not None and summary.stopped is None:
                     _next_looks(run, campaign, max_attempts, summary, on_look)
+                bill_slurm_runs(campaign, tracking, experiment_id, SETTLE_WAIT_S, on_notice)
             except (KeyboardInterrupt, BackendError):
                 # Ctrl-C, or the cluster refused the jobs for good mid-campaign: what is in
                 # flight is stopped and put back pending, nothing counted against it.

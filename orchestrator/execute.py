@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from rcpforge.cluster.local import visible_gpu_names
 from rcpforge.orchestrator.stall import Stalled, StallGuard
 from rcpforge.orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
 from rcpforge.sweeps.spec import Campaign
@@ -32,6 +33,7 @@ from rcpforge.trainers.contract.schema import (
     METRIC_CORE_HOURS,
     METRIC_GPU_HOURS,
     METRIC_TIME_TO_TRAIN,
+    TAG_ACCELERATOR,
     TAG_WARNING,
 )
 from rcpforge.trainers.registry import get_trainer
@@ -166,6 +168,8 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     if TAG_WARNING in tags and result.status is not RunStatus.failed:  # shown on the run's console line too
         note = "; ".join(filter(None, [result.error, "warning: " + tags[TAG_WARNING]]))
         result = result.model_copy(update={"error": note})
+    if job.gpus_per_process and (names := visible_gpu_names()):  # a cell's runs on mixed hardware get flagged
+        tags[TAG_ACCELERATOR] = " + ".join(sorted(set(names)))
     log.log_artifact(context.output_dir / RESULT_FILE)
     log.finish(result, {**cost_of(job, result), **measured}, tags, run_params(spec))
     return result.model_dump(mode="json")

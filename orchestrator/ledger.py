@@ -49,6 +49,8 @@ class LedgerEntry:
     # those a configuration error failed or its stop cancelled. They do not count.
     free_attempts: int = 0
     error: str | None = None  # a failed run's error (`rcpforge.error`): what `rcpforge status` shows of it
+    billed: str | None = None  # where its cost came from, once Slurm's accounting billed it (`rcpforge.billed`)
+    accelerator: str | None = None  # the GPUs it ran on, by name (`rcpforge.accelerator`)
 
     @property
     def charged(self) -> int:

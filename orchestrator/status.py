@@ -45,11 +45,14 @@ class CellStatus:
     # None before the first eval); what `status --watch` shows, not in the JSON.
     latest: list[tuple[str, float, float | None]] = field(default_factory=list)
     model: str = ""  # "" without a model axis
+    # Its runs per GPU name they ran on (`rcpforge.accelerator`): more than one is flagged.
+    accelerators: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict:
         return {"model": self.model, "recipe": self.recipe, "batch_size": self.batch_size, "runs": self.runs,
                 **{c: self.counts[c] for c in COLUMNS}, "slurm": dict(sorted(self.slurm.items())),
                 "slurm_pending_reasons": dict(sorted(self.waiting.items())),
+                "accelerators": dict(sorted(self.accelerators.items())),
                 "outside_plan": dict(sorted(self.outside.items())), **self.estimate, **self.adaptive}
 
 
@@ -121,6 +124,8 @@ def campaign_status(campaign: Campaign) -> CampaignStatus:
             cell.slurm[state] += 1
         if spec.run_key in reasons:
             cell.waiting[reasons[spec.run_key]] += 1
+        if entry.accelerator:
+            cell.accelerators[entry.accelerator] += 1
         if entry.status.is_outcome:
             cell.cost.add_finished(entry.metrics)
         if column == "running":

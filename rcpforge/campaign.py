@@ -61,7 +61,8 @@ class Campaign:
         """The runs table as a pyarrow Table, one row per run (the schema of
         `rcpforge.analysis.load.RUN_SCHEMA`: run_id, run_key, recipe, batch_size, seed, status,
         tokens_to_target, samples_to_target, tokens_trained, wall_s, error, hparams, and the
-        model axis' model, model_params, model_flops_per_token: docs/models.md), sorted by
+        model axis' model, model_params, model_flops_per_token: docs/models.md, and
+        accelerator: the GPUs a run ran on, null for a CPU run), sorted by
         model, recipe, batch size, seed: what `rcpforge export --parquet` writes."""
         from rcpforge.analysis.load_sql import load_campaign_runs
 

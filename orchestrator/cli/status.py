@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from rcpforge.analysis.hardware import cell_name, mixed_line
 from rcpforge.orchestrator.backends import slurm_limit_lines
 from rcpforge.orchestrator.cli import render
 from rcpforge.orchestrator.cli.app import app, console, fail, stored_campaign_or_fail
@@ -57,6 +58,9 @@ def status(
                       "earlier version of it): `rcpforge analyze` counts them in their cells", highlight=False)
     for line in render.failure_lines(found.failures):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for cell in found.cells:
+        if mixed := mixed_line(cell_name(cell.model, cell.recipe, cell.batch_size), cell.accelerators):
+            console.print(f"warning: {mixed}", highlight=False, markup=False, soft_wrap=True)
     console.print(render.totals_line(found, compute))
     pending = sum(c.counts["pending"] for c in found.cells)
     if pending and not any(c.counts["running"] for c in found.cells):

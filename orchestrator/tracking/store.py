@@ -4,6 +4,7 @@ up, failed; imported runs and their result files."""
 
 from __future__ import annotations
 
+import time
 from functools import cached_property
 from pathlib import Path
 
@@ -21,9 +22,11 @@ from rcpforge.trainers.contract.schema import (
     METRIC_TOKENS_TO_TARGET,
     METRIC_TOKENS_TRAINED,
     METRIC_WALL_S,
+    TAG_ACCELERATOR,
     TAG_ATTEMPTS,
     TAG_BACKEND_JOB,
     TAG_BATCH_SIZE,
+    TAG_BILLED,
     TAG_ERROR,
     TAG_ERROR_KIND,
     TAG_FREE_ATTEMPTS,
@@ -107,6 +110,8 @@ class Tracking:
                     error_kind=tags.get(TAG_ERROR_KIND),
                     free_attempts=int(tags.get(TAG_FREE_ATTEMPTS, "0")),
                     error=tags.get(TAG_ERROR),
+                    billed=tags.get(TAG_BILLED),
+                    accelerator=tags.get(TAG_ACCELERATOR),
                     metrics={k: v for k, v in run.data.metrics.items() if k in _LEDGER_METRICS},
                 )
             token = page.token
@@ -231,6 +236,17 @@ class Tracking:
     def set_backend_jobs(self, jobs: list[tuple[str, str]]) -> None:
         """Each (run id, cluster job) on its run: in one transaction on a database store."""
         self.writes.set_tag(jobs, TAG_BACKEND_JOB)
+
+    def record_billing(self, bills: list[tuple[str, dict[str, float], str]]) -> None:
+        """Each (run id, cost metrics, where they came from) on its run (orchestrator/billing.py).
+        At step 1, where the worker's asked figures are at step 0: MLflow's latest value of
+        a metric is that of its highest step, whatever the clocks of the nodes say."""
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        for run_id, metrics, source in bills:
+            self.client.log_batch(run_id, metrics=[Metric(k, v, now, 1) for k, v in metrics.items()],
+                                  tags=[RunTag(TAG_BILLED, source[:MAX_TAG])])
 
     def set_error_kinds(self, run_ids: list[str], kind: ErrorKind) -> None:
         """The kind of the runs' failures, decided after their workers wrote them (two

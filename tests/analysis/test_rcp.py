@@ -201,7 +201,7 @@ def test_analyze_marks_a_short_cell_in_the_table_files_and_summary(tmp_path):
     full_line = next(line for line in summary.splitlines() if line.startswith("| bf16 | 64 |"))
     assert "n/m" not in full_line and "not an RCP" not in full_line
     # the report's RCP table: the mark, n/m shown, the exact number still carried
-    section = rcp_table_section(req, result.table)
+    section = rcp_table_section(req, result.table, _cells(SHORT))
     page = render_html("r", [section])
     short_m = result.table.to_pylist()[0]["min_acceptable_mean"]
     assert f'data-value="{short_m!r}">n/m</td>' in page and "not an RCP (3 of 2N = 6 runs)" in page

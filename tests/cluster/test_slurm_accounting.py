@@ -1,29 +1,15 @@
 """Job states from Slurm's accounting database (`RCPF_SLURM_ACCOUNTING=1
 cluster/dev/slurm.sh start`: slurmdbd on MariaDB): real jobs, real `sacct`. Without
 accounting the test skips, unless RCPF_SLURM_ACCOUNTING=1 says it should be there (CI
-then fails, see missing_service)."""
+then fails, see missing_service): the `accounting` fixture of tests/cluster/conftest.py."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 
-import pytest
-
 from rcpforge.cluster.slurm_states import job_states, sacct_states
 from tests.cluster.helpers import wait_for
-from tests.conftest import missing_service
-
-
-@pytest.fixture(scope="module")
-def accounting(slurm) -> None:
-    proc = subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, text=True, timeout=30)
-    if proc.returncode == 0:
-        return
-    reason = f"no Slurm accounting (sacct: {proc.stderr.strip()[:200]}); start with RCPF_SLURM_ACCOUNTING=1 make slurm-up"
-    if os.environ.get("RCPF_SLURM_ACCOUNTING") == "1":
-        missing_service(reason)
-    pytest.skip(reason)
 
 
 def _sbatch(tmp_path, command: str) -> str:

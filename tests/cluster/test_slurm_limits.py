@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from collections import Counter
@@ -24,6 +23,7 @@ from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_BACKEND_JOB, TAG
 from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, start_cli, wait_for
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
+from tests.helpers.queue_peak import QueuePeak
 from tests.helpers.slurm_cluster import LIMITS_CTLD_PID, LIMITS_MAX_SUBMIT, LIMITS_QOS, set_qos
 
 METRIC = "eval_accuracy"  # the paced program's
@@ -36,29 +36,6 @@ def limited_campaign(tmp_path, seeds: int, evals: int = 2, **backend):
     data["name"] = f"limits-{uuid.uuid4().hex[:8]}"  # its jobs' name is its own: sacct finds only them
     path = write_campaign(tmp_path, data)
     return path, load_campaign(path)
-
-
-class QueuePeak:
-    """Polls squeue throughout: the most jobs (array tasks counted one by one) listed at once."""
-
-    def __init__(self) -> None:
-        self.peak, self._stop = 0, threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            listed = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=30)
-            if listed.returncode == 0:
-                self.peak = max(self.peak, len(listed.stdout.split()))
-            self._stop.wait(0.2)
-
-    def __enter__(self) -> QueuePeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
 
 
 def array_sizes(runs) -> Counter:

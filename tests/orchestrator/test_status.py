@@ -136,3 +136,38 @@ def test_runs_the_file_does_not_plan_are_shown_where_analyze_counts_them(finishe
     analyzed = cli("analyze", str(other), "--out", str(tmp_path / "out"), "--resamples", "200")
     assert analyzed.returncode == 0, analyzed.stderr
     assert "note: 6 runs in the store are not runs of this campaign file" in analyzed.stderr
+
+
+def test_a_cell_whose_runs_ran_on_two_kinds_of_gpu_is_flagged_by_status_and_analyze(finished, cli, tmp_path):
+    """Runs record the GPUs they ran on (`rcpforge.accelerator`, from nvidia-smi: none on
+    this machine, so written here into a copy of the finished campaign's store)."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    from rcpforge.sweeps.spec import load_campaign
+    from rcpforge.trainers.contract.schema import TAG_ACCELERATOR, TAG_BATCH_SIZE, TAG_RECIPE
+
+    path, _, _, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(path.parent, copy)
+    campaign = load_campaign(copy / path.name)
+    client = MlflowClient(campaign.tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name(campaign.name).experiment_id])
+    cell = sorted((r for r in runs if r.data.tags[TAG_RECIPE] == "bf16" and r.data.tags[TAG_BATCH_SIZE] == "16"),
+                  key=lambda r: r.info.run_id)
+    names = ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]
+    for run, name in zip(cell, names, strict=True):
+        client.set_tag(run.info.run_id, TAG_ACCELERATOR, name)
+    flag = ("bf16 at batch size 16: its runs ran on 2 kinds of GPU (2 on NVIDIA H100 80GB HBM3, "
+            "1 on NVIDIA A100-SXM4-80GB); mixing hardware mixes convergence")
+    shown = cli("status", str(copy / path.name))
+    assert shown.returncode == 0 and f"warning: {flag}" in " ".join(shown.stdout.split()), shown.stdout
+    cells = _cells(cli, copy / path.name)
+    assert cells[("bf16", 16)]["accelerators"] == {"NVIDIA A100-SXM4-80GB": 1, "NVIDIA H100 80GB HBM3": 2}
+    assert all(c["accelerators"] == {} for key, c in cells.items() if key != ("bf16", 16))
+    analyzed = cli("analyze", str(copy / path.name), "--out", str(tmp_path / "out"), "--resamples", "200")
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert flag in " ".join(analyzed.stderr.split())
+    assert flag in (tmp_path / "out" / "summary.md").read_text()
+    assert "kinds of GPU" not in cli("status", str(path)).stdout  # the campaign's own runs: no GPU named

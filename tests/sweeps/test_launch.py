@@ -3,6 +3,8 @@ that name the field and the fix; the same gang on every backend."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rcpforge.cluster.backend import BackendError
@@ -141,3 +143,21 @@ def test_a_one_process_runs_key_is_what_it_was_before_runs_could_be_gangs(monkey
     # computed by the code of ea32691, before `world_size` existed
     assert spec.run_key == "1d2e9595c4ece816cf92328f"
     assert RunSpec.model_validate({**spec.model_dump(), "world_size": 2}).run_key != spec.run_key
+
+
+def test_a_run_names_the_gpus_cuda_visible_devices_gives_it(tmp_path, monkeypatch):
+    """What a GPU run records as `rcpforge.accelerator`: the names of its own GPUs among
+    those nvidia-smi lists (a stand-in here: this machine has none), by index or UUID."""
+    from rcpforge.cluster.local import visible_gpu_names
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaa)'\n"
+                   "echo 'GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-bbb)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_gpu_names() == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]
+    for visible, names in [("1", ["NVIDIA A100-SXM4-80GB"]), ("GPU-aaa", ["NVIDIA H100 80GB HBM3"]), ("", []),
+                           ("0,7", ["NVIDIA H100 80GB HBM3"])]:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert visible_gpu_names() == names, visible

@@ -55,6 +55,9 @@ METRIC_WALL_S = "run_wall_s"
 # CPU core-hours (wall time x processes).
 METRIC_GPU_HOURS = "gpu_hours"
 METRIC_CORE_HOURS = "core_hours"
+# Where a Slurm run's cost metric came from once its job ended: `sacct <job>: AllocTRES ...
+# x ElapsedRaw ... s` (orchestrator/billing.py); absent where the worker's asked figure stands.
+TAG_BILLED = "rcpforge.billed"
 # When the run's current attempt started (UTC, ISO 8601): on a cluster backend, whose
 # queue holds submitted runs, the MLflow start time is the submission, this the start.
 TAG_ATTEMPT_STARTED = "rcpforge.attempt_started"

@@ -1,0 +1,109 @@
+"""A campaign of many instant runs on the dev Slurm within a queue limit, against what a
+user writes by hand: plain submitit `map_array` in chunks, waiting for each chunk.
+
+    PYTHONPATH=. python benchmarks/slurm_scale.py [--runs 2000] [--limit 200] [--parts rcpforge,submitit]
+
+rcpforge: one `run_campaign` in this process (the orchestrator), the no-op trainer
+(benchmarks/noop_trainer.py) on `backend: slurm` with `max_queued: <limit>` (the campaign's
+own ceiling: the window a QOS of <limit> submitted jobs gives); every run recorded in
+MLflow (a SQLite store), each job a Slurm array task. Baseline: submitit's SlurmExecutor
+and `map_array` of a function that returns at once, <limit> tasks a chunk, each chunk
+waited for before the next (submitit has no limit of its own: its docs leave chunking to
+the user). Both on the same cluster (`sinfo` shows how many CPUs it has; the dev Slurm
+runs as many jobs at once as the machine has cores).
+
+Printed: wall time, runs per minute, the most jobs in `squeue` at once (polled every
+0.2 s), and for rcpforge the orchestrator's CPU time and peak memory (this process's
+rusage: the Slurm jobs are other processes), then the ratio of the wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.helpers.queue_peak import QueuePeak  # noqa: E402
+
+
+def campaign_data(runs: int, limit: int) -> dict:
+    """orchestration_overhead.py's no-op campaign, on Slurm within `limit` jobs queued."""
+    from benchmarks.orchestration_overhead import campaign_data as noop_campaign
+
+    data = noop_campaign(runs, {"kind": "slurm", "time_min": 10, "max_queued": limit})
+    data["name"] = f"slurm-scale-{runs}"
+    return data
+
+
+def time_rcpforge(runs: int, limit: int, folder: Path) -> dict:
+    from rcpforge.orchestrator.campaign import run_campaign
+    from rcpforge.orchestrator.tracking import Tracking
+    from rcpforge.sweeps.spec import parse_campaign
+
+    campaign = parse_campaign(campaign_data(runs, limit), folder)
+    Tracking(campaign.tracking_uri).client.search_experiments()  # the store's schema, outside the timing
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+    with QueuePeak() as queue:
+        start = time.perf_counter()
+        summary = run_campaign(campaign)
+        wall = time.perf_counter() - start
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    assert summary.statuses["converged"] == runs, summary.statuses
+    return {"wall_s": wall, "peak_queued": queue.peak,
+            "orchestrator_cpu_s": (cpu.ru_utime + cpu.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime),
+            "orchestrator_peak_rss_mb": cpu.ru_maxrss / 1024}
+
+
+def _instant(i: int) -> int:
+    return i
+
+
+def time_submitit(runs: int, limit: int, folder: Path) -> dict:
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=str(folder / "submitit"))
+    executor.update_parameters(time=10, ntasks_per_node=1, cpus_per_task=1)
+    with QueuePeak() as queue:
+        start = time.perf_counter()
+        done = 0
+        for first in range(0, runs, limit):
+            jobs = executor.map_array(_instant, list(range(first, min(first + limit, runs))))
+            done += sum(1 for job in jobs if job.result() is not None)
+        wall = time.perf_counter() - start
+    assert done == runs
+    return {"wall_s": wall, "peak_queued": queue.peak}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--limit", type=int, default=200, help="jobs queued at once (rcpforge's max_queued, "
+                                                                 "the baseline's chunk)")
+    parser.add_argument("--parts", default="rcpforge,submitit")
+    args = parser.parse_args()
+    cpus = subprocess.run(["sinfo", "-h", "-o", "%D x %c CPUs"], capture_output=True, text=True).stdout.split("\n")[0]
+    print(f"{args.runs} instant runs, at most {args.limit} jobs queued, dev Slurm of {cpus}, "
+          f"{os.cpu_count()} cores here")
+    found = {}
+    for part in args.parts.split(","):
+        with tempfile.TemporaryDirectory(dir=Path.home()) as folder:  # a folder the Slurm jobs see
+            found[part] = (time_rcpforge if part == "rcpforge" else time_submitit)(args.runs, args.limit, Path(folder))
+        figures = found[part]
+        line = (f"{part:9s} wall {figures['wall_s']:8.1f} s  {args.runs / figures['wall_s'] * 60:7.1f} runs/min  "
+                f"peak queued {figures['peak_queued']:5d}")
+        if "orchestrator_cpu_s" in figures:
+            line += (f"  orchestrator CPU {figures['orchestrator_cpu_s']:.1f} s, "
+                     f"peak memory {figures['orchestrator_peak_rss_mb']:.0f} MB")
+        print(line, flush=True)
+    if {"rcpforge", "submitit"} <= found.keys():
+        print(f"ratio rcpforge / submitit wall time: {found['rcpforge']['wall_s'] / found['submitit']['wall_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
