@@ -32,6 +32,7 @@ from rcpforge.analysis.factors import (
 )
 from rcpforge.analysis.hardware import mixed_hardware_notes
 from rcpforge.analysis.load import write_parquet
+from rcpforge.analysis.mixtures import mixtures
 from rcpforge.analysis.rcp import trimmed_count
 from rcpforge.analysis.rcp_table import rcp_records, rcp_table, write_atomic, write_rcp_file, write_table_csv
 from rcpforge.analysis.scale import ScaleResult, has_model_axis, scale_analysis, scale_markdown
@@ -62,6 +63,9 @@ class AnalysisRequest:
     # The parameter count to extrapolate each recipe's factor-against-size trend to
     # (`--extrapolate-to`); None: no prediction. Only runs of more than one model have a trend.
     extrapolate_to: float | None = None
+    # Write an RCP record for a cell whose runs are of more than one configuration
+    # (`--pool-mixed`; analysis/mixtures.py): by default such a cell gets none.
+    pool_mixed: bool = False
 
     @property
     def checker_differs(self) -> str | None:
@@ -90,8 +94,9 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     if req.checker_differs:
         result.notes.append(req.checker_differs)
     result.notes += mixed_hardware_notes(runs)
+    result.notes += [m.line(req.pool_mixed) for m in mixtures(runs)]
     for recipe in req.recipes:
-        records = rcp_records(runs, recipe, req.benchmark, req.hparams, req.submission_runs)
+        records = rcp_records(runs, recipe, req.benchmark, req.hparams, req.submission_runs, req.pool_mixed)
         if records:
             path = out / f"rcps_{req.campaign}_{recipe}.json"
             write_rcp_file(path, records)
@@ -103,7 +108,7 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
     found, pairs, selections = comparisons(runs, table, req)
     if req.reference in req.recipes:
         reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams,
-                                                              req.submission_runs)
+                                                              req.submission_runs, req.pool_mixed)
         for cand in sorted({f.candidate for f in found}):
             derived = derived_rcps(reference_records, cand, factor_curve(found, cand))
             if derived:

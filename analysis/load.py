@@ -26,6 +26,7 @@ from rcpforge.trainers.contract.schema import (
     METRIC_WALL_S,
     TAG_ACCELERATOR,
     TAG_BATCH_SIZE,
+    TAG_CONFIG_KEY,
     TAG_ERROR,
     TAG_MODEL,
     TAG_MODEL_FLOPS_PER_TOKEN,
@@ -60,6 +61,9 @@ RUN_SCHEMA = pa.schema(
         # The GPUs the run ran on, by name (null where unknown: a CPU run): a cell whose runs
         # ran on more than one kind is flagged (analysis/hardware.py).
         ("accelerator", pa.string()),
+        # The run's configuration (its run key without the seed; null for a run recorded
+        # before the tag): a cell of two is not pooled into an RCP record (analysis/mixtures.py).
+        ("config_key", pa.string()),
     ]
 )
 
@@ -67,7 +71,8 @@ RUN_SCHEMA = pa.schema(
 # Runs-table column -> the tag or the metric it is read from, on both load paths.
 TAG_COLUMNS = {"run_key": TAG_RUN_KEY, "recipe": TAG_RECIPE, "batch_size": TAG_BATCH_SIZE, "seed": TAG_SEED,
                "status": TAG_STATUS, "error": TAG_ERROR, "model": TAG_MODEL, "model_params": TAG_MODEL_PARAMS,
-               "model_flops_per_token": TAG_MODEL_FLOPS_PER_TOKEN, "accelerator": TAG_ACCELERATOR}
+               "model_flops_per_token": TAG_MODEL_FLOPS_PER_TOKEN, "accelerator": TAG_ACCELERATOR,
+               "config_key": TAG_CONFIG_KEY}
 METRIC_COLUMNS = {"tokens_to_target": METRIC_TOKENS_TO_TARGET, "samples_to_target": METRIC_SAMPLES_TO_TARGET,
                   "tokens_trained": METRIC_TOKENS_TRAINED, "wall_s": METRIC_WALL_S}
 
@@ -197,6 +202,7 @@ def load_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Ta
         rows["model_params"].append(model_number(tags.get(TAG_MODEL_PARAMS), int))
         rows["model_flops_per_token"].append(model_number(tags.get(TAG_MODEL_FLOPS_PER_TOKEN), float))
         rows["accelerator"].append(tags.get(TAG_ACCELERATOR))
+        rows["config_key"].append(tags.get(TAG_CONFIG_KEY))
     return sort_runs(pa.table(rows, schema=RUN_SCHEMA))
 
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from rcpforge.analysis.mixtures import mixture_of, recorded_hyperparams
 from rcpforge.analysis.rcp import not_an_rcp, rcp_stats, trimmed_count
 from rcpforge.analysis.rcp_set import RUNS_KEY, convergence_key
 
@@ -91,9 +92,12 @@ def rcp_table(runs: pa.Table, benchmark: str, submission_runs: int) -> pa.Table:
 
 
 def rcp_records(runs: pa.Table, recipe: str, benchmark: str, hparams_by_bs: dict[int, dict],
-                submission_runs: int | None = None) -> dict:
-    """MLCommons RCP JSON records of one recipe: one per complete batch size; with
-    `submission_runs`, a record of fewer than 2N runs carries its `rcpforge_note`."""
+                submission_runs: int | None = None, pool_mixed: bool = False) -> dict:
+    """MLCommons RCP JSON records of one recipe: one per complete batch size, whose
+    `Hyperparams` are those its runs recorded (`hparams_by_bs` only for a table without
+    them); none for a cell of runs of more than one configuration unless `pool_mixed`
+    (analysis/mixtures.py). With `submission_runs`, a record of fewer than 2N runs carries
+    its `rcpforge_note`."""
     key = convergence_key(benchmark)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     records = {}
@@ -103,6 +107,9 @@ def rcp_records(runs: pa.Table, recipe: str, benchmark: str, hparams_by_bs: dict
         status = cell["status"].to_pylist()
         if any(s != "converged" for s in status) or len(status) < 3:
             continue
+        if not pool_mixed and mixture_of(runs, recipe, bs) is not None:
+            continue
+        recorded = "hparams" in runs.column_names
         records[f"{benchmark}_ref_{bs}"] = {
             "Benchmark": benchmark,
             "Creator": "rcpforge",
@@ -110,7 +117,7 @@ def rcp_records(runs: pa.Table, recipe: str, benchmark: str, hparams_by_bs: dict
             "Platform": "rcpforge campaign",
             "Precision": recipe,
             "BS": bs,
-            "Hyperparams": hparams_by_bs.get(bs, {}),
+            "Hyperparams": recorded_hyperparams(runs, recipe, bs) if recorded else hparams_by_bs.get(bs, {}),
             key: sorted(int(v) if float(v).is_integer() else v for v in cell["samples_to_target"].to_pylist()),
         }
         if submission_runs:

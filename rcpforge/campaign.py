@@ -62,7 +62,8 @@ class Campaign:
         `rcpforge.analysis.load.RUN_SCHEMA`: run_id, run_key, recipe, batch_size, seed, status,
         tokens_to_target, samples_to_target, tokens_trained, wall_s, error, hparams, and the
         model axis' model, model_params, model_flops_per_token: docs/models.md, and
-        accelerator: the GPUs a run ran on, null for a CPU run), sorted by
+        accelerator: the GPUs a run ran on, null for a CPU run; config_key: its run key
+        without the seed), sorted by
         model, recipe, batch size, seed: what `rcpforge export --parquet` writes."""
         from rcpforge.analysis.load_sql import load_campaign_runs
 
@@ -147,18 +148,19 @@ class Campaign:
 
     def analyze(self, out: str | Path, reference: str | None = None, *, seed: int = 0, resamples: int = 10_000,
                 reference_rcps: dict | None = None, runs: pa.Table | None = None,
-                model: str | None = None) -> AnalysisResult:
+                model: str | None = None, pool_mixed: bool = False) -> AnalysisResult:
         """Write into folder `out` what `rcpforge analyze` writes (the RCP table as CSV and
         Parquet, RCP files per recipe and derived ones per candidate, factors.json,
         selection.json, summary.md); returns the RCP table (Arrow), the paths written and
         the notes. `reference_rcps`: MLCommons RCP records to derive the candidates' RCPs
         from instead of the campaign's reference-recipe RCPs. On a model axis, `model`'s
-        analysis: what `rcpforge analyze` writes into `<out>/<model>/`."""
+        analysis: what `rcpforge analyze` writes into `<out>/<model>/`. `pool_mixed`: an RCP
+        record also for a cell whose runs are of more than one configuration (analysis/mixtures.py)."""
         from rcpforge.analysis.analyze import analyze_runs
 
         chosen = self._model(model)
         request = self.request(reference, seed=seed, resamples=resamples, reference_rcps=reference_rcps,
-                               model=chosen)
+                               model=chosen, pool_mixed=pool_mixed)
         return analyze_runs(self._runs(runs, chosen), request, Path(out))
 
     def scale(self, reference: str | None = None, *, confidence: float = 0.95, resamples: int = 10_000,

@@ -42,6 +42,11 @@ def analyze(
         help="with runs of several models: predict each recipe's factor at this parameter count (e.g. 8e9) from "
              "the trend across sizes, labelled an extrapolation beyond the measured sizes",
     ),
+    pool_mixed: bool = typer.Option(
+        False, "--pool-mixed",
+        help="write an RCP record also for a cell whose runs were made with different settings (a file edited "
+             "between runs); by default such a cell gets none, and a note names the setting",
+    ),
 ) -> None:
     """Write the RCP table, RCP files per recipe, factors, selection statistics and a summary (and, with runs of
     several models, the factor against model size: scale.json)."""
@@ -53,7 +58,8 @@ def analyze(
     runs = load_runs_or_fail(campaign)
     if campaign.models is None:
         result = campaign_handle(campaign, adaptive=True).analyze(out, reference, seed=seed, resamples=resamples,
-                                                                  reference_rcps=raw_reference, runs=runs)
+                                                                  reference_rcps=raw_reference, runs=runs,
+                                                                  pool_mixed=pool_mixed)
         _report(campaign, result, campaign.benchmark)
         if extrapolate_to is not None:
             err_console.print("note: --extrapolate-to: the campaign has one model; a trend across sizes needs a "
@@ -63,7 +69,7 @@ def analyze(
         from rcpforge.orchestrator.models_analysis import analyze_models
 
         request = analysis_request(campaign, reference, seed, resamples=resamples, reference_rcps=raw_reference,
-                                   extrapolate_to=extrapolate_to)
+                                   extrapolate_to=extrapolate_to, pool_mixed=pool_mixed)
         for model, result in analyze_models(campaign, runs, request, out):  # one analysis per model, in out/<model>/
             _report(campaign, result, campaign.benchmark_of(model))
         across = analyze_across_models(runs, request, out)  # the trend across models, beside their folders

@@ -124,11 +124,13 @@ def test_a_whole_attempt_reads_back_the_same_through_both_loaders(store, tmp_pat
         done.run_key: {"run_id": run_id, "run_key": done.run_key, "recipe": "bf16", "batch_size": 16, "seed": 0,
                        "status": "converged", "tokens_to_target": 16384.0, "samples_to_target": 2048.0,
                        "tokens_trained": 16384.0, "wall_s": 2.5, "error": None, "hparams": _params(done),
-                       **NO_MODEL, "accelerator": "NVIDIA H100 80GB HBM3"},
+                       **NO_MODEL, "accelerator": "NVIDIA H100 80GB HBM3",
+                       "config_key": done.config_key},
         waiting.run_key: {"run_id": ids[waiting.run_key], "run_key": waiting.run_key, "recipe": "bf16",
                           "batch_size": 64, "seed": 0, "status": "pending", "tokens_to_target": None,
                           "samples_to_target": None, "tokens_trained": None, "wall_s": None, "error": None,
-                          "hparams": _params(waiting), **NO_MODEL, "accelerator": None},
+                          "hparams": _params(waiting), **NO_MODEL, "accelerator": None,
+                          "config_key": waiting.config_key},
     }
     curves = load_curves(store.uri, store.campaign, ["eval_excess_loss", "samples"], run_ids=[run_id]).to_pylist()
     assert [(c["metric"], c["tokens"], c["value"]) for c in curves] == (

@@ -217,12 +217,13 @@ def test_a_campaign_with_the_axis_runs_once_resumes_and_shows_its_models(tmp_pat
 
 def test_analyze_writes_each_models_rcps_and_factors_apart(tmp_path):
     """Synthetic runs: small's fp8 needs twice the samples of its bf16, large's the same;
-    each model's RCP files carry its benchmark and its own hyperparameters."""
+    each model's RCP files carry its benchmark and the hyperparameters its runs recorded."""
     campaign = parse_campaign(_axis_campaign())
     slow = {("small", "bf16"): 100, ("small", "fp8"): 200, ("large", "bf16"): 50, ("large", "fp8"): 50}
     rows = [{"run_id": f"r{i}", "run_key": f"k{i}", "recipe": s.recipe, "batch_size": s.batch_size, "seed": seed,
              "status": "converged", "tokens_to_target": None, "wall_s": 1.0, "tokens_trained": 1.0, "error": None,
-             "samples_to_target": float(slow[(s.model, s.recipe)] + seed), "hparams": [], "model": s.model,
+             "samples_to_target": float(slow[(s.model, s.recipe)] + seed),
+             "hparams": sorted((k, str(v)) for k, v in s.hparams.items()), "model": s.model,
              "model_params": s.model_params, "model_flops_per_token": s.model_flops_per_token}
             for i, (s, seed) in enumerate((s, seed) for s in expand(campaign) for seed in range(4))]
     table = pa.Table.from_pylist(rows, schema=RUN_SCHEMA)

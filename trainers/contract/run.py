@@ -145,6 +145,12 @@ class RunSpec(_Frozen):
         return digest(decisive)
 
 
+    @property
+    def config_key(self) -> str:
+        """The run key of this configuration at seed 0: every seed's run has the same."""
+        return self.model_copy(update={"seed": 0}).run_key
+
+
 class EvalPoint(_Frozen):
     tokens: int
     samples: int

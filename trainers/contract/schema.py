@@ -9,6 +9,9 @@ TAG_PREFIX = "rcpforge."
 TAG_CAMPAIGN = "rcpforge.campaign"
 TAG_ROLE = "rcpforge.role"
 TAG_RUN_KEY = "rcpforge.run_key"
+# The run key with the seed left out: one value for every seed of one configuration, so a
+# cell whose runs were made under two settings shows as two (analysis/mixtures.py).
+TAG_CONFIG_KEY = "rcpforge.config_key"
 TAG_RECIPE = "rcpforge.recipe"
 # A campaign's model axis (`models:`): the run's model, its parameter count and its training
 # FLOPs per token (docs/models.md); all three absent for a run of a campaign without one.
