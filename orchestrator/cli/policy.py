@@ -30,12 +30,22 @@ def _checked_numbers(factors: list[float], picks: list[int], m0: int, group: int
         fail(f"--group {group}: a group holds the submission and its peers; give 1 or more")
     if sims < 100:
         fail(f"--sims {sims}: too few simulated submitters for a rate; give 100 or more (default 20000)")
-    from rcpforge.analysis.policy.policies import BOUNDS
+    from rcpforge.analysis.policy.rules import BOUNDS
 
     if bound not in BOUNDS:
         fail(f"--factor-bound {escape(bound)!r} is not allowed; give one of {', '.join(BOUNDS)}")
     if not 0 < confidence < 1:
         fail(f"--factor-confidence {confidence:g}: give a confidence between 0 and 1 (default 0.95)")
+
+
+def _pick_modes_or_fail(asked: list[str]) -> tuple[str, ...]:
+    from rcpforge.analysis.policy.submitters import PICK_MODES
+
+    for mode in asked:
+        if mode not in PICK_MODES:
+            fail(f"--pick-mode {escape(mode)!r} is not a cheater rcpforge simulates; "
+                 f"give one of {', '.join(PICK_MODES)}")
+    return tuple(dict.fromkeys(asked)) or PICK_MODES
 
 
 def _campaign_cases(campaign_file: Path, reference: str | None, candidate: str | None, batch_sizes, sims):
@@ -79,6 +89,8 @@ def policy_cmd(
                                        "reference's (repeatable; default 1.0 and 1.08, campaign form 1.0)"),
     pick: list[int] = typer.Option([], "--pick", help="k: a cherry-picker does k times the work (repeatable; "
                                    "default 1, 2, 5)"),
+    pick_mode: list[str] = typer.Option([], "--pick-mode", help="a cheater: sets, runs, window, strategic, poisoned "
+                                        "(repeatable; default all five; docs/policy.md says which rule each exploits)"),
     m0: int = typer.Option(5, "--m0", help="factor policy: runs of each recipe at the smallest and largest batch size"),
     factor_bound: str = typer.Option("lower", "--factor-bound", help="factor policy: the interval's bound that "
                                      "scales the RCP (lower, point, upper)"),
@@ -100,7 +112,7 @@ def policy_cmd(
     brief: Path | None = typer.Option(None, "--brief", help="also write a one-page Markdown brief per benchmark"),
 ) -> None:
     """Simulate honest and cherry-picking submitters under today's RCP rule and four proposals."""
-    from rcpforge.analysis.policy.policies import FactorSettings
+    from rcpforge.analysis.policy.rules import preset_rules
     from rcpforge.analysis.policy.simulate import PolicySettings, simulate_case
     from rcpforge.analysis.round.groups import FlagSettings
 
@@ -108,14 +120,18 @@ def policy_cmd(
         if path is not None:
             output_path_or_fail(path, flag, folder=False)
     _checked_numbers(factor, pick, m0, group, sims, factor_bound, factor_confidence)
+    modes = _pick_modes_or_fail(pick_mode)
     cases, source = _cases_or_fail(campaign_file, rcps, benchmark, batch_size, reference, candidate, sims)
     n = cases[0].n
-    if m is not None and m <= n:
-        fail(f"--m {m}: the M > N policy submits more runs than N = {n}; give {n + 1} or more (default 2N = {2 * n})")
+    if m is not None and not n < m <= 5 * n:
+        fail(f"--m {m}: the M > N policy submits more runs than N = {n}, at most 5N; give {n + 1} to {5 * n} "
+             f"(default 2N = {2 * n})")
+    presets = preset_rules(m0, factor_bound, factor_confidence, group, z_threshold, p_threshold,
+                           2.0 if m is None else m / n)
     settings = PolicySettings(
         factors=tuple(dict.fromkeys(factor)) or ((1.0, 1.08) if rcps else (1.0,)),
-        picks=tuple(sorted(set(pick))) or (1, 2, 5), m0=m0, group=group, m=m, sims=sims, seed=seed,
-        bootstrap=bootstrap_rcp, factor=FactorSettings(m0, factor_bound, factor_confidence),
+        picks=tuple(sorted(set(pick))) or (1, 2, 5), pick_modes=modes, rules=tuple(presets.values()), sims=sims,
+        seed=seed, bootstrap=bootstrap_rcp,
         flags=FlagSettings(p_threshold=p_threshold, z_threshold=z_threshold, seed=seed))
     rows = [row for case in cases for row in simulate_case(case, settings)]
     _write(rows, source, settings, html, brief)

@@ -45,7 +45,7 @@ def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
     rows = doc["rows"]
     assert all(tuple(r) == ROW_KEYS for r in rows)
     cells = {(r["batch_size"], r["policy"], r["factor"], r["pick"], r["pick_mode"]) for r in rows}
-    assert len(cells) == len(rows) == 2 * 5 * 2 * 2 * 2  # batch sizes, policies, factors, picks, modes
+    assert len(cells) == len(rows) == 2 * 5 * 2 * 2 * 5  # batch sizes, policies, factors, picks, modes
     assert {r["policy"] for r in rows} == {"today", "precision_rcp", "factor", "group", "m_of_n"}
     assert {r["factor"] for r in rows} == {1.0, 1.08} and all(r["sims"] == 500 for r in rows)
     extra = {r["policy"]: r["extra_runs"] for r in rows}
@@ -54,7 +54,7 @@ def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
     assert brief.startswith("# llama31_8b: what each countermeasure catches and costs")
     assert "| today's rule | 1.08 |" in brief and "caught k=3 (sets / runs)" in brief
     # the advantage kept with its standard error, in the rows and where the brief shows it
-    assert ROW_KEYS[-2:] == ("advantage_kept_pct_se", "advantage_kept_evals_se")
+    assert ROW_KEYS[-4:] == ("advantage_kept_pct_se", "advantage_kept_evals_se", "ruleset", "coarse")
     assert all(r["advantage_kept_pct_se"] is None for r in rows if r["advantage_kept_pct"] is None)
     assert any(r["advantage_kept_pct_se"] > 0 for r in rows if r["advantage_kept_pct_se"] is not None)
     assert re.search(r"\| [+-]\d+\.\d\d ± [\d.e-]+ / [+-]\d+\.\d\d ± ", brief)
@@ -92,6 +92,7 @@ WRONG = [
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--batch-size", "48"], "--batch-size 48"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--factor", "-0.5"], "--factor -0.5"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--pick", "0"], "--pick 0"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--pick-mode", "lucky"], "--pick-mode 'lucky'"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--m", "10"], "--m 10"),
     (["--rcps", "9.9.9", "--benchmark", "llama31_8b"], "--rcps '9.9.9'"),
     (["--rcps", "5.1.0"], "--benchmark is missing"),
