@@ -31,7 +31,7 @@ PRESETS = ("today", "precision_rcp", "factor", "group", "m_of_n")
 FAMILY = (
     "today", "allowance=0.02", "allowance=0.04", "allowance=0.08", "precision_rcp",
     "m0=5", "m0=10", "m0=5,bound=point", "m0=10,bound=point",
-    "m0=5,norm=point", "m0=10,norm=point", "m0=10,norm=upper",
+    "m0=5,norm=point", "m0=10,norm=point", "m0=20,norm=point",
     "group=8", "group=8,z=2.5", "group=16,z=2.5", "group=8,m0=5", "group=8,m0=10,norm=point",
     "m=1.5", "m=2", "m=3", "m=2,m0=5", "m=2,m0=5,norm=point", "m=2,m0=10,norm=point", "m=2,allowance=0.04",
     "precision_rcp,m=2",

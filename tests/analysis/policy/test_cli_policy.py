@@ -95,7 +95,11 @@ WRONG = [
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--pick-mode", "lucky"], "--pick-mode 'lucky'"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--m", "10"], "--m 10"),
     (["--rcps", "9.9.9", "--benchmark", "llama31_8b"], "--rcps '9.9.9'"),
-    (["--rcps", "5.1.0"], "--benchmark is missing"),
+    (["--rcps", "5.1.0", "--batch-size", "64"], "--batch-size needs --benchmark"),
+    (["--rcps", "5.1.0", "--rule", "m0=1"], "--rule 'm0=1': m0 is out of range"),
+    (["--rcps", "5.1.0", "--rule", "m=2,lucky=3"], "unknown knob 'lucky'"),
+    (["--rcps", "5.1.0", "--rule", "group=8,m=2"], "drop m or group"),
+    (["--rcps", "5.1.0", "--frontier", "--rule", "m=2"], "--frontier weighs rules against each other"),
     ([], "give either --rcps"),
 ]
 
