@@ -41,6 +41,11 @@ TERMS_K = 5  # the cheater the terms are stated for: five times the work
 FRONTIER_FACTORS = (1.0, 1.04, 1.08, 1.12)
 FRONTIER_PICKS = (1, 2, 5, 10)
 AXES = ("honest_excess", "worst_kept_evals", "extra_runs")
+# The same with the advantage kept by the cheaters the rules allow for: every one but `runs`
+# (N fastest of k x N runs), whose edge no rule reading the submitted runs takes back and
+# which would otherwise set the advantage axis of every rule alike.
+AXES_ALLOWED = ("honest_excess", "worst_kept_allowed", "extra_runs")
+ALLOWED_MODES = ("sets", "window", "strategic", "poisoned")
 
 
 def _rcp(row: dict) -> tuple:
@@ -109,6 +114,7 @@ def _axes(mine: list[dict], baseline: dict[tuple, float]) -> dict:
     modes = dict.fromkeys(r["pick_mode"] for r in mine)
     return {"honest_excess": excess, "honest_excess_at": excess_where, "honest_penalty_evals": _honest_penalty(mine),
             "worst_kept_evals": kept, "worst_kept_at": kept_where,
+            "worst_kept_allowed": _worst_kept(mine, ALLOWED_MODES)[0],
             "worst_kept_by_mode": {mode: _worst_kept(mine, (mode,))[0] for mode in modes},
             "worst_kept_at_by_mode": {mode: _worst_kept(mine, (mode,))[1] for mode in modes}}
 
@@ -137,15 +143,15 @@ def summarize(rows: list[dict], specs: dict[str, str]) -> list[dict]:
     return out
 
 
-def dominates(a: dict, b: dict) -> bool:
+def dominates(a: dict, b: dict, axes=AXES) -> bool:
     """a is at least as good as b on every axis and better on one."""
-    return all(a[x] <= b[x] for x in AXES) and any(a[x] < b[x] for x in AXES)
+    return all(a[x] <= b[x] for x in axes) and any(a[x] < b[x] for x in axes)
 
 
-def pareto_front(summaries: list[dict]) -> list[str]:
+def pareto_front(summaries: list[dict], axes=AXES) -> list[str]:
     """The rules no other evaluated rule dominates, cheapest first."""
-    front = [s for s in summaries if not any(dominates(o, s) for o in summaries)]
-    return [s["rule"] for s in sorted(front, key=lambda s: tuple(s[x] for x in reversed(AXES)))]
+    front = [s for s in summaries if not any(dominates(o, s, axes) for o in summaries)]
+    return [s["rule"] for s in sorted(front, key=lambda s: tuple(s[x] for x in reversed(axes)))]
 
 
 def _meets_honest(s: dict) -> bool:

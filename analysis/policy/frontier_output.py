@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rcpforge.analysis.policy.frontier import (
+    ALLOWED_MODES,
+    AXES_ALLOWED,
     HONEST_SLACK,
     KEPT_LIMIT,
     TERMS_K,
@@ -25,15 +27,15 @@ def frontier_doc(rows: list[dict], specs: dict[str, str], head: dict) -> dict:
     """The JSON document: `head` (source, sims, seed, ...), every rule's summary, the
     front, the recommendation with its per-benchmark figures and today's beside them."""
     summaries = summarize(rows, specs)
-    front = pareto_front(summaries)
+    front, front_allowed = pareto_front(summaries), pareto_front(summaries, AXES_ALLOWED)
     for s in summaries:
-        s["on_front"] = s["rule"] in front
+        s["on_front"], s["on_front_allowed"] = s["rule"] in front, s["rule"] in front_allowed
     advice = recommend(summaries)
-    allowed = recommend(summaries, [m for m in PICK_MODES if m != "runs" and m in head["pick_modes"]])
+    allowed = recommend(summaries, [m for m in ALLOWED_MODES if m in head["pick_modes"]])
     named = [a["rule"] if a["met"] else step["rule"] for a in (advice, allowed)
              for step in (a["by_cost"] or [None])]
     per = {label: per_benchmark(rows, label) for label in dict.fromkeys(["today", *named]) if label}
-    return {**head, "rules": summaries, "front": front, "recommendation": advice,
+    return {**head, "rules": summaries, "front": front, "front_without_runs": front_allowed, "recommendation": advice,
             "recommendation_without_runs": allowed, "per_benchmark": per}
 
 
@@ -56,10 +58,12 @@ def frontier_table(doc: dict) -> tuple[list[str], list[list[str]]]:
     advantage kept at k = 5 (evals), whether it is on the front."""
     header = ["rule", "extra runs", "honest rejected (f=1)", "honest excess (worst)",
               *(f"caught k={TERMS_K} {mode} (f={SHOWN_FACTOR})" for mode in PICK_MODES),
-              f"kept k={TERMS_K}, evals (worst)", "honest penalty, evals (worst)", "front"]
+              f"kept k={TERMS_K}, evals (worst)", f"kept k={TERMS_K} but runs, evals (worst)",
+              "honest penalty, evals (worst)", "front (all / but runs)"]
     body = [[s["rule"], str(s["extra_runs"]), _pct(s["honest_rejected"].get("1")),
              f"{s['honest_excess'] * 100:+.1f} pts", *(_caught(s, mode) for mode in PICK_MODES),
-             _evals(s["worst_kept_evals"]), _evals(s["honest_penalty_evals"]), "yes" if s["on_front"] else ""]
+             _evals(s["worst_kept_evals"]), _evals(s["worst_kept_allowed"]), _evals(s["honest_penalty_evals"]),
+             f"{'yes' if s['on_front'] else '-'} / {'yes' if s['on_front_allowed'] else '-'}"]
             for s in doc["rules"]]
     return header, body
 
@@ -120,7 +124,8 @@ def frontier_brief(doc: dict) -> str:
              f"{', '.join(str(k) for k in doc['picks'] if k > 1)}. Honest excess: the rule's honest rejection minus "
              "today's at f = 1.00, worst over RCPs and factors. Kept: how much faster than its truth an uncaught "
              f"k = {TERMS_K} cheater's score looks, in eval intervals, worst over cheaters, factors and RCPs. "
-             f"Front: {', '.join(f'`{r}`' for r in doc['front'])}.", "", *recommendation_words(doc), "",
+             f"Front: {', '.join(f'`{r}`' for r in doc['front'])}; against every cheater but `runs`: "
+             f"{', '.join(f'`{r}`' for r in doc['front_without_runs'])}.", "", *recommendation_words(doc), "",
              _markdown(*frontier_table(doc)), ""]
     for label, figures in doc["per_benchmark"].items():
         parts += [f"## `{label}` per benchmark", "", _benchmark_table(figures), ""]
@@ -135,14 +140,15 @@ def _figure_front(doc: dict) -> bytes | None:
     colours = plt.get_cmap("viridis")
     for s in doc["rules"]:
         colour = colours(costs.index(s["extra_runs"]) / max(len(costs) - 1, 1))
-        ax.scatter(s["worst_kept_evals"], s["honest_excess"] * 100, s=45 if s["on_front"] else 14, color=colour,
-                   edgecolors="black" if s["on_front"] else "none", zorder=3)
-        if s["on_front"]:
-            ax.annotate(f"{s['rule']} ({s['extra_runs']})", (s["worst_kept_evals"], s["honest_excess"] * 100),
+        on = s["on_front_allowed"]
+        ax.scatter(s["worst_kept_allowed"], s["honest_excess"] * 100, s=45 if on else 14, color=colour,
+                   edgecolors="black" if on else "none", zorder=3)
+        if on:
+            ax.annotate(f"{s['rule']} ({s['extra_runs']})", (s["worst_kept_allowed"], s["honest_excess"] * 100),
                         fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.axvline(KEPT_LIMIT, color="grey", ls=":", lw=0.8)
     ax.axhline(HONEST_SLACK * 100, color="grey", ls=":", lw=0.8)
-    ax.set_xlabel(f"worst advantage kept at k = {TERMS_K} (eval intervals)")
+    ax.set_xlabel(f"worst advantage kept at k = {TERMS_K}, every cheater but runs (eval intervals)")
     ax.set_ylabel("honest excess over today (points)")
     return _png(fig)
 
@@ -153,9 +159,10 @@ def write_frontier_html(path: Path, doc: dict) -> Path:
     sections = [Section("summary", "What it weighs", brief[1]),
                 Section("advice", "Recommendation", "\n".join(recommendation_words(doc)).replace("**", "")),
                 Section("front", "The Pareto front", "", [], [], _figure_front(doc),
-                        "Each rule: worst advantage kept against honest excess; colour: extra runs (darker: "
-                        "fewer); outlined and named: on the front (no other rule is as good on all three axes and "
-                        "better on one), with its extra runs."),
+                        "Each rule: the worst advantage a k = 5 cheater the rules allow for (every one but runs) "
+                        "keeps, against honest excess; colour: extra runs (darker: fewer); outlined and named: on "
+                        "that front (no other rule is as good on all three axes and better on one), with its extra "
+                        "runs."),
                 Section("rules", "Every rule", "", header, [dict(zip(header, b, strict=True)) for b in body])]
     return write_report(path, "Policy frontier", sections, "html")
 

@@ -117,9 +117,8 @@ def precision_rcps(values: np.ndarray, rngs: tuple, sims: int, sets: int, n: int
     runs = draw(values, rngs[0], (sims, 1, 2 * n))
     if sets > 1:
         runs = np.concatenate([runs, draw(values, rngs[1], (sims, sets - 1, 2 * n))], axis=1)
-    runs = np.sort(runs, axis=2)
+    mean = olympic(runs, trim)  # as the submissions' means: equal runs pass the test their own mean sets
     with np.errstate(invalid="ignore"):
-        mean = runs[:, :, trim : 2 * n - trim].mean(axis=2)
         stdev = runs.std(axis=2)
     return min_acceptable_means(mean, stdev, 2 * n - 2 * trim, n) - _slack(ruleset, benchmark), mean
 

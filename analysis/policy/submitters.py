@@ -40,17 +40,28 @@ def olympic(runs: np.ndarray, trim: int) -> np.ndarray:
     set with more than one is infinite: an invalid result (training rules, Benchmark
     Results)."""
     if trim == 1:
-        return olympic_trim_one(runs, np.where(np.isinf(runs), 0.0, runs), np.isinf(runs).sum(axis=-1))
+        anchor = finite_floor(runs)
+        shifted = runs - anchor
+        means = olympic_trim_one(shifted, np.where(np.isinf(runs), 0.0, shifted), np.isinf(runs).sum(axis=-1))
+        return means + anchor[..., 0]
     ordered = np.sort(runs, axis=-1)
     with np.errstate(invalid="ignore"):
         means = ordered[..., trim : runs.shape[-1] - trim].mean(axis=-1)
     return np.where(np.isinf(runs).sum(axis=-1) > 1, np.inf, means)
 
 
+def finite_floor(runs: np.ndarray) -> np.ndarray:
+    """The smallest run over the last axis (kept as an axis of 1), 0 where none is finite:
+    the anchor trim-1 means are taken from, so that equal runs average to exactly their
+    value (a zero-spread RCP's runs must pass the test their own mean sets)."""
+    low = runs.min(axis=-1, keepdims=True)
+    return np.where(np.isfinite(low), low, 0.0)
+
+
 def olympic_trim_one(runs: np.ndarray, finite: np.ndarray, failed: np.ndarray) -> np.ndarray:
     """Trim 1 (every benchmark but UNet3D): (sum - min - max) / (n - 2), three reductions
-    instead of a sort, the simulation's hot spot; `finite` is `runs` with 0 for inf,
-    `failed` the count of inf per set."""
+    instead of a sort, the simulation's hot spot; `runs` are taken from an anchor
+    (`finite_floor`), `finite` is `runs` with 0 for inf, `failed` the count of inf per set."""
     with np.errstate(invalid="ignore"):
         largest = np.where(failed > 0, 0.0, runs.max(axis=-1))
         means = (finite.sum(axis=-1) - runs.min(axis=-1) - largest) / (runs.shape[-1] - 2)

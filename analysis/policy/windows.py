@@ -12,7 +12,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
-from rcpforge.analysis.policy.submitters import olympic
+from rcpforge.analysis.policy.submitters import finite_floor, olympic
 
 
 def window_olympics(runs: np.ndarray, n: int, trim: int) -> np.ndarray:
@@ -22,14 +22,16 @@ def window_olympics(runs: np.ndarray, n: int, trim: int) -> np.ndarray:
     if trim != 1:
         return olympic(sliding_window_view(runs, n, axis=-1), trim)
     count = runs.shape[-1] - n + 1
+    anchor = finite_floor(runs)
     failed_runs = np.isinf(runs)
-    sums = _sliding_sums(np.where(failed_runs, 0.0, runs), n)
+    shifted = runs - anchor
+    sums = _sliding_sums(np.where(failed_runs, 0.0, shifted), n)
     failed = _sliding_sums(failed_runs.astype(np.int32), n)
     centre = slice(n // 2, n // 2 + count)  # a running filter's output sits at the window's centre
-    lowest = minimum_filter1d(runs, n, axis=-1)[..., centre]
-    largest = np.where(failed > 0, 0.0, maximum_filter1d(runs, n, axis=-1)[..., centre])
+    lowest = minimum_filter1d(shifted, n, axis=-1)[..., centre]
+    largest = np.where(failed > 0, 0.0, maximum_filter1d(shifted, n, axis=-1)[..., centre])
     with np.errstate(invalid="ignore"):
-        means = (sums - lowest - largest) / (n - 2)
+        means = (sums - lowest - largest) / (n - 2) + anchor
     return np.where(failed > 1, np.inf, means)
 
 

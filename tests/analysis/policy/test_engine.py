@@ -211,3 +211,16 @@ def test_failed_runs_count_as_infinite_time_and_two_make_a_result_invalid():
     assert list(olympic(np.array([[1.0, 2.0, 3.0, np.inf], [1.0, 2.0, np.inf, np.inf]]), 1)) == [2.5, np.inf]
     # windows of 3: 2, 3, inf, inf, 5 (olympic means); the median one scores 5
     assert window_scores(np.array([1.0, 2.0, 3.0, np.inf, np.inf, 4.0, 5.0]), 3, 1) == 5.0
+
+
+def test_a_zero_spread_rcps_own_runs_pass_the_test_their_mean_sets_at_any_factor():
+    """Equal runs average to exactly their value (6.0 x 1.04 = 6.24, retinanet 1024 of
+    5.1.0, has no exact sum of 3 or 8), so an honest submission against a precision RCP of
+    the same runs is never rejected."""
+    from rcpforge.analysis.rcp_set import RcpSet
+
+    raw = {"flat": {"Benchmark": "retinanet", "BS": 8, "Hyperparams": {}, "Epochs to converge": [6.0] * 10}}
+    case = rcp_set_cases(RcpSet(raw, "retinanet", submission_runs=5), None, None, 200)[0]
+    rows = simulate_case(case, PolicySettings(sims=200, rules=_rules("today", "precision_rcp"), factors=(1.0, 1.04),
+                                              picks=(1,), pick_modes=("sets",)))
+    assert [r["honest_rejected"] for r in rows] == [0.0] * 4 and {r["coarse"] for r in rows} == {"zero spread"}

@@ -9,7 +9,7 @@ import json
 
 from rcpforge.analysis.policy.cases import rcp_set_cases
 from rcpforge.analysis.policy.distributions import rcp_distributions
-from rcpforge.analysis.policy.frontier import AXES, dominates, pareto_front, recommend
+from rcpforge.analysis.policy.frontier import AXES, AXES_ALLOWED, dominates, pareto_front, recommend
 from rcpforge.analysis.policy.rules import Rule, parse_rule, preset_rules
 from rcpforge.analysis.policy.simulate import PolicySettings, simulate_case
 from rcpforge.analysis.rcp_set import load_rcp_sets
@@ -33,7 +33,8 @@ def test_a_zero_allowance_reduces_exactly_to_today():
 def _summary(rule: str, honest: float, kept: float, extra: int) -> dict:
     """A rule's axes; its `runs` cheater keeps `kept`, its `sets` cheater half of it."""
     where = {"pick_mode": "runs", "factor": 1.08, "ruleset": "5.1.0", "benchmark": "b", "batch_size": 8, "caught": 0.1}
-    return {"rule": rule, "honest_excess": honest, "worst_kept_evals": kept, "extra_runs": extra,
+    return {"rule": rule, "honest_excess": honest, "worst_kept_evals": kept, "worst_kept_allowed": kept / 2,
+            "extra_runs": extra,
             "worst_kept_by_mode": {"runs": kept, "sets": kept / 2},
             "worst_kept_at_by_mode": {"runs": where, "sets": {**where, "pick_mode": "sets"}}}
 
@@ -44,9 +45,12 @@ def test_front_is_non_dominated_and_every_other_rule_is_dominated():
              _summary("f", 0.3, 0.1, 0)]
     front = pareto_front(rules)
     assert front == ["f", "today", "e", "b", "c", "d"]  # "a" is today at a cost; c and d tie: both stay
-    for s in rules:
-        beaten = any(dominates(o, s) for o in rules)
-        assert beaten == (s["rule"] not in front), s["rule"]
+    rules.append({**_summary("g", 0.0, 3.1, 0), "worst_kept_allowed": 0.2})  # worse on every cheater, best but runs
+    for axes in (AXES, AXES_ALLOWED):
+        front = pareto_front(rules, axes)
+        for s in rules:
+            assert any(dominates(o, s, axes) for o in rules) == (s["rule"] not in front), (axes, s["rule"])
+    assert "g" in pareto_front(rules, AXES_ALLOWED) and "g" not in pareto_front(rules)
     assert set(AXES) == {"honest_excess", "worst_kept_evals", "extra_runs"}
 
 
