@@ -17,12 +17,12 @@ from tests.helpers.browser import layout_problems
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
 
-SEEDS = 8
+SEEDS = 3  # the fewest a complete cell can have: more runs than the olympic trim drops
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
-    """bf16 and a candidate 10% slower, 8 converged runs each at two batch sizes, on an
+    """bf16 and a candidate 10% slower, 3 converged runs each at two batch sizes, on an
     eval grid of 128 samples."""
     folder = tmp_path_factory.mktemp("policy-camp")
     path = write_campaign(folder, tiny_campaign(seeds=SEEDS))
@@ -38,14 +38,14 @@ def campaign(tmp_path_factory):
 
 def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
     result = invoke("policy", "--rcps", "5.1.0", "--benchmark", "llama31_8b", "--batch-size", "32",
-                    "--batch-size", "96", "--pick", "1", "--pick", "3", "--sims", "500", "--json",
-                    "--brief", str(tmp_path / "brief.md"))
+                    "--batch-size", "96", "--pick", "1", "--pick", "3", "--pick-mode", "sets", "--pick-mode", "runs",
+                    "--sims", "500", "--json", "--brief", str(tmp_path / "brief.md"))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     rows = doc["rows"]
     assert all(tuple(r) == ROW_KEYS for r in rows)
     cells = {(r["batch_size"], r["policy"], r["factor"], r["pick"], r["pick_mode"]) for r in rows}
-    assert len(cells) == len(rows) == 2 * 5 * 2 * 2 * 5  # batch sizes, policies, factors, picks, modes
+    assert len(cells) == len(rows) == 2 * 5 * 2 * 2 * 2  # batch sizes, policies, factors, picks, modes
     assert {r["policy"] for r in rows} == {"today", "precision_rcp", "factor", "group", "m_of_n"}
     assert {r["factor"] for r in rows} == {1.0, 1.08} and all(r["sims"] == 500 for r in rows)
     extra = {r["policy"]: r["extra_runs"] for r in rows}
@@ -62,7 +62,9 @@ def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
 
 def test_html_report_is_self_contained_and_lays_out_in_headless_chromium(tmp_path):
     page = tmp_path / "policy.html"
-    result = invoke("policy", "--rcps", "6.0.0", "--benchmark", "gpt_oss_20b", "--sims", "300", "--html", str(page))
+    # one batch size: every column and cheater, in fewer rows than the probe need walk
+    result = invoke("policy", "--rcps", "6.0.0", "--benchmark", "gpt_oss_20b", "--batch-size", "64", "--sims", "300",
+                    "--html", str(page))
     assert result.exit_code == 0, result.output
     text = page.read_text()
     assert re.findall(r'<img id="fig-(\w+)"', text) == ["catch", "honest"]
@@ -72,6 +74,14 @@ def test_html_report_is_self_contained_and_lays_out_in_headless_chromium(tmp_pat
     for width in (1200, 700):
         layout = layout_problems(opened, width, tmp_path)
         assert layout["tables"] == 2 and layout["problems"] == [], (width, layout)
+    # the frontier's report: its front as a plot, self-contained (here, where matplotlib is loaded already)
+    front = tmp_path / "front.html"
+    result = invoke("policy", "--rcps", "6.0.0", "--benchmark", "gpt_oss_20b", "--batch-size", "64", "--frontier",
+                    "--rule", "today", "--rule", "m=2", "--factor", "1.08", "--pick", "5", "--pick-mode", "sets",
+                    "--sims", "100", "--html", str(front))
+    assert result.exit_code == 0, result.output
+    text = front.read_text()
+    assert re.findall(r'<img id="fig-(\w+)"', text) == ["front"] and "https://" not in text
 
 
 def test_campaign_form_uses_the_campaigns_runs(campaign):
@@ -96,10 +106,11 @@ WRONG = [
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--m", "10"], "--m 10"),
     (["--rcps", "9.9.9", "--benchmark", "llama31_8b"], "--rcps '9.9.9'"),
     (["--rcps", "5.1.0", "--batch-size", "64"], "--batch-size needs --benchmark"),
-    (["--rcps", "5.1.0", "--rule", "m0=1"], "--rule 'm0=1': m0 is out of range"),
-    (["--rcps", "5.1.0", "--rule", "m=2,lucky=3"], "unknown knob 'lucky'"),
-    (["--rcps", "5.1.0", "--rule", "group=8,m=2"], "drop m or group"),
-    (["--rcps", "5.1.0", "--frontier", "--rule", "m=2"], "--frontier weighs rules against each other"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "m0=1"], "--rule 'm0=1': m0 is out of range"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "m=2,lucky=3"], "unknown knob 'lucky'"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "group=8,m=2"], "drop m or group"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--frontier", "--rule", "m=2"],
+     "--frontier weighs rules against each other"),
     ([], "give either --rcps"),
 ]
 

@@ -81,23 +81,21 @@ def test_every_rcp_of_a_ruleset_is_simulated_and_coarse_ones_are_marked():
 
 
 FRONTIER = ("policy", "--rcps", "6.1.0", "--benchmark", "llama31_8b", "--batch-size", "64", "--frontier",
-            "--rule", "m=2", "--rule", "m0=5,norm=point", "--sims", "200", "--json")
+            "--rule", "m=2", "--rule", "m0=5,norm=point", "--factor", "1.08", "--pick", "2", "--sims", "200", "--json")
 
 
-def test_frontier_is_bit_for_bit_with_a_seed_and_writes_its_brief_and_plot(tmp_path):
-    first = invoke(*FRONTIER, "--seed", "4", "--brief", str(tmp_path / "brief.md"), "--html", str(tmp_path / "f.html"))
+def test_frontier_is_bit_for_bit_with_a_seed_and_writes_its_brief(tmp_path):
+    first = invoke(*FRONTIER, "--seed", "4", "--brief", str(tmp_path / "brief.md"))
     assert first.exit_code == 0, first.output
     again, other = invoke(*FRONTIER, "--seed", "4"), invoke(*FRONTIER, "--seed", "5")
     assert first.stdout == again.stdout and first.stdout != other.stdout
     doc = json.loads(first.stdout)
     assert [r["rule"] for r in doc["rules"]] == ["today", "m=2", "m0=5,norm=point"]  # today: the baseline
-    assert doc["factors"] == [1.0, 1.04, 1.08, 1.12] and doc["picks"] == [1, 2, 5, 10]
+    assert doc["factors"] == [1.0, 1.08] and doc["picks"] == [1, 2, 5]  # today at f = 1 and k = 5: the terms' own
     assert set(doc["front"]) <= {r["rule"] for r in doc["rules"]} and "today" in doc["front"]
-    kept = doc["rules"][2]["cheaters"]["strategic"]["10"]["1.12"]
+    kept = doc["rules"][2]["cheaters"]["strategic"]["5"]["1.08"]
     assert set(kept) == {"caught", "kept_pct", "kept_evals"}
     brief = (tmp_path / "brief.md").read_text()
     assert brief.startswith("# Which RCP rule to adopt") and "## `today` per benchmark" in brief
     assert "**Against every cheater" in brief and "**Against the cheaters the rules allow for" in brief
     assert doc["recommendation_without_runs"]["terms"]["pick_modes"] == ["sets", "window", "strategic", "poisoned"]
-    page = (tmp_path / "f.html").read_text()
-    assert '<img id="fig-front"' in page and "https://" not in page
