@@ -86,12 +86,18 @@ def brief_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     picks = sorted({r["pick"] for r in rows})
     top = picks[-1]
     others = [m for m in dict.fromkeys(r["pick_mode"] for r in rows) if m not in ("sets", "runs")]
-    header = ["policy", "f", "honest rejected", *(f"caught k={k} (sets / runs)" for k in picks if k > 1),
+    cases = list(dict.fromkeys((r["ruleset"], r["benchmark"]) for r in rows))
+    named = len(cases) > 1  # several benchmarks (or rulesets): a column says which
+    rulesets = len({ruleset for ruleset, _ in cases}) > 1
+    header = [*(["benchmark"] if named else []), "policy", "f", "honest rejected",
+              *(f"caught k={k} (sets / runs)" for k in picks if k > 1),
               *([f"caught k={top} ({' / '.join(others)})"] if others and top > 1 else []),
               f"kept at k={top}, % (sets / runs)", f"kept at k={top}, evals (sets / runs)", "extra runs"]
     body = []
     for s in summary(rows):
-        body.append([LABELS.get(s["policy"], s["policy"]), f"{s['factor']:g}", _pct(s["honest_rejected"]),
+        which = f"{s['benchmark']} ({s['ruleset']})" if rulesets else s["benchmark"]
+        body.append([*([which] if named else []), LABELS.get(s["policy"], s["policy"]), f"{s['factor']:g}",
+                     _pct(s["honest_rejected"]),
                      *(f"{_pct(s.get(f'caught_k{k}_sets'))} / {_pct(s.get(f'caught_k{k}_runs'))}"
                        for k in picks if k > 1),
                      *([" / ".join(_pct(s[f"caught_k{top}_{m}"]) for m in others)] if others and top > 1 else []),

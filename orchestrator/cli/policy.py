@@ -21,8 +21,9 @@ FRONTIER_SIMS = 5_000
 
 
 def _checked_numbers(factors: list[float], picks: list[int], m0: int, group: int, sims: int, bound: str,
-                     confidence: float) -> None:
-    """One line per bad number, before anything is read."""
+                     confidence: float, z: float, p: float) -> None:
+    """One line per bad number, before anything is read (the presets' knobs: their ranges
+    are the rules' own, `analysis/policy/rules.py`)."""
     for f in factors:
         if not f > 0:
             fail(f"--factor {f:g}: a true factor is the candidate's samples to converge over the reference's; "
@@ -32,8 +33,14 @@ def _checked_numbers(factors: list[float], picks: list[int], m0: int, group: int
             fail(f"--pick {k}: k is how many times the work a cherry-picker does; give 1 or more")
     if m0 < 2:
         fail(f"--m0 {m0}: the factor's interval needs at least 2 runs of each recipe per batch size; give 2 or more")
-    if group < 1:
-        fail(f"--group {group}: a group holds the submission and its peers; give 1 or more")
+    if not 1 <= group <= 64:
+        fail(f"--group {group}: a group holds the submission and its peers; give 1 to 64")
+    if m0 > 50:
+        fail(f"--m0 {m0}: give at most 50 runs of each recipe per batch size")
+    if not 0 < z <= 10:
+        fail(f"--z-threshold {z:g}: the robust z flag; give a number above 0 and at most 10 (default 3.5)")
+    if not 0 <= p < 1:
+        fail(f"--p-threshold {p:g}: the p-value flag; give a number from 0 to below 1 (default 0.001)")
     if sims < 100:
         fail(f"--sims {sims}: too few simulated submitters for a rate; give 100 or more (default {ROW_SIMS})")
     from rcpforge.analysis.policy.rules import BOUNDS
@@ -76,7 +83,7 @@ def _table(rows: list[dict], title: str) -> Table:
     header, body = brief_table(rows)
     view = Table(title=title)
     for col in header:
-        view.add_column(col, justify="left" if col == "policy" else "right")
+        view.add_column(col, justify="left" if col in ("benchmark", "policy") else "right")
     for line in body:
         view.add_row(*line)
     return view
@@ -137,7 +144,7 @@ def policy_cmd(
         if path is not None:
             output_path_or_fail(path, flag, folder=False)
     sims = sims if sims is not None else FRONTIER_SIMS if frontier else ROW_SIMS
-    _checked_numbers(factor, pick, m0, group, sims, factor_bound, factor_confidence)
+    _checked_numbers(factor, pick, m0, group, sims, factor_bound, factor_confidence, z_threshold, p_threshold)
     modes = _pick_modes_or_fail(pick_mode)
     cases, source = _cases_or_fail(campaign_file, rcps, benchmark, batch_size, reference, candidate, sims)
     rules = _rules_or_fail(rule, frontier, cases, dict(m0=m0, bound=factor_bound, confidence=factor_confidence,
@@ -172,8 +179,8 @@ def _rules_or_fail(specs: list[str], frontier: bool, cases, knobs: dict, m: int 
     try:
         presets = preset_rules(m=2.0 if m is None else m / min(ns), **knobs)
         named = [parse_rule(text, presets) for text in specs]
-    except (RuleError, ValueError) as err:  # a preset's flag out of a knob's range is one line too
-        fail(escape(str(err).splitlines()[0]))
+    except RuleError as err:
+        fail(escape(str(err)))
     rules = {r.label: r for r in named or (family() if frontier else presets.values())}
     if frontier and len(rules) < 2:
         fail("--frontier weighs rules against each other: give two or more --rule, or none for the default family")

@@ -107,6 +107,7 @@ WRONG = [
     (["--rcps", "9.9.9", "--benchmark", "llama31_8b"], "--rcps '9.9.9'"),
     (["--rcps", "5.1.0", "--batch-size", "64"], "--batch-size needs --benchmark"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "m0=1"], "--rule 'm0=1': m0 is out of range"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--z-threshold", "0"], "--z-threshold 0"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "m=2,lucky=3"], "unknown knob 'lucky'"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "group=8,m=2"], "drop m or group"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--frontier", "--rule", "m=2"],

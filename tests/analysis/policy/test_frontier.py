@@ -10,6 +10,7 @@ import json
 from rcpforge.analysis.policy.cases import rcp_set_cases
 from rcpforge.analysis.policy.distributions import rcp_distributions
 from rcpforge.analysis.policy.frontier import AXES, AXES_ALLOWED, dominates, pareto_front, recommend
+from rcpforge.analysis.policy.output import brief_table
 from rcpforge.analysis.policy.rules import Rule, parse_rule, preset_rules
 from rcpforge.analysis.policy.simulate import PolicySettings, simulate_case
 from rcpforge.analysis.rcp_set import load_rcp_sets
@@ -78,6 +79,9 @@ def test_every_rcp_of_a_ruleset_is_simulated_and_coarse_ones_are_marked():
     assert marks[("llama31_8b", 16)] == "2 distinct values" and marks[("llama31_8b", 128)] is None
     assert marks[("qwen35_397b_grpo", 256)] == "zero spread"
     assert {r["ruleset"] for r in rows} == {"6.1.0"}
+    header, body = brief_table(rows)  # the console's and the brief's table: a row per benchmark, which it says
+    benchmarks = sorted({s.benchmark for s in load_rcp_sets("6.1.0")})
+    assert header[0] == "benchmark" and [line[0] for line in body] == benchmarks
 
 
 FRONTIER = ("policy", "--rcps", "6.1.0", "--benchmark", "llama31_8b", "--batch-size", "64", "--frontier",
