@@ -1,5 +1,5 @@
 """The cases a policy run simulates, one per batch size: from the RCPs a ruleset ships
-(`--rcps RULESET --benchmark B`) or from a campaign's own runs (its reference recipe's
+(`--rcps RULESET`, one benchmark or every one) or from a campaign's own runs (its reference recipe's
 complete cells as the RCPs, its candidate recipe's runs as the candidate's distribution).
 Bad input raises `PolicyError`, one line naming the flag and the fix."""
 
@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rcpforge.analysis.policy.distributions import Distribution, campaign_distributions, rcp_distributions
+from rcpforge.analysis.policy.health import coarse_mark
 from rcpforge.analysis.policy.simulate import Case
 from rcpforge.analysis.policy.thresholds import bootstrapped, today
 from rcpforge.analysis.rcp import trimmed_count
-from rcpforge.analysis.rcp_set import RULESETS, RcpError, RcpSet, convergence_key, ruleset_folder
+from rcpforge.analysis.rcp_set import RULESETS, RcpError, RcpSet, convergence_key, load_rcp_sets, ruleset_folder
 
 
 class PolicyError(ValueError):
@@ -43,15 +44,22 @@ def _cases(rcp_set: RcpSet, reference: dict[int, Distribution], candidate: dict[
             return today(rcp_set, bs, ruleset) if rng is None else bootstrapped(rcp_set, bs, ruleset, rng, sims)
 
         out.append(Case(rcp_set.benchmark, bs, rcp_set.submission_runs, trim, candidate[bs], threshold, pairs,
-                        ruleset))
+                        ruleset, coarse_mark(list(reference[bs].values)) if bs in reference else None))
     return out
 
 
-def ruleset_cases(ruleset: str, benchmark: str, batch_sizes: Sequence[int] | None, sims: int) -> list[Case]:
-    """Every batch size with an RCP in the ruleset (or those named): the RCP's runs are
-    the honest candidate's distribution at factor 1."""
+def ruleset_cases(ruleset: str, benchmark: str | None, batch_sizes: Sequence[int] | None, sims: int) -> list[Case]:
+    """Every batch size with an RCP in the ruleset (or those named), of one benchmark or
+    (`benchmark` None) of every benchmark the ruleset ships: the RCP's runs are the honest
+    candidate's distribution at factor 1."""
     if ruleset not in RULESETS:
         raise PolicyError(f"--rcps {ruleset!r} is not a ruleset the checker knows; give one of {', '.join(RULESETS)}")
+    if benchmark is None:
+        if batch_sizes:
+            raise PolicyError("--batch-size needs --benchmark: batch sizes differ between benchmarks; "
+                              "name the benchmark, or drop --batch-size to simulate every RCP")
+        return [case for rcp_set in load_rcp_sets(ruleset)
+                for case in rcp_set_cases(rcp_set, None, ruleset, sims, f"ruleset {ruleset}'s {rcp_set.benchmark}")]
     try:
         rcp_set = RcpSet.from_ruleset(ruleset, benchmark)
     except RcpError:

@@ -22,9 +22,16 @@ from rcpforge.trainers.contract.mllog.read import NOT_CONVERGED
 _ON_GRID = 1e-6
 
 
+# A step that leaves the runs on fewer than one in this many points of the grid spanning
+# their range is not an eval grid but the gcd of runs evaluated on different grids (BERT's
+# 5.1.0 RCPs at batch sizes 1536, 3072, 6912 give steps of 16 and 48 samples).
+_SPARSEST_GRID = 10
+
+
 def eval_grid(values) -> float | None:
     """The largest step dividing all differences between the finite values; None with
-    fewer than two distinct values."""
+    fewer than two distinct values, or where the step is no eval grid (the runs on fewer
+    than one in 10 of its points over their range)."""
     v = np.unique(np.asarray([x for x in values if math.isfinite(x)], float))
     if len(v) < 2:
         return None
@@ -36,7 +43,8 @@ def eval_grid(values) -> float | None:
             r = math.fmod(a, b)
             a, b = b, (0.0 if r < tol or b - r < tol else r)
         step = a
-    return float(f"{step:.12g}")  # 0.04999999999999993 is the 0.05 epochs it means
+    step = float(f"{step:.12g}")  # 0.04999999999999993 is the 0.05 epochs it means
+    return step if (v[-1] - v[0]) / step <= _SPARSEST_GRID * len(v) else None
 
 
 def on_grid(values: np.ndarray, factor: float, grid: float | None, anchor: float) -> np.ndarray:

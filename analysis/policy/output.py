@@ -36,17 +36,18 @@ def summary(rows: list[dict]) -> list[dict]:
     """Per benchmark, policy and factor: the rates as means over the batch sizes (and the
     advantage kept with its standard error)."""
     picks = sorted({r["pick"] for r in rows})
+    modes = list(dict.fromkeys(r["pick_mode"] for r in rows))
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        cells[(r["benchmark"], r["policy"], r["factor"])].append(r)
+        cells[(r["ruleset"], r["benchmark"], r["policy"], r["factor"])].append(r)
     out = []
-    for (benchmark, policy, factor), members in cells.items():
-        row = {"benchmark": benchmark, "policy": policy, "factor": factor,
+    for (ruleset, benchmark, policy, factor), members in cells.items():
+        row = {"ruleset": ruleset, "benchmark": benchmark, "policy": policy, "factor": factor,
                "batch_sizes": len({m["batch_size"] for m in members}),
                "honest_rejected": _mean(m["honest_rejected"] for m in members),
                "extra_runs": members[0]["extra_runs"]}
         for k in picks:
-            for mode in ("sets", "runs"):
+            for mode in modes:
                 chosen = [m for m in members if m["pick"] == k and m["pick_mode"] == mode]
                 row[f"caught_k{k}_{mode}"] = _mean(m["caught"] for m in chosen)
                 row[f"kept_pct_k{k}_{mode}"] = _mean(m["advantage_kept_pct"] for m in chosen)
@@ -75,7 +76,7 @@ def _kept(v: float | None, se: float | None) -> str:
 
 
 def _kept_cell(s: dict, unit: str, k: int, mode: str) -> str:
-    return _kept(s[f"kept_{unit}_k{k}_{mode}"], s[f"kept_{unit}_se_k{k}_{mode}"])
+    return _kept(s.get(f"kept_{unit}_k{k}_{mode}"), s.get(f"kept_{unit}_se_k{k}_{mode}"))
 
 
 def brief_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -84,12 +85,22 @@ def brief_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     picker keeps at the largest k (± its standard error), the extra runs."""
     picks = sorted({r["pick"] for r in rows})
     top = picks[-1]
-    header = ["policy", "f", "honest rejected", *(f"caught k={k} (sets / runs)" for k in picks if k > 1),
+    others = [m for m in dict.fromkeys(r["pick_mode"] for r in rows) if m not in ("sets", "runs")]
+    cases = list(dict.fromkeys((r["ruleset"], r["benchmark"]) for r in rows))
+    named = len(cases) > 1  # several benchmarks (or rulesets): a column says which
+    rulesets = len({ruleset for ruleset, _ in cases}) > 1
+    header = [*(["benchmark"] if named else []), "policy", "f", "honest rejected",
+              *(f"caught k={k} (sets / runs)" for k in picks if k > 1),
+              *([f"caught k={top} ({' / '.join(others)})"] if others and top > 1 else []),
               f"kept at k={top}, % (sets / runs)", f"kept at k={top}, evals (sets / runs)", "extra runs"]
     body = []
     for s in summary(rows):
-        body.append([LABELS[s["policy"]], f"{s['factor']:g}", _pct(s["honest_rejected"]),
-                     *(f"{_pct(s[f'caught_k{k}_sets'])} / {_pct(s[f'caught_k{k}_runs'])}" for k in picks if k > 1),
+        which = f"{s['benchmark']} ({s['ruleset']})" if rulesets else s["benchmark"]
+        body.append([*([which] if named else []), LABELS.get(s["policy"], s["policy"]), f"{s['factor']:g}",
+                     _pct(s["honest_rejected"]),
+                     *(f"{_pct(s.get(f'caught_k{k}_sets'))} / {_pct(s.get(f'caught_k{k}_runs'))}"
+                       for k in picks if k > 1),
+                     *([" / ".join(_pct(s[f"caught_k{top}_{m}"]) for m in others)] if others and top > 1 else []),
                      f"{_kept_cell(s, 'pct', top, 'sets')} / {_kept_cell(s, 'pct', top, 'runs')}",
                      f"{_kept_cell(s, 'evals', top, 'sets')} / {_kept_cell(s, 'evals', top, 'runs')}",
                      str(s["extra_runs"])])
@@ -153,7 +164,7 @@ def _figure_catch(rows: list[dict]) -> bytes | None:
     factors = sorted({r["factor"] for r in rows})
     fig, axes = plt.subplots(1, len(factors), figsize=(4.2 * len(factors), 3.4), squeeze=False)
     for ax, f in zip(axes[0], factors, strict=True):
-        for policy in LABELS:
+        for policy in dict.fromkeys(r["policy"] for r in rows):
             for mode, style in (("sets", "-o"), ("runs", ":x")):
                 chosen = [r for r in rows if r["factor"] == f and r["policy"] == policy and r["pick_mode"] == mode]
                 ks = sorted({r["pick"] for r in chosen})
@@ -173,7 +184,7 @@ def _figure_honest(rows: list[dict]) -> bytes | None:
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     factors = sorted({r["factor"] for r in rows})
-    for policy in LABELS:
+    for policy in dict.fromkeys(r["policy"] for r in rows):
         ys = [_mean(r["honest_rejected"] for r in rows if r["policy"] == policy and r["factor"] == f) for f in factors]
         if any(y is not None for y in ys):
             ax.plot(factors, [np.nan if y is None else y for y in ys], "-o", ms=3, label=policy)

@@ -5,22 +5,29 @@ once, for the largest k; a pick of k uses the first k sets of those draws (commo
 numbers: a larger k sees the same runs and more, so its kept score can only be as fast
 or faster, and the honest submitter is the first set, the same for every k).
 
-Cherry-picking, in two forms:
-- `sets`: the best of k complete submissions (the one with the fastest score; a submitter
-  who reruns the whole submission and keeps the best). The rules' Scoring section forbids
-  it ("Running multiple iterations of N runs to try find the lowest one ... is prohibited");
+The cheaters (`pick_mode`), each exploiting one rule (docs/policy.md says which):
+- `sets`: the best of k complete submissions (the fastest score). The rules' Scoring
+  section forbids it ("Running multiple iterations of N runs to try find the lowest one
+  ... is prohibited"), but nothing in a submission shows it;
 - `runs`: the N fastest of k x N runs (the worst case: not a legal submission, but a log
   audit sees only the N runs submitted). Under M > N scoring: the M fastest of k x M
-  runs, kept in the order they were drawn."""
+  runs, kept in the order they were drawn;
+- `window`: k x N runs in one ordered sequence, and the fastest N consecutive ones
+  designated (the M > N rule lets a submitter run more than N and designate a window;
+  this one designates the best, not the median). Under M > N scoring: k x M runs in one
+  sequence and the M consecutive ones whose median window is fastest (`windows`);
+- `strategic`: knows the rule's threshold and submits the fastest of its k sets that
+  passes (the fastest set where none passes), so it is caught only where no set passes
+  (`strategic_pick`; the verdicts come from the rule, `simulate` applies them);
+- `poisoned`: the best of k sets, and the party that measures the rule's own reference
+  (a precision-specific RCP, a convergence factor) keeps the best of k measurements too
+  (`policies`); equal to `sets` under a rule that measures nothing."""
 
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-from rcpforge.analysis.stats import olympic_means
-
-PICK_MODES = ("sets", "runs")
+PICK_MODES = ("sets", "runs", "window", "strategic", "poisoned")
 
 
 def draw(values: np.ndarray, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -29,36 +36,55 @@ def draw(values: np.ndarray, rng: np.random.Generator, shape: tuple[int, ...]) -
 
 
 def olympic(runs: np.ndarray, trim: int) -> np.ndarray:
-    """Olympic means over the last axis; a set with more than one non-converged run (inf)
-    is infinite: an invalid result (training rules, Benchmark Results)."""
+    """Olympic means over the last axis; a non-converged run (inf) is the slowest, and a
+    set with more than one is infinite: an invalid result (training rules, Benchmark
+    Results)."""
+    if trim == 1:
+        anchor = finite_floor(runs)
+        shifted = runs - anchor
+        means = olympic_trim_one(shifted, np.where(np.isinf(runs), 0.0, shifted), np.isinf(runs).sum(axis=-1))
+        return means + anchor[..., 0]
+    ordered = np.sort(runs, axis=-1)
     with np.errstate(invalid="ignore"):
-        means = olympic_means(runs, trim)
+        means = ordered[..., trim : runs.shape[-1] - trim].mean(axis=-1)
     return np.where(np.isinf(runs).sum(axis=-1) > 1, np.inf, means)
 
 
-def kept_olympic(sets: np.ndarray, k: int, mode: str, trim: int) -> np.ndarray:
-    """The olympic mean a k-fold cherry-picker submits; `sets` is (sims, kmax, N)."""
-    n = sets.shape[2]
-    if mode == "sets":
-        return olympic(sets[:, :k, :], trim).min(axis=1)
-    pooled = sets[:, :k, :].reshape(len(sets), k * n)
-    return olympic(np.partition(pooled, n - 1, axis=1)[:, :n], trim)
+def finite_floor(runs: np.ndarray) -> np.ndarray:
+    """The smallest run over the last axis (kept as an axis of 1), 0 where none is finite:
+    the anchor trim-1 means are taken from, so that equal runs average to exactly their
+    value (a zero-spread RCP's runs must pass the test their own mean sets)."""
+    low = runs.min(axis=-1, keepdims=True)
+    return np.where(np.isfinite(low), low, 0.0)
 
 
-def window_scores(runs: np.ndarray, n: int, trim: int) -> np.ndarray:
-    """The rules' score of M > N runs in their order (training rules, Benchmark Results,
-    Scoring): the olympic mean of each window of N consecutive runs, a non-converged run
-    counting as infinite time, and the window with the median score (the lower middle one
-    when the count of windows is even: a real window). Over the last axis."""
-    windows = olympic(sliding_window_view(runs, n, axis=-1), trim)
-    return np.sort(windows, axis=-1)[..., (windows.shape[-1] - 1) // 2]
+def olympic_trim_one(runs: np.ndarray, finite: np.ndarray, failed: np.ndarray) -> np.ndarray:
+    """Trim 1 (every benchmark but UNet3D): (sum - min - max) / (n - 2), three reductions
+    instead of a sort, the simulation's hot spot; `runs` are taken from an anchor
+    (`finite_floor`), `finite` is `runs` with 0 for inf, `failed` the count of inf per set."""
+    with np.errstate(invalid="ignore"):
+        largest = np.where(failed > 0, 0.0, runs.max(axis=-1))
+        means = (finite.sum(axis=-1) - runs.min(axis=-1) - largest) / (runs.shape[-1] - 2)
+    return np.where(failed > 1, np.inf, means)
 
 
-def kept_window(sets: np.ndarray, k: int, mode: str, n: int, trim: int) -> np.ndarray:
-    """The M > N score a k-fold cherry-picker submits; `sets` is (sims, kmax, M)."""
-    if mode == "sets":
-        return window_scores(sets[:, :k, :], n, trim).min(axis=1)
-    m = sets.shape[2]
-    pooled = sets[:, :k, :].reshape(len(sets), k * m)
-    fastest = np.sort(np.argpartition(pooled, m - 1, axis=1)[:, :m], axis=1)  # drawn order kept
-    return window_scores(np.take_along_axis(pooled, fastest, axis=1), n, trim)
+def fastest_runs(sets: np.ndarray, k: int) -> np.ndarray:
+    """The `runs` cheater's runs: of the first k sets of (sims, kmax, size), the `size`
+    fastest, kept in the order they were drawn."""
+    size = sets.shape[2]
+    pooled = sets[:, :k, :].reshape(len(sets), k * size)
+    fastest = np.sort(np.argpartition(pooled, size - 1, axis=1)[:, :size], axis=1)
+    return np.take_along_axis(pooled, fastest, axis=1)
+
+
+def best_set(candidates: np.ndarray, k: int) -> np.ndarray:
+    """Per simulation, the index of the fastest of the first k candidate scores."""
+    return np.argmin(candidates[:, :k], axis=1)
+
+
+def strategic_pick(candidates: np.ndarray, rejected: np.ndarray, k: int) -> np.ndarray:
+    """Per simulation, the index of the fastest of the first k candidates the rule does
+    not reject; the fastest of them all where it rejects every one."""
+    shown, verdicts = candidates[:, :k], rejected[:, :k]
+    passing = np.argmin(np.where(verdicts, np.inf, shown), axis=1)
+    return np.where(verdicts.all(axis=1), np.argmin(shown, axis=1), passing)

@@ -17,12 +17,12 @@ from tests.helpers.browser import layout_problems
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.cli import invoke, one_line_usage_error
 
-SEEDS = 8
+SEEDS = 3  # the fewest a complete cell can have: more runs than the olympic trim drops
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
-    """bf16 and a candidate 10% slower, 8 converged runs each at two batch sizes, on an
+    """bf16 and a candidate 10% slower, 3 converged runs each at two batch sizes, on an
     eval grid of 128 samples."""
     folder = tmp_path_factory.mktemp("policy-camp")
     path = write_campaign(folder, tiny_campaign(seeds=SEEDS))
@@ -38,8 +38,8 @@ def campaign(tmp_path_factory):
 
 def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
     result = invoke("policy", "--rcps", "5.1.0", "--benchmark", "llama31_8b", "--batch-size", "32",
-                    "--batch-size", "96", "--pick", "1", "--pick", "3", "--sims", "500", "--json",
-                    "--brief", str(tmp_path / "brief.md"))
+                    "--batch-size", "96", "--pick", "1", "--pick", "3", "--pick-mode", "sets", "--pick-mode", "runs",
+                    "--sims", "500", "--json", "--brief", str(tmp_path / "brief.md"))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     rows = doc["rows"]
@@ -54,7 +54,7 @@ def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
     assert brief.startswith("# llama31_8b: what each countermeasure catches and costs")
     assert "| today's rule | 1.08 |" in brief and "caught k=3 (sets / runs)" in brief
     # the advantage kept with its standard error, in the rows and where the brief shows it
-    assert ROW_KEYS[-2:] == ("advantage_kept_pct_se", "advantage_kept_evals_se")
+    assert ROW_KEYS[-4:] == ("advantage_kept_pct_se", "advantage_kept_evals_se", "ruleset", "coarse")
     assert all(r["advantage_kept_pct_se"] is None for r in rows if r["advantage_kept_pct"] is None)
     assert any(r["advantage_kept_pct_se"] > 0 for r in rows if r["advantage_kept_pct_se"] is not None)
     assert re.search(r"\| [+-]\d+\.\d\d ± [\d.e-]+ / [+-]\d+\.\d\d ± ", brief)
@@ -62,7 +62,9 @@ def test_json_rows_have_exactly_the_issues_keys_one_per_cell(tmp_path):
 
 def test_html_report_is_self_contained_and_lays_out_in_headless_chromium(tmp_path):
     page = tmp_path / "policy.html"
-    result = invoke("policy", "--rcps", "6.0.0", "--benchmark", "gpt_oss_20b", "--sims", "300", "--html", str(page))
+    # one batch size: every column and cheater, in fewer rows than the probe need walk
+    result = invoke("policy", "--rcps", "6.0.0", "--benchmark", "gpt_oss_20b", "--batch-size", "64", "--sims", "300",
+                    "--html", str(page))
     assert result.exit_code == 0, result.output
     text = page.read_text()
     assert re.findall(r'<img id="fig-(\w+)"', text) == ["catch", "honest"]
@@ -72,6 +74,14 @@ def test_html_report_is_self_contained_and_lays_out_in_headless_chromium(tmp_pat
     for width in (1200, 700):
         layout = layout_problems(opened, width, tmp_path)
         assert layout["tables"] == 2 and layout["problems"] == [], (width, layout)
+    # the frontier's report: its front as a plot, self-contained (here, where matplotlib is loaded already)
+    front = tmp_path / "front.html"
+    result = invoke("policy", "--rcps", "6.0.0", "--benchmark", "gpt_oss_20b", "--batch-size", "64", "--frontier",
+                    "--rule", "today", "--rule", "m=2", "--factor", "1.08", "--pick", "5", "--pick-mode", "sets",
+                    "--sims", "100", "--html", str(front))
+    assert result.exit_code == 0, result.output
+    text = front.read_text()
+    assert re.findall(r'<img id="fig-(\w+)"', text) == ["front"] and "https://" not in text
 
 
 def test_campaign_form_uses_the_campaigns_runs(campaign):
@@ -92,9 +102,16 @@ WRONG = [
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--batch-size", "48"], "--batch-size 48"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--factor", "-0.5"], "--factor -0.5"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--pick", "0"], "--pick 0"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--pick-mode", "lucky"], "--pick-mode 'lucky'"),
     (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--m", "10"], "--m 10"),
     (["--rcps", "9.9.9", "--benchmark", "llama31_8b"], "--rcps '9.9.9'"),
-    (["--rcps", "5.1.0"], "--benchmark is missing"),
+    (["--rcps", "5.1.0", "--batch-size", "64"], "--batch-size needs --benchmark"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "m0=1"], "--rule 'm0=1': m0 is out of range"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--z-threshold", "0"], "--z-threshold 0"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "m=2,lucky=3"], "unknown knob 'lucky'"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--rule", "group=8,m=2"], "drop m or group"),
+    (["--rcps", "5.1.0", "--benchmark", "llama31_8b", "--frontier", "--rule", "m=2"],
+     "--frontier weighs rules against each other"),
     ([], "give either --rcps"),
 ]
 

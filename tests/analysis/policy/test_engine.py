@@ -6,6 +6,7 @@ cherry-picker's numbers must have."""
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 from collections import Counter
@@ -17,19 +18,34 @@ import pytest
 from rcpforge.analysis.policy.cases import rcp_set_cases, ruleset_cases
 from rcpforge.analysis.policy.distributions import eval_grid, on_grid
 from rcpforge.analysis.policy.health import coarse_mark
+from rcpforge.analysis.policy.rules import preset_rules
 from rcpforge.analysis.policy.simulate import PolicySettings, simulate_case
 from rcpforge.analysis.policy.thresholds import bootstrapped, min_acceptable_means, today
 from rcpforge.analysis.rcp import min_acceptable_mean
-from rcpforge.analysis.rcp_set import RcpSet, load_rcp_sets
+from rcpforge.analysis.rcp_set import load_rcp_sets
+from tests.analysis.policy.exact import exact as exact_probability
+from tests.analysis.policy.exact import olympic_pmf, small_set
 
-TODAY_ONLY = dict(policies=("today",), factors=(1.0,), picks=(1,), pick_modes=("sets",))
+
+def _rules(*names: str) -> tuple:
+    presets = preset_rules()
+    return tuple(presets[name] for name in names)
+
+
+TODAY_ONLY = dict(rules=_rules("today"), factors=(1.0,), picks=(1,), pick_modes=("sets",))
+
+
+@functools.lru_cache
+def _checker(ruleset: str, benchmark: str):
+    """The checker of a benchmark's RCPs, read and pruned once (its lookups do not change it)."""
+    return checker_mod.RCP_Checker("training", ruleset, benchmark, False)
 
 
 def _checker_threshold(ruleset: str, benchmark: str, bs) -> float:
     """The checker's own minimum acceptable mean at `bs` (its pruned pass, its
     interpolation, its llama31_405b slack), read off the record its check_directory
     would test."""
-    checker = checker_mod.RCP_Checker("training", ruleset, benchmark, False)
+    checker = _checker(ruleset, benchmark)
     record = checker._find_rcp(bs, "pruned_rcps")
     if record is None:
         low, high = checker._find_top_min_rcp(bs, "pruned_rcps"), checker._find_bottom_max_rcp(bs, "pruned_rcps")
@@ -61,35 +77,17 @@ def test_todays_honest_rejection_equals_a_brute_force_on_every_shipped_rcp(rules
     assert compared >= 20
 
 
-def _small_set() -> RcpSet:
-    """2N = 8 runs on 4 values (N = 4): an RCP small enough to enumerate."""
-    runs = [100.0, 110.0, 110.0, 120.0, 120.0, 120.0, 130.0, 130.0]
-    raw = {"small": {"Benchmark": "llama31_8b", "BS": 8, "Hyperparams": {}, "Epochs to converge": runs}}
-    return RcpSet(raw, "llama31_8b", submission_runs=4)
-
-
-def _exact(values: list[float], n: int, accept) -> float:
-    """P(accept(sorted runs)) over every multiset of n runs drawn with replacement."""
-    probs = {v: c / len(values) for v, c in Counter(values).items()}
-    total = 0.0
-    for combo in itertools.combinations_with_replacement(sorted(probs), n):
-        counts = Counter(combo)
-        ways = math.factorial(n) / math.prod(math.factorial(c) for c in counts.values())
-        total += ways * math.prod(probs[v] ** c for v, c in counts.items()) * accept(list(combo))
-    return total
-
-
 def test_small_case_matches_exact_enumeration():
-    rcp_set, sims = _small_set(), 40_000
+    rcp_set, sims = small_set(), 40_000
     case = rcp_set_cases(rcp_set, None, None, sims)[0]
     threshold = today(rcp_set, 8, None).minimum
     runs = list(case.candidate.values)
-    rows = simulate_case(case, PolicySettings(sims=sims, seed=3, policies=("today", "m_of_n"), factors=(1.0,),
-                                              picks=(1, 2)))
+    rows = simulate_case(case, PolicySettings(sims=sims, seed=3, rules=_rules("today", "m_of_n"), factors=(1.0,),
+                                              picks=(1, 2), pick_modes=("sets", "runs")))
     by = {(r["policy"], r["pick"], r["pick_mode"]): r for r in rows}
-    honest = _exact(runs, 4, lambda s: np.mean(s[1:3]) < threshold)
+    honest = exact_probability(runs, 4, lambda s: np.mean(s[1:3]) < threshold)
     best_of_2 = 1 - (1 - honest) ** 2  # the faster of two independent sets is rejected if either is
-    best_4_of_8 = _exact(runs, 8, lambda s: np.mean(s[1:3]) < threshold)  # s sorted: the 4 best are s[:4]
+    best_4_of_8 = exact_probability(runs, 8, lambda s: np.mean(s[1:3]) < threshold)  # s sorted: the 4 best are s[:4]
     median_window = _exact_windows(runs, threshold)
     for key, exact in ((("today", 1, "sets"), honest), (("today", 2, "sets"), best_of_2),
                        (("today", 2, "runs"), best_4_of_8), (("m_of_n", 1, "sets"), median_window)):
@@ -98,29 +96,18 @@ def test_small_case_matches_exact_enumeration():
     assert 0.001 < honest < 0.99 and best_of_2 > honest  # the case is not trivial
 
 
-def _olympic_pmf(values: list[float], n: int, trim: int) -> dict[float, float]:
-    """The exact distribution of an N-run submission's olympic mean."""
-    probs = {v: c / len(values) for v, c in Counter(values).items()}
-    pmf: Counter = Counter()
-    for combo in itertools.combinations_with_replacement(sorted(probs), n):
-        counts = Counter(combo)
-        ways = math.factorial(n) / math.prod(math.factorial(c) for c in counts.values())
-        pmf[float(np.mean(combo[trim : n - trim]))] += ways * math.prod(probs[v] ** c for v, c in counts.items())
-    return dict(pmf)
-
-
 def test_advantage_kept_and_its_standard_error_match_an_exact_computation():
     """Best of 2 submissions under today's rule, on the 4-value RCP: the exact law of the
     score an uncaught picker keeps (max(olympic mean, RCP mean) of the faster of two
     independent sets, given it passes) gives the expected advantage and, over the
     uncaught share of the sims, the standard error of its mean."""
-    rcp_set, sims = _small_set(), 40_000
+    rcp_set, sims = small_set(), 40_000
     case = rcp_set_cases(rcp_set, None, None, sims)[0]
     threshold = today(rcp_set, 8, None)
-    rows = simulate_case(case, PolicySettings(sims=sims, seed=5, policies=("today",), factors=(1.0,), picks=(1, 2),
+    rows = simulate_case(case, PolicySettings(sims=sims, seed=5, rules=_rules("today"), factors=(1.0,), picks=(1, 2),
                                               pick_modes=("sets",)))
     row = next(r for r in rows if r["pick"] == 2)
-    pmf = _olympic_pmf(list(case.candidate.values), 4, 1)
+    pmf = olympic_pmf(list(case.candidate.values), 4, 1)
     true_mean = sum(x * p for x, p in pmf.items())
     best = Counter()
     for (a, pa), (b, pb) in itertools.product(pmf.items(), repeat=2):
@@ -141,7 +128,7 @@ def test_advantage_kept_and_its_standard_error_match_an_exact_computation():
     assert row["advantage_kept_evals_se"] == pytest.approx(row["advantage_kept_pct_se"] / 100 * true_mean / grid,
                                                            rel=0.01)
     # every picker caught (a recipe twice as fast): no advantage kept, no error for it
-    fast = simulate_case(case, PolicySettings(sims=2000, seed=5, policies=("today",), factors=(0.5,), picks=(2,),
+    fast = simulate_case(case, PolicySettings(sims=2000, seed=5, rules=_rules("today"), factors=(0.5,), picks=(2,),
                                               pick_modes=("sets",)))[0]
     assert fast["caught"] == 1.0
     assert fast["advantage_kept_pct_se"] is None and fast["advantage_kept_evals_se"] is None
@@ -162,16 +149,16 @@ def _exact_windows(runs: list[float], threshold: float) -> float:
 
 def test_same_seed_same_figures_bit_for_bit_and_another_seed_others():
     cases = ruleset_cases("5.1.0", "llama31_8b", [32], 2000)
-    settings = PolicySettings(sims=2000, seed=7, picks=(1, 3))
+    settings = PolicySettings(sims=1000, seed=7, picks=(1, 3))
     first, again = simulate_case(cases[0], settings), simulate_case(cases[0], settings)
     assert first == again
-    other = simulate_case(cases[0], PolicySettings(sims=2000, seed=8, picks=(1, 3)))
+    other = simulate_case(cases[0], PolicySettings(sims=1000, seed=8, picks=(1, 3)))
     assert [r["caught"] for r in other] != [r["caught"] for r in first]
 
 
 def test_catch_rate_rises_with_k_and_honest_rejection_does_not_depend_on_k():
-    case = ruleset_cases("5.1.0", "llama31_8b", [64], 4000)[0]
-    rows = simulate_case(case, PolicySettings(sims=4000, seed=2, picks=(1, 2, 3, 5, 8)))
+    case = ruleset_cases("5.1.0", "llama31_8b", [64], 1000)[0]
+    rows = simulate_case(case, PolicySettings(sims=1000, seed=2, picks=(1, 2, 3, 5, 8)))
     cells: dict = {}
     for r in rows:
         cells.setdefault((r["policy"], r["factor"], r["pick_mode"]), []).append(r)
@@ -180,8 +167,10 @@ def test_catch_rate_rises_with_k_and_honest_rejection_does_not_depend_on_k():
         members.sort(key=lambda r: r["pick"])
         assert len({r["honest_rejected"] for r in members}) == 1, (policy, factor, mode)
         assert members[0]["caught"] == members[0]["honest_rejected"]  # k = 1 is the honest submitter
-        if mode == "sets" or policy != "m_of_n":
-            caught = [r["caught"] for r in members]
+        caught = [r["caught"] for r in members]
+        if mode == "strategic":  # caught only where every one of its k sets is: fewer as k grows
+            assert caught == sorted(caught, reverse=True), (policy, factor, caught)
+        elif mode in ("sets", "window") or (mode == "runs" and policy != "m_of_n"):
             assert caught == sorted(caught), (policy, factor, mode, caught)
             rose += caught[-1] > caught[0]
     assert rose >= 10
@@ -191,7 +180,7 @@ def test_a_slower_recipe_passes_today_and_a_picker_keeps_its_advantage():
     """The loophole the working group weighs: at f = 1.08 today's rule rejects no honest
     or best-of-5 llama31_8b submission, and the picker's score looks faster than its truth."""
     case = ruleset_cases("5.1.0", "llama31_8b", [96], 4000)[0]
-    rows = simulate_case(case, PolicySettings(sims=4000, seed=0, policies=("today", "precision_rcp"),
+    rows = simulate_case(case, PolicySettings(sims=4000, seed=0, rules=_rules("today", "precision_rcp"),
                                               factors=(1.08,), picks=(1, 5)))
     by = {(r["policy"], r["pick"], r["pick_mode"]): r for r in rows}
     assert by[("today", 5, "sets")]["caught"] < 0.01
@@ -223,8 +212,22 @@ def test_eval_grid_and_rounding_up_to_it():
 
 
 def test_failed_runs_count_as_infinite_time_and_two_make_a_result_invalid():
-    from rcpforge.analysis.policy.submitters import olympic, window_scores
+    from rcpforge.analysis.policy.submitters import olympic
+    from rcpforge.analysis.policy.windows import window_scores
 
     assert list(olympic(np.array([[1.0, 2.0, 3.0, np.inf], [1.0, 2.0, np.inf, np.inf]]), 1)) == [2.5, np.inf]
     # windows of 3: 2, 3, inf, inf, 5 (olympic means); the median one scores 5
     assert window_scores(np.array([1.0, 2.0, 3.0, np.inf, np.inf, 4.0, 5.0]), 3, 1) == 5.0
+
+
+def test_a_zero_spread_rcps_own_runs_pass_the_test_their_mean_sets_at_any_factor():
+    """Equal runs average to exactly their value (6.0 x 1.04 = 6.24, retinanet 1024 of
+    5.1.0, has no exact sum of 3 or 8), so an honest submission against a precision RCP of
+    the same runs is never rejected."""
+    from rcpforge.analysis.rcp_set import RcpSet
+
+    raw = {"flat": {"Benchmark": "retinanet", "BS": 8, "Hyperparams": {}, "Epochs to converge": [6.0] * 10}}
+    case = rcp_set_cases(RcpSet(raw, "retinanet", submission_runs=5), None, None, 200)[0]
+    rows = simulate_case(case, PolicySettings(sims=200, rules=_rules("today", "precision_rcp"), factors=(1.0, 1.04),
+                                              picks=(1,), pick_modes=("sets",)))
+    assert [r["honest_rejected"] for r in rows] == [0.0] * 4 and {r["coarse"] for r in rows} == {"zero spread"}
