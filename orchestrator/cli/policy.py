@@ -137,12 +137,7 @@ def policy_cmd(
 ) -> None:
     """Simulate honest and cherry-picking submitters under today's RCP rule, the working
     group's proposals and any rule of their knobs; with --frontier, weigh them."""
-    from rcpforge.analysis.policy.simulate import PolicySettings, simulate_case
-    from rcpforge.analysis.round.groups import FlagSettings
-
-    for path, flag in ((html, "--html"), (brief, "--brief")):
-        if path is not None:
-            output_path_or_fail(path, flag, folder=False)
+    _outputs_or_fail(html, brief)
     sims = sims if sims is not None else FRONTIER_SIMS if frontier else ROW_SIMS
     _checked_numbers(factor, pick, m0, group, sims, factor_bound, factor_confidence, z_threshold, p_threshold)
     modes = _pick_modes_or_fail(pick_mode)
@@ -150,16 +145,39 @@ def policy_cmd(
     rules = _rules_or_fail(rule, frontier, cases, dict(m0=m0, bound=factor_bound, confidence=factor_confidence,
                                                        group=group, z=z_threshold, p=p_threshold), m)
     factors, picks = _factors_and_picks(factor, pick, frontier, bool(rcps))
-    settings = PolicySettings(factors=factors, picks=picks, pick_modes=modes, rules=rules, sims=sims, seed=seed,
-                              bootstrap=bootstrap_rcp,
-                              flags=FlagSettings(p_threshold=p_threshold, z_threshold=z_threshold, seed=seed))
+    settings = _settings(factors, picks, modes, rules, sims, seed, bootstrap_rcp, p_threshold, z_threshold)
+    _simulate_and_show(cases, source, settings, frontier, as_json, html, brief)
+
+
+def _outputs_or_fail(html: Path | None, brief: Path | None) -> None:
+    for path, flag in ((html, "--html"), (brief, "--brief")):
+        if path is not None:
+            output_path_or_fail(path, flag, folder=False)
+
+
+def _settings(factors: tuple, picks: tuple, modes: tuple, rules: tuple, sims: int, seed: int, bootstrap: bool,
+              p_threshold: float, z_threshold: float):
+    from rcpforge.analysis.policy.simulate import PolicySettings
+    from rcpforge.analysis.round.groups import FlagSettings
+
+    return PolicySettings(factors=factors, picks=picks, pick_modes=modes, rules=rules, sims=sims, seed=seed,
+                          bootstrap=bootstrap, flags=FlagSettings(p_threshold=p_threshold, z_threshold=z_threshold,
+                                                                  seed=seed))
+
+
+def _simulate_and_show(cases: list, source: str, settings, frontier: bool, as_json: bool, html: Path | None,
+                       brief: Path | None) -> None:
+    """The rows of every case, then the frontier's view of them, or the rows as JSON or a table."""
+    from rcpforge.analysis.policy.simulate import simulate_case
+
     rows = [row for case in cases for row in simulate_case(case, settings)]
     if frontier:
-        _frontier(rows, rules, settings, source, as_json, html, brief)
+        _frontier(rows, settings.rules, settings, source, as_json, html, brief)
         return
     _write(rows, source, settings, html, brief)
     if as_json:
-        print(json.dumps({"source": source, "sims": sims, "seed": seed, "bootstrap_rcp": bootstrap_rcp, "rows": rows}))
+        print(json.dumps({"source": source, "sims": settings.sims, "seed": settings.seed,
+                          "bootstrap_rcp": settings.bootstrap, "rows": rows}))
         return
     names = ", ".join(dict.fromkeys(c.benchmark for c in cases))
     console.print(_table(rows, f"{names}: {source} (means over batch sizes)"))
