@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
+from rcpforge.analysis.hardware import cell_name
+
 RECIPE_PREFIX = "recipe."  # a recipe's options, logged as params beside the hyperparameters
 
 
@@ -46,7 +48,7 @@ class Mixture:
                     "(the trainer's, the budget, the target or the launch: compare the runs' rcpforge.spec tags)")
         done = ("pooled into one RCP record all the same (--pool-mixed)" if pooled else
                 "not pooled: no RCP record for the cell (`rcpforge analyze --pool-mixed` writes one)")
-        return (f"{self.recipe} at batch size {self.batch_size}: its runs are of {len(self.runs)} configurations "
+        return (f"{cell_name('', self.recipe, self.batch_size)}: its runs are of {len(self.runs)} configurations "
                 f"({what}); {done}")
 
 

@@ -87,11 +87,18 @@ def main() -> None:
                                                                  "the baseline's chunk)")
     parser.add_argument("--parts", default="rcpforge,submitit")
     args = parser.parse_args()
+    parts = args.parts.split(",")
+    if args.runs < 2 or args.runs % 2:
+        parser.error(f"--runs: an even number of runs, 2 or more (two batch sizes); got {args.runs}")
+    if args.limit < 1:
+        parser.error(f"--limit: the jobs queued at once, 1 or more; got {args.limit}")
+    if unknown := [p for p in parts if p not in ("rcpforge", "submitit")]:
+        parser.error(f"--parts: rcpforge, submitit or both (comma-separated); got {', '.join(unknown)}")
     cpus = subprocess.run(["sinfo", "-h", "-o", "%D x %c CPUs"], capture_output=True, text=True).stdout.split("\n")[0]
     print(f"{args.runs} instant runs, at most {args.limit} jobs queued, dev Slurm of {cpus}, "
           f"{os.cpu_count()} cores here")
     found = {}
-    for part in args.parts.split(","):
+    for part in parts:
         with tempfile.TemporaryDirectory(dir=Path.home()) as folder:  # a folder the Slurm jobs see
             found[part] = (time_rcpforge if part == "rcpforge" else time_submitit)(args.runs, args.limit, Path(folder))
         figures = found[part]

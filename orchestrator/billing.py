@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 
 from rcpforge.cluster.slurm_billing import Allocation, ended_allocations
+from rcpforge.orchestrator.backends import SLURM_PREFIX
 from rcpforge.orchestrator.ledger import LedgerEntry
 from rcpforge.orchestrator.tracking import Tracking
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.trainers.contract import RunStatus
 from rcpforge.trainers.contract.schema import METRIC_CORE_HOURS, METRIC_GPU_HOURS
 
-SLURM_PREFIX = "slurm:"
 # How long the end of a campaign waits for accounting to hear of its last jobs (slurmdbd
 # records a job's end a moment after the controller ends it).
 SETTLE_WAIT_S = 20.0
@@ -72,9 +72,8 @@ def settle_billing(tracking: Tracking, experiment_id: str, wait_s: float = 0.0,
         found = ended_allocations(sorted(pending))
     if not found:  # no accounting here (the asked figures stand), or none of the jobs in it yet
         return 0
-    bills = [(pending[job].run_id, billed_metrics(pending[job], a), a.describe()) for job, a in sorted(found.items())]
-    if bills:
-        tracking.record_billing(bills)
+    tracking.record_billing([(pending[job].run_id, billed_metrics(pending[job], a), a.describe())
+                             for job, a in sorted(found.items())])
     if on_notice is not None:
         late = len(pending) - len(found)
         on_notice(f"billing: {len(found)} runs' compute as Slurm's accounting billed it (allocation x elapsed)"
