@@ -1,5 +1,5 @@
-"""The public MLPerf Training v5.0 round (`../shared/data/`, trimmed to its MLLOG lines),
-and the part of it this repository carries (tests/data/): unpacked into a temporary
+"""The public MLPerf Training v5.0 round (trimmed to its MLLOG lines) and a small part of
+it, both carried in tests/data/ so every clone has them: unpacked into a temporary
 folder, never into the source tree."""
 
 from __future__ import annotations
@@ -10,23 +10,23 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 
-_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-ROUND_TAR = Path(os.environ.get("RCPFORGE_ROUND_TAR", _SHARED / "training_results_v5.0_mllog.tar.xz"))
+_DATA = Path(__file__).resolve().parents[1] / "data"
+ROUND_TAR = Path(os.environ.get("RCPFORGE_ROUND_TAR", _DATA / "training_results_v5.0_mllog.tar.xz"))
 TOP = "training_results_v5.0"
 # A subset with a system file per results directory, two benchmarks, a BERT in epochs,
 # a retinanet with a file cut off before its run_stop (tinycorp/tinybox_green/retinanet/result_4.txt):
 # these members of the round, carried in the repository so its tests run in every clone
 SUBSET = ("tinycorp", "Dell/results/1xXE9680x8MI300X", "Dell/systems/1xXE9680x8MI300X.json")
-SUBSET_TAR = Path(__file__).resolve().parents[1] / "data" / "training_results_v5.0_subset.tar.xz"
+SUBSET_TAR = _DATA / "training_results_v5.0_subset.tar.xz"
 
 
 def unpack_round(into: Path, tar: Path = ROUND_TAR) -> Path:
-    """The round's root (`<into>/training_results_v5.0`): the whole shared round, or the
-    subset the repository carries (`tar=SUBSET_TAR`)."""
+    """The round's root (`<into>/training_results_v5.0`): the whole round, or the subset
+    (`tar=SUBSET_TAR`). RCPFORGE_ROUND_TAR names another copy of the whole round."""
     if not tar.is_file():
-        pytest.skip(f"the shared round {tar} is not here (set RCPFORGE_ROUND_TAR)")
+        raise FileNotFoundError(f"the round {tar} is not here: RCPFORGE_ROUND_TAR names a missing file, "
+                                "or tests/data/ lost it (git checkout tests/data)")
     into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "xJf", str(tar), "-C", str(into)], check=True)
     return into / TOP
