@@ -10,7 +10,6 @@ import os
 import subprocess
 from pathlib import Path
 
-
 _DATA = Path(__file__).resolve().parents[1] / "data"
 ROUND_TAR = Path(os.environ.get("RCPFORGE_ROUND_TAR", _DATA / "training_results_v5.0_mllog.tar.xz"))
 TOP = "training_results_v5.0"
