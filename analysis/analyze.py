@@ -23,6 +23,7 @@ from rcpforge.analysis.display import (
 from rcpforge.analysis.factors import (
     Factor,
     cell_values,
+    derived_notes,
     derived_rcps,
     factor_curve,
     factors,
@@ -110,7 +111,9 @@ def analyze_runs(runs: pa.Table, req: AnalysisRequest, out: Path) -> AnalysisRes
         reference_records = req.reference_rcps or rcp_records(runs, req.reference, req.benchmark, req.hparams,
                                                               req.submission_runs, req.pool_mixed)
         for cand in sorted({f.candidate for f in found}):
-            derived = derived_rcps(reference_records, cand, factor_curve(found, cand))
+            curve = factor_curve(found, cand)
+            derived = derived_rcps(reference_records, cand, curve)
+            result.notes += derived_notes(derived, cand, curve[0])
             if derived:
                 path = out / f"rcps_{req.campaign}_{cand}_derived.json"
                 write_rcp_file(path, derived)

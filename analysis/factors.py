@@ -183,9 +183,28 @@ def derived_rcps(reference_records: dict, candidate: str, curve: tuple[list[int]
         derived[key] = [float(v) * factor for v in record[key]]
         derived["Precision"] = candidate
         derived["Creator"] = "rcpforge (derived)"
-        derived["Platform"] = f"{record.get('Platform', '')}; derived from {record.get('Precision', 'reference')} x {factor:.6f}"
+        derived["Platform"] = (f"{record.get('Platform', '')}; derived from {record.get('Precision', 'reference')} "
+                               f"x {factor:.6f} ({factor_basis(record['BS'], sizes)})")
         out[name] = derived
     return out
+
+
+def factor_basis(bs: int, sizes: list[int]) -> str:
+    """Where a derived RCP's factor comes from: its batch size's own cell, or others'."""
+    if bs in sizes:
+        return "the factor measured at this batch size"
+    if sizes[0] < bs < sizes[-1]:
+        below, above = max(s for s in sizes if s < bs), min(s for s in sizes if s > bs)
+        return f"not measured here: interpolated between batch sizes {below} and {above}"
+    nearest = sizes[0] if bs < sizes[0] else sizes[-1]
+    return f"not measured here: batch size {nearest}'s, the nearest measured"
+
+
+def derived_notes(derived: dict, candidate: str, sizes: list[int]) -> list[str]:
+    """A note for each derived RCP at a batch size where the candidate has no factor."""
+    return [f"derived RCP {name} of {candidate} at batch size {r['BS']}: {factor_basis(r['BS'], sizes)}; "
+            f"measure {candidate} at batch size {r['BS']} before relying on it"
+            for name, r in derived.items() if r["BS"] not in sizes]
 
 
 def factors_json(found: list[Factor], reference: str, confidence: float, resamples: int, seed: int,

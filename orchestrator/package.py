@@ -177,6 +177,20 @@ def export_package(tracking_uri: str, campaign: str, benchmark: str, package_dir
     return package
 
 
+def compliance_refusals(package: Package, ruleset: str) -> list[tuple[list[Path], list[str]]]:
+    """What the compliance checker will refuse in the package's result files, files with
+    the same refusals together: (files, refusals), in the package's order."""
+    from rcpforge.trainers.contract.mllog.compliance import check_file, refusal_lines
+
+    grouped: dict[tuple[str, ...], list[Path]] = {}
+    for system in package.systems:
+        for path in sorted(system.folder.glob("result_*.txt"), key=lambda p: int(p.stem.split("_")[1])):
+            refused = tuple(refusal_lines(check_file(path, ruleset)))
+            if refused:
+                grouped.setdefault(refused, []).append(path)
+    return [(files, list(refused)) for refused, files in grouped.items()]
+
+
 def _planned(tracking_uri: str, cell: Cell, tmp: Path, named: tuple[str, str], package_dir: Path,
              request: PackageRequest, single: bool, run_dir_of) -> tuple[Cell, str, list[Path], dict, str | None]:
     """A cell's system, its result files (fetched and checked), its description and the

@@ -19,8 +19,9 @@ from rich.progress import (
 )
 
 from rcpforge.orchestrator.adaptive import AdaptiveState, interval_text
+from rcpforge.orchestrator.failfast import reason_line
 from rcpforge.orchestrator.ledger import Plan
-from rcpforge.trainers.contract import RunResult, RunSpec, RunStatus
+from rcpforge.trainers.contract import ErrorKind, RunResult, RunSpec, RunStatus
 
 Cell = tuple[str, int]
 
@@ -30,7 +31,10 @@ def describe(result: RunResult) -> str:
     hold [brackets], gloo's a source path)."""
     last = (result.error or "").strip().splitlines()[-1:]
     if result.status is RunStatus.failed:
-        return f"failed: {escape((last or ['unknown error'])[0])}"
+        if result.error_kind is ErrorKind.configuration:  # the campaign's closing line says why, once
+            return "failed: a configuration error; the campaign stops (why: the last line)"
+        # a program's crash: its own last line (the exception) with rcpforge's reason
+        return f"failed: {escape(reason_line(result.error))}"
     if result.status is RunStatus.converged:
         said = f"converged at {result.tokens_to_target:,} tokens ({result.wall_s:.1f}s)"
     else:

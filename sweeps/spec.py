@@ -55,6 +55,7 @@ from rcpforge.trainers.registry import (
     check_target_metric,
     check_world_size,
     launches_per_node,
+    required_hparams,
     validate_hparams,
     validate_recipe,
     validate_trainer_settings,
@@ -217,10 +218,9 @@ class Campaign(_Strict):
             object.__setattr__(self, "recipes", choices)
             missing = [b for b in self.batch_sizes if b not in self.hparams]
             if missing and self.models is None:
-                raise ValueError(
-                    f"hparams: no entry for batch size {', '.join(map(str, missing))}; "
-                    f"every batch size needs at least lr and warmup_tokens"
-                )
+                needs = " and ".join(required_hparams(kind)) or "an entry ({} where the trainer takes none)"
+                raise ValueError(f"hparams: no entry for batch size {', '.join(map(str, missing))}; "
+                                 f"every batch size of trainer kind {kind} needs {needs}")
             hparams = {
                 b: validate_hparams(self.trainer["kind"], hp or {}, f"hparams.{b}")
                 for b, hp in self.hparams.items()

@@ -130,6 +130,12 @@ def validate_hparams(kind: str, hparams: dict[str, Any], where: str) -> dict[str
         raise TrainerError(f"{_first_error(err, where, model)} (hyperparameters of {kind}: {valid})") from None
 
 
+def required_hparams(kind: str) -> list[str]:
+    """The hyperparameters every batch size must give the kind (none for a program's)."""
+    model = _model(kind, 1)
+    return [name for name, f in model.model_fields.items() if f.is_required()] if model is not None else []
+
+
 def check_campaign_fit(settings: dict[str, Any], hparams_by_bs: dict[int, dict[str, Any]],
                        recipes: dict[str, dict[str, Any]] | None = None,
                        models: dict[str, dict[str, Any]] | None = None) -> None:

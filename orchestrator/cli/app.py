@@ -44,12 +44,14 @@ def output_path_or_fail(path: Path, flag: str, *, folder: bool) -> None:
             break
 
 
-def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False):
+def load_campaign_or_fail(path: Path, *, waits_for_store: bool = False, launches: bool = False):
     """The campaign, its tracking URI checked, its warnings that still apply shown. A
     command that only reads gives a tracking server READ_RETRY_S to answer; one that runs
-    the campaign (`waits_for_store`) rides out an outage for the campaign's tracking.retry_s."""
+    the campaign (`waits_for_store`) rides out an outage for the campaign's tracking.retry_s.
+    A launch (`launches`) leaves out the campaign's warnings about what its program will log:
+    the launch checks that on the first run's lines and stops the campaign with the fix."""
     campaign = _checked_campaign_or_fail(path, waits_for_store)
-    _warn(campaign, path)
+    _warn(campaign, path, campaign_warnings=not launches)
     return campaign
 
 
@@ -64,12 +66,18 @@ def _checked_campaign_or_fail(path: Path, waits_for_store: bool):
     return campaign
 
 
-def _warn(campaign, path: Path) -> None:
+def _warn(campaign, path: Path, *, campaign_warnings: bool = True) -> None:
     from rcpforge.sweeps.secrets import literal_warning
 
     literal = literal_warning([trainer for trainer, _ in campaign.trainers()])
     if literal:  # once per command: the file holds credentials in the open
         err_console.print(f"[yellow]warning:[/yellow] {path}: {escape(literal)}", highlight=False)
+    if campaign_warnings:
+        warn_campaign(campaign, path)
+
+
+def warn_campaign(campaign, path: Path) -> None:
+    """The campaign's warnings that its recorded runs have not settled yet."""
     if campaign.warnings:  # only then is the store read for them (orchestrator/campaign_warnings.py)
         from rcpforge.orchestrator.campaign_warnings import warnings_that_apply
 

@@ -174,5 +174,18 @@ def _export_package(campaign, campaign_file: Path, package: Path, request) -> No
     if not written.benchmark_checked:
         err_console.print(f"note: benchmark {campaign.benchmark} is not one of training ruleset {request.ruleset}'s, so the "
                           "package checker skips its result files and checks the layout and system files only")
+    else:
+        _compliance(written, request.ruleset, package)
     console.print(f"check it with: python -m mlperf_logging.package_checker {shlex.quote(str(package))} training "
                   f"{request.ruleset}", highlight=False)
+
+
+def _compliance(written, ruleset: str, package: Path) -> None:
+    """What the package checker's compliance step will refuse, per result file, before it runs."""
+    from rcpforge.orchestrator.package import compliance_refusals
+
+    for files, refusals in compliance_refusals(written, ruleset):
+        names = ", ".join(str(f.relative_to(package)) for f in files[:3]) + (f" and {len(files) - 3} more"
+                                                                          if len(files) > 3 else "")
+        err_console.print(f"compliance ({ruleset}): the checker will refuse {names}: {'; '.join(refusals)}",
+                          highlight=False, markup=False, soft_wrap=True)

@@ -19,6 +19,8 @@ from rcpforge.orchestrator.cli.app import (
     fail,
     load_campaign_or_fail,
 )
+from rcpforge.orchestrator.smoke import SMOKE_EVALS, SMOKE_WALL_S
+from rcpforge.trainers.contract.mllog.compliance import DISCLOSURE_RULESET
 from rcpforge.trainers.contract.redact import redact_uri
 from rcpforge.trainers.contract.schema import TAG_ERROR
 
@@ -39,15 +41,27 @@ def run(
                                  "environment, folders, each gang task's variables); launch and write nothing"
     ),
     as_json: bool = typer.Option(False, "--json", help="with --dry-run: one JSON document"),
+    smoke: bool = typer.Option(
+        False, "--smoke", help="one short run of each recipe x batch size, recorded apart from the campaign, then "
+                               "what the MLCommons checkers will say of its MLLOG; exit 0 only when nothing is missing"
+    ),
+    smoke_evals: int = typer.Option(SMOKE_EVALS, min=1, help="with --smoke: the evals each smoke run may take"),
+    smoke_wall_s: float = typer.Option(SMOKE_WALL_S, min=1, help="with --smoke: a program's seconds at most"),
+    smoke_ruleset: str = typer.Option(DISCLOSURE_RULESET, help="with --smoke: the compliance checker's ruleset"),
 ) -> None:
     """Launch every run of the campaign that has no outcome yet."""
-    campaign = load_campaign_or_fail(campaign_file, waits_for_store=True)
+    campaign = load_campaign_or_fail(campaign_file, waits_for_store=True, launches=not dry_run)
     if backend is not None:
         campaign = _with_backend(campaign, backend)
     if as_json and not dry_run:
         fail("--json: only with --dry-run (a launch's output is its progress lines); add --dry-run or drop --json")
     if dry_run:
         _dry_run(campaign, as_json)
+        return
+    if smoke:
+        from rcpforge.orchestrator.cli.smoke import smoke_or_fail
+
+        smoke_or_fail(campaign, campaign_file, smoke_evals, smoke_wall_s, smoke_ruleset, workers, detach, retry_failed)
         return
     from rcpforge.cluster.backend import BackendError
     from rcpforge.orchestrator.campaign import CampaignBusy, run_campaign
@@ -110,9 +124,9 @@ def _report(campaign, campaign_file: Path, summary) -> None:
 def _stopped(campaign, campaign_file: Path, summary) -> None:
     """A configuration error stopped the campaign: one line, why and what to fix (exit 2)."""
     err_console.print(
-        f"campaign {campaign.name} stopped on a configuration error, not retried ({summary.not_launched} runs not "
-        f"launched, {summary.cancelled} stopped): {summary.stopped}; fix it, then `rcpforge run {campaign_file}` "
-        "launches the campaign's runs again", highlight=False, markup=False, soft_wrap=True,
+        f"campaign {campaign.name} stopped on a configuration error ({summary.not_launched} runs not launched"
+        f"{f', {summary.cancelled} stopped' if summary.cancelled else ''}): {summary.stopped}; fix it and "
+        f"`rcpforge run {campaign_file}` again", highlight=False, markup=False, soft_wrap=True,
     )
     raise typer.Exit(EXIT_USAGE)
 

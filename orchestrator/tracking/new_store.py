@@ -12,6 +12,7 @@ store is never replaced. Where the cache cannot be written, MLflow makes the sto
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
@@ -34,8 +35,15 @@ def _blank_store() -> Path:
         made = Path(tmp, "blank.db")
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        store = SqlAlchemyStore(f"sqlite:///{made}", str(Path(tmp, "mlruns")))
-        store.engine.dispose()
+        # MLflow says at INFO that it makes and migrates the tables: on a first `run` that
+        # would be the console's first lines, about a file the user never sees
+        quiet = logging.getLogger("mlflow.store.db.utils")
+        level, quiet.level = quiet.level, logging.WARNING
+        try:
+            store = SqlAlchemyStore(f"sqlite:///{made}", str(Path(tmp, "mlruns")))
+            store.engine.dispose()
+        finally:
+            quiet.setLevel(level)
         os.replace(made, blank)  # whole, or not there: another process may be making it too
     return blank
 

@@ -11,7 +11,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rcpforge.analysis.factors import derived_rcps, factor_curve, factors, factors_json, pairwise_factors
+from rcpforge.analysis.factors import (
+    derived_notes,
+    derived_rcps,
+    factor_basis,
+    factor_curve,
+    factors,
+    factors_json,
+    pairwise_factors,
+)
 from rcpforge.analysis.rcp_table import rcp_records
 from rcpforge.analysis.selection import SelectionSettings, median_window_scores, outlier_sets, selection
 from rcpforge.analysis.stats import expected_max_std_normal
@@ -48,6 +56,13 @@ def test_factor_of_a_scaled_recipe_and_its_derived_rcps(monkeypatch):
     reference = rcp_records(runs, "bf16", "unit", {})
     derived = derived_rcps(reference, "fp4", curve)
     assert {r["Precision"] for r in derived.values()} == {"fp4"}
+    # the batch size without fp4 runs says so, in its record and in a note; the measured ones do not
+    by_record_bs = {r["BS"]: r for r in derived.values()}
+    assert by_record_bs[32]["Platform"].endswith("(not measured here: interpolated between batch sizes 16 and 64)")
+    assert by_record_bs[64]["Platform"].endswith("(the factor measured at this batch size)")
+    (note,) = derived_notes(derived, "fp4", curve[0])
+    assert "at batch size 32: not measured here" in note and "measure fp4 at batch size 32" in note
+    assert factor_basis(128, [16, 64]) == "not measured here: batch size 64's, the nearest measured"
     ref_chk = checker_mod.RCP_Checker("training", "6.0.0", "unit", False, io.StringIO(json.dumps(reference)))
     der_chk = checker_mod.RCP_Checker("training", "6.0.0", "unit", False, io.StringIO(json.dumps(derived)))
     expected_factor = {16: 1.10, 32: 1.10 + 0.10 * (32 - 16) / (64 - 16), 64: 1.20}

@@ -45,7 +45,7 @@ def package(tmp_path_factory):
                                       "--system", "box"])
     assert result.exit_code == 0, result.output
     assert f"package_checker {folder / 'pkg'} training {RULESET}" in result.stdout  # 6.1.0: the newest, the default
-    return path, folder / "pkg"
+    return path, folder / "pkg", result.output
 
 
 def _results(package: Path, label: str) -> list[Path]:
@@ -55,7 +55,7 @@ def _results(package: Path, label: str) -> list[Path]:
 
 
 def test_a_label_that_says_every_key_gives_files_that_pass_the_61_disclosure_rules(package):
-    campaign_file, folder = package
+    campaign_file, folder, _ = package
     for path in _results(folder, "vendor_full"):
         found = disclosed(path)
         assert {k: len(v) for k, v in found.items()} == dict.fromkeys(DISCLOSURE_KEYS, 1), path
@@ -66,7 +66,7 @@ def test_a_label_that_says_every_key_gives_files_that_pass_the_61_disclosure_rul
 
 
 def test_a_label_that_says_only_its_precision_gives_that_and_no_more(package):
-    campaign_file, folder = package
+    campaign_file, folder, _ = package
     for path in _results(folder, "vendor_mx"):
         assert disclosed(path) == {"lowest_numerical_precision_in_linear": ["mxfp4"],
                                    "config_filename": [campaign_file.name]}
@@ -74,6 +74,22 @@ def test_a_label_that_says_only_its_precision_gives_that_and_no_more(package):
         assert not {"lowest_numerical_precision_in_linear", "config_filename"} & set(complaints)
         # what neither the program nor the label says is not made up: the checker wants it
         assert "tensor_parallelism" in complaints
+
+
+def test_export_names_per_file_what_the_compliance_checker_will_refuse_before_it_runs(package):
+    _, folder, said = package
+    lines = [line for line in said.splitlines() if line.startswith(f"compliance ({RULESET}): the checker will refuse")]
+    partial = [line for line in lines if "box_vendor_mx_" in line]
+    full = [line for line in lines if "box_vendor_full_" in line]
+    named = " ".join(partial)
+    assert all(f"results/box_vendor_mx_bs{bs}/{BENCHMARK}/result_0.txt" in named for bs in (16, 64)), said
+    # what the label did not say, named as missing before the checker names it (its oracle: the checker's own)
+    for path in _results(folder, "vendor_mx"):
+        refused = [k for k in DISCLOSURE_KEYS if k in compliance(path).overwritable]
+        assert refused and all(k in named for k in refused), (refused, said)
+    assert "missing" in named and "lowest_numerical_precision_in_linear" not in named
+    # the full label's files: refused for what the tiny program does not log, never for a disclosure key
+    assert full and not any(key in line for line in full for key in DISCLOSURE_KEYS), full
 
 
 def test_the_61_package_checker_raises_nothing_about_the_full_labels_disclosure(package, tmp_path):

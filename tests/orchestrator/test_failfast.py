@@ -49,6 +49,8 @@ def stopped(tmp_path, data: dict, most_attempts: int, misconfigured: int = 1):
     # MLflow's own log lines (dated) aside
     lines = [line for line in proc.stderr.splitlines() if line.strip() and not re.match(r"\d{4}/\d\d/\d\d ", line)]
     assert len(lines) == 1 and "stopped on a configuration error" in lines[0], proc.stderr
+    if misconfigured == 1:  # a run that says it is misconfigured: its reason is said once, on that line
+        assert "failed: a configuration error; the campaign stops (why: the last line)" in proc.stdout, proc.stdout
     campaign = load_campaign(path)
     _, runs = runs_of(campaign)
     launched = [r for r in runs if int(r.data.tags.get(TAG_ATTEMPTS, "0")) > 0]
@@ -62,6 +64,8 @@ def stopped(tmp_path, data: dict, most_attempts: int, misconfigured: int = 1):
 def test_unit_rule_stops_the_campaign_and_a_fixed_file_completes_it_once(tmp_path):
     path, campaign, line = stopped(tmp_path, failing_campaign("epochs"), most_attempts=1)
     assert "has no metadata samples_count" in line and "rcpforge run" in line
+    # the eval line the run stopped on is the failure's subject, not an "unreadable line skipped"
+    assert "unreadable" not in line and len(line) < 600 + len(str(path)), line
     # the fix: rcp.benchmark one the checker counts in epoch_num (same run keys)
     write_campaign(tmp_path, failing_campaign("epochs", benchmark="byo_epochs"))
     proc = run_cli("run", str(path), timeout=120)

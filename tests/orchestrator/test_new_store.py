@@ -5,6 +5,7 @@ when several processes make it at once."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -72,6 +73,16 @@ from pathlib import Path
 from rcpforge.orchestrator.tracking.new_store import place_new_sqlite_store
 print(place_new_sqlite_store(Path(sys.argv[1])))
 """
+
+
+def test_making_the_blank_store_says_nothing_on_the_console(tmp_path):
+    # what a user's first `rcpforge run` on a machine does first
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", _PLACE, str(tmp_path / "store.db")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stderr
+    assert list((tmp_path / "cache" / "rcpforge" / "stores").glob("mlflow-*-blank.db"))
+    assert "database tables" not in proc.stderr, proc.stderr
 
 
 def test_of_processes_making_one_store_at_once_exactly_one_puts_it(tmp_path):

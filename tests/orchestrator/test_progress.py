@@ -54,12 +54,18 @@ def test_terminal_output_has_a_bar_per_cell_with_its_counts():
 
 def test_an_outcomes_note_is_on_its_line_and_a_failure_shows_its_reason():
     from rcpforge.orchestrator.progress import describe
-    from rcpforge.trainers.contract import RunResult, RunStatus
+    from rcpforge.trainers.contract import ErrorKind, RunResult, RunStatus
 
     warned = RunResult(status=RunStatus.converged, tokens_to_target=640, samples_to_target=160, wall_s=1.0,
                        error="warning: the run disclosed lowest_numerical_precision_in_linear 'nvfp4'")
     assert describe(warned) == ("converged at 640 tokens (1.0s); warning: the run disclosed "
                                 "lowest_numerical_precision_in_linear 'nvfp4'")
-    failed = RunResult(status=RunStatus.failed, error="last lines of output:\nloss 3.2\n"
-                       "process ended without run_stop (exit code 1); output in /x/output.log")
-    assert describe(failed) == "failed: process ended without run_stop (exit code 1); output in /x/output.log"
+    crashed = RunResult(status=RunStatus.failed, error="last lines of output:\nTraceback (most recent call last):\n"
+                        "  File \"train.py\", line 3\nValueError: lr must be positive\n"
+                        "process ended without run_stop (exit code 1); output in /x/output.log")
+    # the program's exception, not only that it ended
+    assert describe(crashed) == ("failed: ValueError: lr must be positive (process ended without run_stop "
+                                 "(exit code 1); output in /x/output.log)")
+    # a configuration error's reason is the campaign's closing line: said once, there
+    misconfigured = crashed.model_copy(update={"error_kind": ErrorKind.configuration})
+    assert describe(misconfigured) == "failed: a configuration error; the campaign stops (why: the last line)"

@@ -1,5 +1,6 @@
 """The unit-rule warning (issue 38) is shown only while it can still apply: before any
-run, and while a run of the campaign broke the rule; not once the campaign's runs logged
+run, and while a run of the campaign broke the rule; not by a launch, which checks the
+rule itself on the first eval line (issue 52); not once the campaign's runs logged
 the key the checker reads (every eval line of a run is checked against it, so a run whose
 evals were read did). Instant command programs (tests/helpers/failing_program.py), the
 real CLI in this process, a real SQLite store."""
@@ -35,9 +36,13 @@ def test_the_unit_warning_is_shown_while_it_can_apply_and_not_after(tmp_path):
     assert [LOG_EPOCH_NUM in w for w in _warnings(before.output)] == [True], before.output
     assert not (tmp_path / "rcpforge-mlflow.db").exists()
 
+    dry = invoke("run", str(path), "--dry-run")  # what a submitter looks at before a launch
+    assert [LOG_EPOCH_NUM in w for w in _warnings(dry.output)] == [True], dry.output
     ran = invoke("run", str(path))
     assert ran.exit_code == 0, ran.output
-    assert [LOG_EPOCH_NUM in w for w in _warnings(ran.output)] == [True], ran.output  # said before its runs
+    # a launch checks the rule on the first eval line itself (a run that breaks it stops the
+    # campaign with the fix: tests/orchestrator/test_failfast.py), so it does not warn of it
+    assert _warnings(ran.output) == [], ran.output
     for command in (("status",), ("plan",), ("analyze", "--out", str(tmp_path / "analysis")), ("run",)):
         result = invoke(command[0], str(path), *command[1:])
         assert result.exit_code == 0, result.output

@@ -117,7 +117,18 @@ def test_missing_target():
 def test_missing_hparams_for_a_batch_size():
     data = tiny_campaign(batch_sizes=[16, 32, 64])
     message = _error(data)
-    assert "hparams" in message and "32" in message
+    assert "hparams: no entry for batch size 32" in message and "needs lr and warmup_tokens" in message
+
+
+def test_missing_hparams_of_a_program_asks_for_an_entry_not_the_tiny_lms_settings(tmp_path):
+    from tests.helpers.trainer_kinds import command
+
+    kind = command(tmp_path)
+    data = tiny_campaign(batch_sizes=[16, 32, 64], trainer=kind.trainer, target=kind.converges, budget=kind.budget,
+                         hparams=kind.hparams)
+    message = _error(data)
+    assert "hparams: no entry for batch size 32" in message and "trainer kind command needs an entry" in message
+    assert "warmup_tokens" not in message
 
 
 def test_bad_hparam_names_the_field_and_valid_ones():

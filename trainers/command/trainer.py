@@ -174,12 +174,17 @@ class _Follower:
         self._out = open(result_file, "w", encoding="latin-1")
 
     def on_line(self, line: str) -> None:
+        unreadable = self.reading.unreadable
         event = self.reading.feed(line)
         if event is None:
             return
         self.mllog_lines += 1
         self._out.write(self.reading.last_text + "\n")
-        self._check_unit(event)
+        try:
+            self._check_unit(event)
+        except StopProcess:
+            self.reading.unreadable = unreadable  # the line the run stops on: its failure names it, not a skip
+            raise
         key = event.get("key")
         if key == self.cfg.metric_key:
             self._eval(event)
@@ -210,8 +215,8 @@ class _Follower:
             # Setting rcp.benchmark is no fix here: it is set, and the program logs another.
             read_as, fix = self._clash(benchmark, unit)
         elif unit == "epoch_num":
-            read_as = (f"the checker reads runs of benchmark {benchmark!r} in epoch_num "
-                       f"(samples_count only for {', '.join(sorted(SAMPLES_BENCHMARKS))})")
+            read_as = (f"the checker reads runs of benchmark {benchmark!r} in epoch_num (samples_count only for "
+                       f"the {len(SAMPLES_BENCHMARKS)} benchmarks counted in samples, llama31_8b among them)")
             fix = ("log epoch_num in each eval's metadata (the samples so far, with trainer.unit: samples), or set "
                    "rcp.benchmark to the checker's name of a benchmark counted in samples and log it as "
                    "submission_benchmark (the placeholder {benchmark})")
