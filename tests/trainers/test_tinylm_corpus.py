@@ -71,8 +71,15 @@ def test_no_markdown_is_left_in_any_play_and_the_bytes_are_ascii():
         assert mark not in text, mark
 
 
-def test_a_plays_first_spoken_lines_are_its_bytes():
-    assert corpus.spoken_bytes("hamlet")[:47] == b"Who's there?\n\nNay, answer me: stand, and unfold"
+def test_a_plays_first_spoken_lines_are_its_bytes_and_what_is_not_spoken_is_gone():
+    hamlet = corpus.spoken_bytes("hamlet")
+    assert hamlet[:47] == b"Who's there?\n\nNay, answer me: stand, and unfold"
+    # headings, speakers, directions (own paragraphs and bracketed): in the Markdown, not in the stream
+    files = corpus.play_files(corpus.plays_folder())
+    for play, gone in [*[("hamlet", g) for g in ("ACT I", "SCENE", "BERNARDO", "Enter Ghost", "Exeunt", "Aside")],
+                       ("othello", "a light burning"),  # a scene's description carried over
+                       ("henry-viii", "lively flourish")]:  # the numbered procession
+        assert gone in files[play].read_text() and gone.encode() not in corpus.spoken_bytes(play), (play, gone)
     # its first paragraph is a direction in Edward III's own marks (*...*, over two lines)
     assert corpus.spoken_bytes("edward-iii").split(b"\n")[0] == b"Robert of Artois, banished though thou be"
     assert corpus.spoken_bytes("twelfth-night").split(b"\n")[0] == b"If music be the food of love, play on;"

@@ -112,9 +112,9 @@ def dialogue(markdown: str) -> str:
 
 
 @functools.cache
-def spoken_bytes(play: str, search_path: tuple[str, ...] | None = None) -> bytes:
+def spoken_bytes(play: str) -> bytes:
     """One play's dialogue (`dialogue`) as ASCII bytes."""
-    files = play_files(plays_folder(list(search_path) if search_path else None))
+    files = play_files(plays_folder())
     if play not in files:
         raise KeyError(f"no play {play!r} in the shakespeare corpus; its plays are {', '.join(sorted(files))}")
     return dialogue(files[play].read_text(encoding="utf-8")).encode("ascii")
