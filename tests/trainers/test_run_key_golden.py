@@ -133,6 +133,11 @@ PROBES: dict[str, dict[str, Any]] = {
     "tinylm_checkpoints": _probe(["bf16", "fp8_tensorwise"], checkpoint_every_evals=2),
     "tinylm_settings": _probe(["bf16", "fp8_tensorwise"], qk_layernorm=True, softmax_cap=30.0, threads=2,
                               telemetry_steps=0),
+    # a text file's data, pinned before the corpus source existed, and the corpus (issue 50)
+    "tinylm_text_file": {**_probe(["bf16", "fp8_tensorwise"], data={"source": "text", "path": "corpus.txt"}),
+                         "target": {"metric": "eval_loss", "mode": "min", "value": 2.0}},
+    "tinylm_corpus": {**_probe(["bf16", "fp8_tensorwise"], data={"source": "corpus", "name": "shakespeare"}),
+                      "target": {"metric": "eval_loss", "mode": "min", "value": 2.0}},
     "tinylm_gang": {**_probe(["bf16", "mor"]), "launch": {"nodes": 1, "processes_per_node": 2},
                     "backend": {"kind": "local", "workers": 1}},
     "command_added_later_at_defaults": _command(start="per_rank", mllog_file=None),

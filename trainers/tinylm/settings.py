@@ -77,9 +77,19 @@ class TextData(BaseModel):
     eval_fraction: float = Field(0.1, gt=0.0, lt=0.5)
 
 
+class CorpusData(BaseModel):
+    """Bytes of a corpus that a Python package ships (trainers/tinylm/corpus.py), by name:
+    `shakespeare`, the spoken lines of 38 plays, three of them held out whole for evals
+    (docs/text-corpus.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    source: Literal["corpus"]
+    name: Literal["shakespeare"]
+
+
 class TinyLMSettings(TrainerSettings):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    data: MarkovData | TextData = Field(default_factory=MarkovData, discriminator="source")
+    data: MarkovData | TextData | CorpusData = Field(default_factory=MarkovData, discriminator="source")
     context: int = Field(16, ge=2, le=4096)
     d_model: int = Field(64, ge=8)
     n_layers: int = Field(2, ge=1, le=1024)  # bounded: the placement checks list every layer
@@ -127,6 +137,13 @@ class TinyLMSettings(TrainerSettings):
 
     @classmethod
     def check_local_host(cls, settings: dict) -> None:
+        if (settings.get("data") or {}).get("source") == "corpus":
+            from rcpforge.trainers.tinylm.corpus import CorpusNotFound, plays_folder  # torch-free
+
+            try:
+                plays_folder()
+            except CorpusNotFound as err:
+                raise ValueError(str(err)) from None
         if settings.get("device") == "cuda" and no_cuda_device():
             raise ValueError(
                 "trainer.device: cuda, but this machine has no CUDA device (none visible to the NVIDIA driver, or "
