@@ -42,10 +42,10 @@ lint: $(STAMP)
 # its services often enough to give it the core, and its findings are printed after the
 # suite's closing line, failing the target as `make lint` would.
 # TEST_WORKERS=N runs the suite in N pytest-xdist workers (tests/helpers/xdist_groups.py keeps
-# a file's tests, and all the Slurm tests, in one worker); 0 is one process. 2 on 2 cores:
-# 1158 s against 1543 s for one process, both cores 93% busy; 4 were no faster
-# (benchmarks/RESULTS.md, "the suite side by side").
-TEST_WORKERS ?= 2
+# a file's tests, and all the Slurm tests, in one worker); 0 is one process. 3 on 2 cores: a
+# clean clone's .ci/run in 851 s (pytest 784 s, the cores 97% busy) against 912 s with 2 (85%
+# busy: the third worker computes while the others wait on their services); benchmarks/RESULTS.md.
+TEST_WORKERS ?= 3
 test: $(STAMP) $(CORPUS)
 	$(BIN)/ruff check .
 	@typed=$$(mktemp); $(BIN)/mypy > $$typed 2>&1 & mypy_pid=$$!; \
