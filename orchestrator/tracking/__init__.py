@@ -12,7 +12,9 @@ The tag schema (`trainers/contract/schema.py`) is a public contract: analysis re
 - `writes`: one write strategy per kind of store, chosen once: MLflow's client (a
   tracking server, a file store) or direct SQL (`bulk`) for a database store;
 - `store`: the orchestrator's calls (experiment, ledger read, runs, imports);
-- `run_log`: a worker's calls on its own run.
+- `run_log`: a worker's calls on its own run; on a database store with local artifacts
+  through `direct` (the same statements, no MLflow import), else MLflow's client;
+- `tables`: the columns of MLflow's tables that `bulk` and `direct` write.
 """
 
 from __future__ import annotations

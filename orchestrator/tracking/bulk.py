@@ -80,79 +80,98 @@ def register_chunk_sql(store, experiment_id: str, runs: list[tuple[str, str, dic
     return [(r["run_uuid"], r["artifact_uri"]) for r in run_rows]
 
 
-def start_sql(store, run_id: str, tags: dict[str, str], start_ms: int | None) -> None:
+class ParamConflict(ValueError):
+    """A hyperparameter already logged with another value: MLflow refuses it too."""
+
+    error_code = "INVALID_PARAMETER_VALUE"  # the retry policy's permanent refusal (trainers/contract/retry.py)
+
+
+def start_sql(engine, run_id: str, tags: dict[str, str], start_ms: int | None) -> None:
     """An attempt's start in one transaction: the run RUNNING (MLflow's `update_run`: no
     end time), its attempt's tags, and on its first start its start time (a queued run
     was made when it was queued; MLflow's API has no call that moves a start time), where
-    the client would make two calls and a third write. Idempotent, so it is retried whole."""
-    from mlflow.entities import RunStatus as MlflowStatus
-    from mlflow.store.tracking.dbmodels.models import SqlRun
+    the client would make two calls and a third write. Idempotent, so it is retried whole.
+    `engine`: the store's SQLAlchemy engine (MLflow's store's, or a worker's own: direct.py)."""
+    from rcpforge.orchestrator.tracking.tables import RUNS, transaction
 
-    columns: dict[str, object] = {"status": MlflowStatus.to_string(MlflowStatus.RUNNING), "end_time": None}
+    columns: dict[str, object] = {"status": "RUNNING", "end_time": None}
     if start_ms is not None:
         columns["start_time"] = start_ms
-    with store.ManagedSessionMaker(read_only=False) as session:
-        session.execute(SqlRun.__table__.update().where(SqlRun.__table__.c.run_uuid == run_id).values(columns))
-        _set_tags(session, run_id, tags)
+    with transaction(engine) as conn:
+        conn.execute(RUNS.update().where(RUNS.c.run_uuid == run_id).values(columns))
+        set_tags(conn, run_id, tags)
 
 
-def finish_sql(store, run_id: str, metrics: list, params: list, tags: list, status: str, end_ms: int) -> None:
+def finish_sql(engine, run_id: str, metrics: list, params: list, tags: list, status: str, end_ms: int) -> None:
     """An attempt's outcome in one transaction: its metric points (and the latest-metric
     rows MLflow shows as values, by its rule: the greatest step, timestamp, value),
     hyperparameters, tags, status and end time, where MLflow's `log_batch` and
-    `set_terminated` take five. Metrics, params and tags are MLflow's entities. A param
-    already logged keeps its value, as MLflow keeps it (a different value is refused).
-    Not idempotent (metric points are rows): `RunLog.finish` retries it only where the
-    outcome is not already recorded."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun
+    `set_terminated` take five. Metrics, params and tags: anything with MLflow's entities'
+    fields (key, value; timestamp and step). A param already logged keeps its value, as
+    MLflow keeps it (a different value is refused). Not idempotent (metric points are
+    rows): `RunLog.finish` retries it only where the outcome is not already recorded."""
+    from rcpforge.orchestrator.tracking.tables import RUNS, transaction
+
+    with transaction(engine) as conn:
+        add_params(conn, run_id, {p.key: p.value for p in params})
+        add_points(conn, run_id, metrics)
+        set_tags(conn, run_id, {t.key: t.value for t in tags})
+        conn.execute(RUNS.update().where(RUNS.c.run_uuid == run_id).values(status=status, end_time=end_ms))
+
+
+def add_params(conn, run_id: str, wanted: dict[str, str]) -> None:
+    """Hyperparameters not logged yet; one logged with another value is refused."""
     from sqlalchemy import insert, select
+
+    from rcpforge.orchestrator.tracking.tables import PARAMS
+
+    held = dict(conn.execute(select(PARAMS.c.key, PARAMS.c.value).where(
+        PARAMS.c.run_uuid == run_id, PARAMS.c.key.in_(list(wanted)))).all()) if wanted else {}
+    changed = [k for k, v in held.items() if v != wanted[k]]
+    if changed:
+        raise ParamConflict(f"run {run_id} has param {changed[0]}={held[changed[0]]!r}; refused the value "
+                            f"{wanted[changed[0]]!r}")
+    if new_params := [{"run_uuid": run_id, "key": k, "value": v} for k, v in wanted.items() if k not in held]:
+        conn.execute(insert(PARAMS), new_params)
+
+
+def add_points(conn, run_id: str, metrics: list) -> None:
+    """Metric points as rows, and each key's latest-metric row moved to its newest point."""
+    from sqlalchemy import insert, select
+
+    from rcpforge.orchestrator.tracking.tables import LATEST_METRICS, METRICS, stored_value
 
     points: dict[tuple, None] = {}  # duplicates dropped, as log_batch drops them
     for metric in metrics:
-        is_nan, value = store.sanitize_metric_value(metric.value)
+        is_nan, value = stored_value(float(metric.value))
         points.setdefault((metric.key, value, int(metric.timestamp), int(metric.step), is_nan))
-    wanted = {p.key: p.value for p in params}
-    param_t, latest_t, run_t = SqlParam.__table__, SqlLatestMetric.__table__, SqlRun.__table__
-    with store.ManagedSessionMaker(read_only=False) as session:
-        held = dict(session.execute(select(param_t.c.key, param_t.c.value).where(
-            param_t.c.run_uuid == run_id, param_t.c.key.in_(list(wanted)))).all()) if wanted else {}
-        changed = [k for k, v in held.items() if v != wanted[k]]
-        if changed:
-            raise MlflowException(f"run {run_id} has param {changed[0]}={held[changed[0]]!r}; refused the value "
-                                  f"{wanted[changed[0]]!r}", INVALID_PARAMETER_VALUE)
-        if new_params := [{"run_uuid": run_id, "key": k, "value": v} for k, v in wanted.items() if k not in held]:
-            session.execute(insert(param_t), new_params)
-        if points:
-            names = ("key", "value", "timestamp", "step", "is_nan")
-            session.execute(insert(SqlMetric.__table__), [{"run_uuid": run_id, **dict(zip(names, p, strict=True))}
-                                                          for p in points])
-            shown = {row.key: row for row in session.execute(select(latest_t).where(
-                latest_t.c.run_uuid == run_id, latest_t.c.key.in_(sorted({p[0] for p in points}))))}
-            for key, value, stamp, step, is_nan in _latest(list(points)):
-                values = {"value": value, "timestamp": stamp, "step": step, "is_nan": is_nan}
-                held_row = shown.get(key)
-                if held_row is None:
-                    session.execute(insert(latest_t), [{"run_uuid": run_id, "key": key, **values}])
-                elif (step, stamp, value) > (held_row.step, held_row.timestamp, held_row.value):
-                    session.execute(latest_t.update().where(latest_t.c.run_uuid == run_id, latest_t.c.key == key)
-                                    .values(values))
-        _set_tags(session, run_id, {t.key: t.value for t in tags})
-        session.execute(run_t.update().where(run_t.c.run_uuid == run_id).values(status=status, end_time=end_ms))
+    if not points:
+        return
+    names = ("key", "value", "timestamp", "step", "is_nan")
+    conn.execute(insert(METRICS), [{"run_uuid": run_id, **dict(zip(names, p, strict=True))} for p in points])
+    shown = {row.key: row for row in conn.execute(select(LATEST_METRICS).where(
+        LATEST_METRICS.c.run_uuid == run_id, LATEST_METRICS.c.key.in_(sorted({p[0] for p in points}))))}
+    for key, value, stamp, step, is_nan in _latest(list(points)):
+        values = {"value": value, "timestamp": stamp, "step": step, "is_nan": is_nan}
+        held_row = shown.get(key)
+        if held_row is None:
+            conn.execute(insert(LATEST_METRICS), [{"run_uuid": run_id, "key": key, **values}])
+        elif (step, stamp, value) > (held_row.step, held_row.timestamp, held_row.value):
+            conn.execute(LATEST_METRICS.update().where(LATEST_METRICS.c.run_uuid == run_id,
+                                                       LATEST_METRICS.c.key == key).values(values))
 
 
-def _set_tags(session, run_id: str, tags: dict[str, str]) -> None:
+def set_tags(conn, run_id: str, tags: dict[str, str]) -> None:
     """Tags set on a run (replacing what they held): two statements, not an ORM merge
     (a read and a write) per tag."""
-    from mlflow.store.tracking.dbmodels.models import SqlTag
     from sqlalchemy import delete, insert
+
+    from rcpforge.orchestrator.tracking.tables import TAGS
 
     if not tags:
         return
-    table = SqlTag.__table__
-    session.execute(delete(table).where(table.c.run_uuid == run_id, table.c.key.in_(list(tags))))
-    session.execute(insert(table), [{"run_uuid": run_id, "key": k, "value": v} for k, v in tags.items()])
+    conn.execute(delete(TAGS).where(TAGS.c.run_uuid == run_id, TAGS.c.key.in_(list(tags))))
+    conn.execute(insert(TAGS), [{"run_uuid": run_id, "key": k, "value": v} for k, v in tags.items()])
 
 
 def set_tag_sql(store, pairs: list[tuple[str, str]], key: str) -> None:

@@ -7,6 +7,7 @@ from functools import cached_property
 from pathlib import Path
 
 from rcpforge.orchestrator.tracking.client import DEFAULT_RETRY_S, retrying_client
+from rcpforge.orchestrator.tracking.direct import DirectStore, writes_directly
 from rcpforge.orchestrator.tracking.records import MAX_TAG, attempt_tags, store_result_file
 from rcpforge.orchestrator.tracking.writes import ClientWrites, writes_for
 from rcpforge.trainers.contract import ErrorKind, EvalPoint, RunResult, RunStatus
@@ -27,6 +28,20 @@ _FINAL_METRICS = {METRIC_TOKENS_TRAINED, METRIC_WALL_S, METRIC_TOKENS_TO_TARGET,
                   METRIC_CORE_HOURS, METRIC_GPU_HOURS, METRIC_TIME_TO_TRAIN}
 
 
+def _client(uri: str, retry_s: float, artifact_uri: str | None):
+    """The run's client under the retry policy, and the module of its entities: the
+    database itself where the worker may write it so (tracking/direct.py: no MLflow
+    import), else MLflow's client."""
+    if writes_directly(uri, artifact_uri):
+        from rcpforge.orchestrator.tracking import direct
+        from rcpforge.trainers.contract.retry import RetryingClient
+
+        return RetryingClient(DirectStore(uri), uri, retry_s), direct
+    import mlflow.entities
+
+    return retrying_client(uri, retry_s), mlflow.entities
+
+
 class RunLog:
     """A worker's handle on its own MLflow run: eval points go out in batches, and on a
     retry the points the run already logged are not written again."""
@@ -39,7 +54,7 @@ class RunLog:
         to set, two tracking calls fewer per run. `unlogged`: the launcher made the run
         ahead (queued, in bulk) for this first attempt, which nothing else can have started
         (a local worker): nothing to read back, only its start to set."""
-        self.client = retrying_client(uri, retry_s)
+        self.client, self.entities = _client(uri, retry_s, artifact_uri)
         self.fresh = fresh
         self.artifact_uri = artifact_uri  # where known: a local folder is written without a call
         self.output_dir = output_dir
@@ -84,7 +99,7 @@ class RunLog:
                 raise
 
     def eval_point(self, point: EvalPoint) -> None:
-        from mlflow.entities import Metric
+        Metric = self.entities.Metric  # noqa: N806 - MLflow's entity, or direct.py's
 
         if point.tokens <= self.logged_until:
             return  # logged by an earlier attempt; a deterministic rerun gives the same value
@@ -128,7 +143,7 @@ class RunLog:
         disclosed, written with any status; `params`: the run's hyperparameters, written
         with any status by every attempt (MLflow takes a param again with the same value),
         so a run made as it started (`Tracking.create_run`'s `starts_now`) has them."""
-        from mlflow.entities import Metric, Param, RunTag
+        Metric, Param, RunTag = self.entities.Metric, self.entities.Param, self.entities.RunTag  # noqa: N806
 
         now = int(time.time() * 1000)
         metrics = []

@@ -31,6 +31,10 @@ Queued = tuple[str, str, dict[str, str], dict[str, str]]
 def writes_for(client: Any) -> ClientWrites:
     """The write strategy of the client's store (the retrying client: its MLflow client,
     its retry policy)."""
+    from rcpforge.orchestrator.tracking.direct import DirectStore
+
+    if isinstance(client.raw, DirectStore):  # a worker's own run, written without MLflow
+        return SqlWrites(client, client.raw)
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     store = client.raw._tracking_client.store  # noqa: SLF001 - the one place that reaches for it
@@ -142,7 +146,8 @@ class SqlWrites(ClientWrites):
 
     def __init__(self, client: Any, store: Any):
         super().__init__(client)
-        self.store = store  # MLflow's SqlAlchemyStore
+        # MLflow's SqlAlchemyStore, or a worker's DirectStore (direct.py): start and finish use its engine
+        self.store = store
 
     def register_runs(self, experiment_id: str, runs: list[Queued]) -> Iterator[tuple[str, str, str | None]]:
         """A chunk of runs per transaction, so a 10,000-run Slurm campaign is registered
@@ -187,7 +192,7 @@ class SqlWrites(ClientWrites):
         queued run (made ahead, or submitted to Ray or Slurm) was made before it started,
         and its first start becomes its MLflow start time, so MLflow's UI shows the run's
         own duration. Idempotent, so it is retried whole."""
-        self.client.retry("start the run", lambda: bulk.start_sql(self.store, run_id, tags, first_start_ms))
+        self.client.retry("start the run", lambda: bulk.start_sql(self.store.engine, run_id, tags, first_start_ms))
 
     def finish(self, run_id: str, metrics: list, params: list, tags: list, status: str) -> None:
         tries, end_ms = 0, int(time.time() * 1000)
@@ -200,6 +205,6 @@ class SqlWrites(ClientWrites):
             tries += 1
             if tries > 1 and self.client.raw.get_run(run_id).info.end_time == end_ms:
                 return
-            bulk.finish_sql(self.store, run_id, metrics, params, tags, status, end_ms)
+            bulk.finish_sql(self.store.engine, run_id, metrics, params, tags, status, end_ms)
 
         self.client.retry("record the outcome", record)
