@@ -32,6 +32,23 @@ def writes_directly(uri: str, artifact_uri: str | None) -> bool:
     return scheme in DATABASE_SCHEMES and bool(artifact_uri) and str(artifact_uri).startswith("file:")
 
 
+_ENGINES: dict[tuple[str, int], Any] = {}
+
+
+def _engine(uri: str) -> Any:
+    """One engine (and its pool of connections) per store and process, as MLflow keeps one
+    store per URI: a worker process that runs many runs opens no connection per run. Keyed
+    by the process too: a connection must not be shared across a fork."""
+    import os
+
+    from sqlalchemy import create_engine
+
+    key = (uri, os.getpid())
+    if key not in _ENGINES:
+        _ENGINES[key] = create_engine(uri, pool_pre_ping=True)
+    return _ENGINES[key]
+
+
 @dataclass
 class _RunInfo:
     end_time: int | None
@@ -53,9 +70,7 @@ class DirectStore:
     """MLflow's client's calls on one run, as statements on the store's database."""
 
     def __init__(self, uri: str):
-        from sqlalchemy import create_engine
-
-        self.engine = create_engine(uri, pool_pre_ping=True)
+        self.engine = _engine(uri)
 
     def get_metric_history(self, run_id: str, key: str) -> list[Metric]:
         from sqlalchemy import select

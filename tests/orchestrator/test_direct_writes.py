@@ -15,6 +15,7 @@ from mlflow import MlflowClient
 from rcpforge.orchestrator.tracking import RunLog
 from rcpforge.orchestrator.tracking.direct import DirectStore, writes_directly
 from rcpforge.trainers.contract import EvalPoint, RunResult, RunStatus
+from rcpforge.trainers.contract.schema import TAG_ATTEMPT_STARTED
 from tests.conftest import ROOT
 
 
@@ -46,6 +47,7 @@ def _what_mlflow_reads(client: MlflowClient, run_id: str) -> dict:
     histories = {key: sorted((m.step, "nan" if math.isnan(m.value) else m.value)  # nan != nan
                              for m in client.get_metric_history(run_id, key)) for key in run.data.metrics}
     tags = {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")}
+    assert tags.pop(TAG_ATTEMPT_STARTED)  # when the attempt started: the two runs' seconds may differ
     return {"metrics": run.data.metrics, "params": run.data.params, "tags": tags, "status": run.info.status,
             "histories": histories, "artifacts": [a.path for a in client.list_artifacts(run_id)]}
 
