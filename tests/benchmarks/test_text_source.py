@@ -20,7 +20,8 @@ def test_one_step_a_source_prints_both_sources_with_their_models(capsys):
     # the quickstart's model on 32 symbols and on bytes: docs/scale-workload.md's 105,216 parameters for w64
     assert rows["markov"][1:3] == ["32", "105,216"] and rows["corpus"][1:3] == ["256", "133,888"]
     assert rows["markov"][-1] == "1" and re.fullmatch(r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", rows["corpus"][-1])
-    assert all(float(cell) > 0 for cells in rows.values() for cell in cells[3:6])
+    # figures, whatever they are: a Markov source builds in about 0.02 s, printed as 0.00 on a fast machine
+    assert all(float(cell) >= 0 for cells in rows.values() for cell in cells[3:6])
 
 
 @pytest.mark.parametrize("flags", [["--batch", "64"], ["--recipe", "fp9"], ["--steps", "0"]])
