@@ -253,15 +253,12 @@ def _bootstrap_fit(x, points, trim, confidence, resamples, seed):
 
 
 def _weighted_fit(x, points, trim, confidence, resamples, seed):
-    """Weighted least squares with each cell's standard error read off its bootstrap
-    interval (a normal interval's half-width / z); a normal interval on the slope."""
+    """Weighted least squares with each cell's standard error from its own bootstrap
+    draws (their spread, not its reported interval: that is an expanded percentile
+    interval, wider than the cell's standard error x z); a normal interval on the slope."""
     z = float(scipy_stats.norm.isf((1 - confidence) / 2))
     f = [p[3] for p in points]
-    if any(c.ci_low is None or c.ci_high is None for c in f):  # an unbounded side: the cells' own draws
-        se = _spread(_cell_draws(points, trim, resamples, seed))
-    else:
-        se = np.array([max((math.log(c.ci_high) - math.log(c.ci_low)) / (2 * z), 1e-6) for c in f])
-    weights = 1 / se ** 2
+    weights = 1 / _spread(_cell_draws(points, trim, resamples, seed)) ** 2
     y0 = np.log([c.factor for c in f])
     slope, intercept = (float(v[0]) for v in _slopes(x, y0[:, None], weights))
     xbar = float((weights * x).sum() / weights.sum())
