@@ -8,7 +8,7 @@ an extrapolation.
 The slope's uncertainty is carried from the runs by a bootstrap over runs within cells:
 every resample redraws each (model, recipe) cell's runs from its own runs, at its own
 size, refits the line, and the percentile interval of the slopes is the slope's. A
-weighted fit with each cell's interval (`method="weighted"`) is kept beside it: the
+weighted fit, each cell weighted by its draws' spread (`method="weighted"`), is kept beside it: the
 seeded coverage simulation (tests/analysis/test_scale_coverage.py, docs/scale.md) measured
 both, and the bootstrap's coverage is the nearer to 95%, so it is the default.
 
