@@ -29,7 +29,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rcpforge.sweeps.spec import Campaign
 from rcpforge.trainers.contract import RunResult, RunSpec
@@ -106,6 +105,3 @@ def run_smoke(campaign: Campaign, *, evals: int = SMOKE_EVALS, wall_s: float = S
         run.findings = findings(smoke, run, ruleset)
     return out
 
-
-def folder_of(smoke: Campaign, run: SmokeRun) -> Path:
-    return smoke.run_dir(run.spec)

@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from rcpforge.sweeps.spec import Campaign
+from rcpforge.trainers.command.settings import LABEL_PARALLELISM_KEYS, LABEL_PRECISION_KEYS
 from rcpforge.trainers.contract import RunStatus
 from rcpforge.trainers.contract.mllog.compliance import ComplianceVerdict, check_file, refusal_lines
 from rcpforge.trainers.contract.mllog.read import convergence_unit, follow_events
 from rcpforge.trainers.contract.mllog.write import RESULT_FILE
 
-# The keys a recipe label can say for a program that does not log them (trainers/command/settings.py).
-LABEL_KEYS = ("lowest_numerical_precision_in_linear", "lowest_numerical_precision_in_attn",
-              "lowest_numerical_precision_in_comm", "tensor_parallelism", "pipeline_parallelism",
-              "context_parallelism", "expert_parallelism", "micro_batch_size")
+# The keys a recipe label can say for a program that does not log them.
+LABEL_KEYS = (*LABEL_PRECISION_KEYS, *LABEL_PARALLELISM_KEYS)
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,9 @@ def findings(smoke: Campaign, run: Any, ruleset: str) -> list[Finding]:
     if not result_file.is_file():
         return out
     _, events = follow_events(result_file)
+    # a program that ended before its first MLLOG line (rcpforge's own lines aside): the outcome says why
+    if not any((e.get("metadata") or {}).get("file") != "rcpforge" for e in events):
+        return [*out[:-1], Finding("output", False, f"no MLLOG line in {result_file}: the program logged none")]
     benchmark = smoke.benchmark_of(run.spec.model)
     out += _evals(events, run.spec.target.metric, convergence_unit(benchmark), benchmark)
     out.append(_benchmark(events, benchmark, ruleset))

@@ -79,6 +79,16 @@ def test_a_program_that_lacks_two_keys_is_told_which_before_the_campaign(tmp_pat
         assert set(compliance(result).overwritable) & set(DISCLOSURE_KEYS) == set(lacking), result
 
 
+def test_a_program_argv_cannot_find_is_named_and_nothing_else_is_blamed(tmp_path):
+    path = _example(tmp_path)
+    path.write_text(path.read_text().replace("mllog_trainer.py,", "mllog_trainr.py,"))
+    proc = run_cli("run", str(path), "--smoke", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "MISSING argv       argv names mllog_trainr.py" in proc.stdout
+    # no MLLOG line at all: its keys are not listed one by one as missing
+    assert "MISSING disclosure" not in proc.stdout and "MISSING metric" not in proc.stdout, proc.stdout
+
+
 def test_smoke_flags_that_cannot_work_are_one_line(tmp_path):
     path = _example(tmp_path)
     for args, says in ((("--detach",), "--smoke: not with --detach"),

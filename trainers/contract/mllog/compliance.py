@@ -71,8 +71,9 @@ def _rules_folder() -> Path:
 
 def compliance_rulesets() -> list[str]:
     """The training rulesets the installed compliance checker has rules for."""
-    return sorted((p.name.split("_", 1)[1] for p in _rules_folder().glob("training_*.*.*") if p.is_dir()),
-                  key=lambda v: tuple(int(x) if x.isdigit() else 0 for x in v.split(".")))
+    found = (p.name.split("_", 1)[1] for p in _rules_folder().glob("training_*.*.*") if p.is_dir())
+    return sorted((v for v in found if re.fullmatch(r"\d+\.\d+\.\d+", v)),  # not 0.7.0_warn
+                  key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
 def check_file(path: Path, ruleset: str = DISCLOSURE_RULESET) -> ComplianceVerdict:
