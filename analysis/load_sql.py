@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,7 @@ from rcpforge.analysis.load import (
     tag_values,
 )
 from rcpforge.trainers.contract.schema import TAG_PREFIX, TAG_ROLE
+from rcpforge.trainers.contract.uri import absent_sqlite_store  # noqa: F401 - the read commands ask it of load_sql
 
 SQL_SCHEMES = ("sqlite", "postgresql")
 _DEFAULT_WORKSPACE = "default"
@@ -87,23 +87,6 @@ def campaign_tag_values(tracking_uri: str, campaign: str, keys: tuple[str, ...],
     for key, value, count in rows:
         found[key][value] += count
     return found
-
-
-def absent_sqlite_store(uri: str) -> Path | None:
-    """The database file of a SQLite URI that names no store yet (no file, or an empty one
-    that an earlier failed open left); None for a store that exists or is no SQLite file.
-    The commands that only read ask first: opening it through MLflow would make it."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        url = make_url(uri)
-    except ArgumentError:
-        return None
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-        return None
-    db = Path(url.database)
-    return db if not db.exists() or (db.is_file() and db.stat().st_size == 0) else None
 
 
 def _experiment_id(conn, campaign: str, uri: str) -> int:

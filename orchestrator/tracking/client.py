@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rcpforge.analysis.load_sql import absent_sqlite_store  # noqa: F401 - rcpforge.orchestrator.tracking exports it (a read-side fact, shared with rcpforge/)
 from rcpforge.trainers.contract.retry import DEFAULT_RETRY_S, TrackingUnavailable, first_line, under_retry_policy
 from rcpforge.trainers.contract.retry import RetryingClient as _RetryingClient  # noqa: F401 - rcpforge.orchestrator.tracking exports it
+from rcpforge.trainers.contract.uri import absent_sqlite_store  # noqa: F401 - rcpforge.orchestrator.tracking exports it
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

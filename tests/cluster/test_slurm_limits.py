@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -24,7 +23,7 @@ from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, 
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.queue_peak import QueuePeak
-from tests.helpers.slurm_cluster import LIMITS_CTLD_PID, LIMITS_MAX_SUBMIT, LIMITS_QOS, set_qos
+from tests.helpers.slurm_cluster import LIMITS_MAX_SUBMIT, LIMITS_QOS, restart_limits_controller, set_qos
 
 METRIC = "eval_accuracy"  # the paced program's
 
@@ -200,30 +199,10 @@ def test_a_controller_restarted_during_a_submission_wave_does_not_stop_the_campa
         return sum(r.data.tags.get(TAG_STATUS) == "converged" for r in runs) >= 2
 
     wait_for(some_converged, "two runs converged", proc)
-    restart_controller(down_s=4)  # sbatch and squeue get no answer meanwhile
+    restart_limits_controller(down_s=4)  # sbatch and squeue get no answer meanwhile
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert "Traceback" not in out
     assert_clean_ledger(campaign, n_keys=6, metric=METRIC)
     _, runs = runs_of(campaign)
     assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)
-
-
-def restart_controller(down_s: float) -> None:
-    """Stop the limits cluster's slurmctld, leave it down `down_s` seconds, start it again
-    (its jobs are kept in its state folder) and wait until its node takes jobs."""
-    pid = int(LIMITS_CTLD_PID.read_text())
-    os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not _alive(pid), "slurmctld to stop", limit_s=60)
-    time.sleep(down_s)
-    subprocess.run(["slurmctld", "-f", os.environ["SLURM_CONF"]], check=True, timeout=60)
-    wait_for(lambda: subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip()
-             .startswith(("idle", "mixed", "alloc")), "the node to take jobs again", limit_s=60)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

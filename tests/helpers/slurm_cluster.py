@@ -10,9 +10,13 @@ subprocesses (sbatch, squeue, sinfo, scancel) and its jobs inherit.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -96,3 +100,45 @@ def set_qos(**limits: int) -> None:
     """Set limits of the limits cluster's QOS (-1 lifts one); the controller applies them at once."""
     subprocess.run(["sacctmgr", "-i", "modify", "qos", LIMITS_QOS, "set", *(f"{k}={v}" for k, v in limits.items())],
                    capture_output=True, text=True, timeout=60, check=True)
+
+
+def restart_limits_controller(down_s: float) -> None:
+    """Stop the limits cluster's slurmctld, leave it down `down_s` seconds, start it again
+    (its jobs are kept in its state folder) and wait until its node takes jobs."""
+    from tests.cluster.helpers import wait_for  # here: tests/conftest.py imports this module
+
+    pid = int(LIMITS_CTLD_PID.read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not _alive(pid), "slurmctld to stop", limit_s=60)
+    time.sleep(down_s)
+    env = {**os.environ, "SLURM_CONF": str(LIMITS_CONF)}
+    subprocess.run(["slurmctld", "-f", str(LIMITS_CONF)], check=True, timeout=60, env=env)
+    wait_for(lambda: subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=env).stdout
+             .strip().startswith(("idle", "mixed", "alloc")), "the node to take jobs again", limit_s=60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@contextmanager
+def limits_max_array(size: int) -> Iterator[None]:
+    """The limits cluster with MaxArraySize=`size` for a while (its slurm.conf rewritten, the
+    controller and node told to read it again), then as slurm.sh wrote it."""
+    written = LIMITS_CONF.read_text()
+    LIMITS_CONF.write_text(re.sub(r"(?m)^MaxArraySize=\d+$", f"MaxArraySize={size}", written))
+    try:
+        _reconfigure()
+        yield
+    finally:
+        LIMITS_CONF.write_text(written)
+        _reconfigure()
+
+
+def _reconfigure() -> None:
+    subprocess.run(["scontrol", "reconfigure"], check=True, timeout=60, capture_output=True,
+                   env={**os.environ, "SLURM_CONF": str(LIMITS_CONF)})

@@ -4,6 +4,7 @@ any password masked by `redact.redact_uri`, the one redaction rule)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from rcpforge.trainers.contract.redact import redact_uri
 
@@ -35,3 +36,20 @@ def uri_form_problem(uri: str) -> str | None:
         return f"{shown}: a SQLite URI has three slashes before a relative path, four before an absolute one " \
                "(sqlite:///rel/x.db, sqlite:////abs/x.db)"
     return None
+
+
+def absent_sqlite_store(uri: str) -> Path | None:
+    """The database file of a SQLite URI that names no store yet (no file, or an empty one
+    that an earlier failed open left); None for a store that exists or is no SQLite file.
+    The commands that only read ask first: opening it through MLflow would make it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        return None
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    db = Path(url.database)
+    return db if not db.exists() or (db.is_file() and db.stat().st_size == 0) else None
