@@ -127,18 +127,14 @@ def _alive(pid: int) -> bool:
 
 @contextmanager
 def limits_max_array(size: int) -> Iterator[None]:
-    """The limits cluster with MaxArraySize=`size` for a while (its slurm.conf rewritten, the
-    controller and node told to read it again), then as slurm.sh wrote it."""
+    """The limits cluster with MaxArraySize=`size` for a while, then as slurm.sh wrote it: its
+    slurm.conf rewritten and its controller restarted (`scontrol reconfigure` shows the new
+    value but slurmctld keeps checking arrays against the one it started with)."""
     written = LIMITS_CONF.read_text()
     LIMITS_CONF.write_text(re.sub(r"(?m)^MaxArraySize=\d+$", f"MaxArraySize={size}", written))
     try:
-        _reconfigure()
+        restart_limits_controller(down_s=0)
         yield
     finally:
         LIMITS_CONF.write_text(written)
-        _reconfigure()
-
-
-def _reconfigure() -> None:
-    subprocess.run(["scontrol", "reconfigure"], check=True, timeout=60, capture_output=True,
-                   env={**os.environ, "SLURM_CONF": str(LIMITS_CONF)})
+        restart_limits_controller(down_s=0)
