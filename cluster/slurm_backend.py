@@ -25,7 +25,6 @@ PreemptMode=CANCEL) is reported as this job's error, which the engine retries wi
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import time
 from dataclasses import dataclass
@@ -37,14 +36,22 @@ import submitit
 
 from rcpforge.cluster.backend import Backend, BackendError, Done, Job
 from rcpforge.cluster.gang import GANG_GRACE_S, describe_task, run_task
-from rcpforge.cluster.slurm_gang import START_MARK, await_kill, ended_by_slurm, failed_task, rendezvous_env
+from rcpforge.cluster.slurm_gang import await_kill, ended_by_slurm, failed_task, rendezvous_env
 from rcpforge.cluster.slurm_limits import SlurmLimits, limits_of
 from rcpforge.cluster.slurm_states import ENDED, asked_job_states, preflight
-from rcpforge.cluster.slurm_submit import Pending, Transient, backoff, find_by_token, prepare, send
+from rcpforge.cluster.slurm_submit import (
+    ArrayRefused,
+    Pending,
+    Transient,
+    backoff,
+    find_by_token,
+    prepare,
+    send,
+    submitit_parameters,
+)
 from rcpforge.cluster.task_secrets import drop_sealed, seal, unseal
 from rcpforge.trainers.contract.gang import Gang
 
-_ROOT = Path(__file__).resolve().parents[1]
 # How many polls, `poll_s` apart at least, a job may be ended (or unlisted) with no result
 # file before it counts as lost: the worker writes the result just before it exits. Counted
 # in time too: one wait's last poll and the next wait's first come a moment apart.
@@ -75,47 +82,6 @@ class _Resumable(submitit.helpers.Checkpointable):
             except Exception:  # noqa: BLE001 - the requeue matters more than the note
                 pass
         return super().checkpoint(gang, sealed, fn, on_requeue, final, *args)
-
-
-def submitit_parameters(settings: Any, job_name: str, gang: Gang, gpu_type: str | None = None) -> dict[str, Any]:
-    """The campaign's Slurm settings and the run's gang (`launch:`) under submitit's
-    parameter names."""
-    extra = dict(settings.additional_parameters)
-    if gpu_type is not None:
-        if "constraint" in extra:
-            raise BackendError(
-                f"backend.additional_parameters.constraint: launch.gpu_type ({gpu_type}) is the job's constraint "
-                "already; remove one of them"
-            )
-        extra["constraint"] = gpu_type
-    params: dict[str, Any] = dict(
-        timeout_min=settings.time_min, nodes=gang.nodes, tasks_per_node=gang.tasks_per_node,
-        cpus_per_task=settings.cpus_per_task, slurm_job_name=job_name,
-        slurm_array_parallelism=settings.array_parallelism, slurm_signal_delay_s=settings.signal_delay_s,
-        slurm_setup=[*_environment(), *settings.setup], slurm_additional_parameters=extra,
-        # A task that dies or raises ends the step: no rank waits forever for a lost peer.
-        slurm_srun_args=["--kill-on-bad-exit=1"], stderr_to_stdout=True,
-    )
-    if gang.gpus_per_process:
-        params["slurm_gpus_per_task"] = gang.gpus_per_task
-    elif settings.gpus_per_node:
-        params["gpus_per_node"] = settings.gpus_per_node
-    if settings.mem_gb is not None:
-        params["mem_gb"] = settings.mem_gb
-    for key, value in (("slurm_partition", settings.partition), ("slurm_account", settings.account),
-                       ("slurm_qos", settings.qos)):
-        if value is not None:
-            params[key] = value
-    return params
-
-
-def _environment() -> list[str]:
-    """The worker runs this interpreter (submitit's command is sys.executable) with this
-    import path, whatever the job's login environment says."""
-    paths = [str(_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-    # The mark opens each start's lines in the log (see `failed_task`).
-    return [f"export PYTHONPATH={shlex.quote(pythonpath)}", f'echo "{START_MARK} ${{SLURM_RESTART_COUNT:-0}}"']
 
 
 @dataclass
@@ -158,6 +124,7 @@ class SlurmBackend(Backend):
         self._queued: list[Job] = []
         # arrays Slurm has not taken yet (refused for now: tried again at their time)
         self._sending: list[tuple[Pending, list[Job], Gang]] = []
+        self._array_cap: int | None = None  # set when Slurm refuses arrays its MaxArraySize allows
         self.notices: list[str] = []  # lines for the campaign's log, taken by the orchestrator
         self._limits_at = time.monotonic()
         self.limits: SlurmLimits = limits_of(self._settings)
@@ -218,7 +185,7 @@ class SlurmBackend(Backend):
         again when their time comes."""
         queued, self._queued = self._queued, []
         by_gang = sorted(queued, key=lambda job: repr(job.gang))
-        size = self.limits.array_tasks or len(queued)
+        size = min(self.limits.array_tasks or len(queued), self._array_cap or len(queued)) or 1
         for gang, group in groupby(by_gang, key=lambda job: job.gang):
             jobs = list(group)
             executor = self._executor_for(gang)
@@ -243,6 +210,10 @@ class SlurmBackend(Backend):
                 except BackendError:
                     self._sending.remove(item)  # refused for good: not sent again
                     raise
+                except ArrayRefused as err:
+                    self._sending.remove(item)
+                    self._resend_smaller(pending, jobs, str(err))
+                    break
                 except Transient as err:
                     if not pending.said:
                         self.notices.append(f"Slurm did not take {len(jobs)} runs now ({err}); trying again, "
@@ -256,6 +227,19 @@ class SlurmBackend(Backend):
                 for job, handle in zip(jobs, handles):
                     self._jobs[job.task_id] = _Out(handle, gang)
                 break
+
+    def _resend_smaller(self, pending: Pending, jobs: list[Job], answer: str) -> None:
+        """An array refused as invalid within the MaxArraySize read: its runs go back to the
+        queue, every array from now on at most half its size (sent at the next flush)."""
+        for pickle in pending.pickles:
+            pickle.unlink(missing_ok=True)
+        self._array_cap = max(1, len(jobs) // 2)
+        array = self.limits.max_array_size
+        reported = f"MaxArraySize = {array.value}" if array else "no MaxArraySize"
+        self.notices.append(f"Slurm refused an array of {len(jobs)} runs ({answer}) though it reports {reported} "
+                            "(a controller not restarted since MaxArraySize changed keeps the old limit); "
+                            f"sending arrays of at most {self._array_cap} runs")
+        self._queued.extend(jobs)
 
     def job_ids(self) -> dict[str, str]:
         """Task id -> Slurm job id of every job out, for the ledger."""

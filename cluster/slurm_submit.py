@@ -7,7 +7,9 @@ that each answer can be read for its kind):
   reached): tried again later, the delay doubling from 2 s to 60 s with jitter, for as
   long as it takes; the campaign polls its other jobs meanwhile;
 - permanent (an account, QOS, partition, constraint, GRES or time limit the cluster
-  does not have): `BackendError`, one line naming the campaign field and its value.
+  does not have): `BackendError`, one line naming the campaign field and its value;
+- an array refused as invalid though within the MaxArraySize the controller reports
+  (`ArrayRefused`): its tasks go again in arrays of half the size.
 
 An answer can be lost after the controller took the array (sbatch's time-out came after
 slurmctld queued it). Every array carries a token in its comment; before an array is
@@ -21,6 +23,7 @@ import getpass
 import os
 import random
 import re
+import shlex
 import subprocess
 import time
 import uuid
@@ -33,6 +36,10 @@ from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import SlurmExecutor, SlurmJob
 
 from rcpforge.cluster.backend import BackendError
+from rcpforge.cluster.slurm_gang import START_MARK
+from rcpforge.trainers.contract.gang import Gang
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 SBATCH_TIMEOUT_S = 60
 # A policy refusal while the user's queue seemed to have room is tried this many times
@@ -41,6 +48,7 @@ SBATCH_TIMEOUT_S = 60
 POLICY_TRIES = 5
 FIRST_DELAY_S, LAST_DELAY_S = 2.0, 60.0
 TOKEN_PREFIX = "rcpforge-array="
+INVALID_ARRAY = "Invalid job array specification"
 
 # What slurmctld (or sbatch, on its way) says when it cannot take a job now but may later.
 TRANSIENT = re.compile(
@@ -66,6 +74,12 @@ class Transient(Exception):
     """The controller may take the array later."""
 
 
+class ArrayRefused(Exception):
+    """The controller refused an array of more than one task as an invalid array: its
+    MaxArraySize is lower than the one it reports (`scontrol reconfigure` shows a new value
+    that slurmctld enforces only once restarted). Its tasks go again in smaller arrays."""
+
+
 @dataclass
 class Pending:
     """An array on its way: its calls pickled once (their temporary files), the
@@ -78,6 +92,47 @@ class Pending:
     next_try: float = 0.0
     said: str = ""  # the last transient answer, said once
     policy_refusals: int = 0  # policy refusals while the user's queue had room (`POLICY_TRIES`)
+
+
+def submitit_parameters(settings: Any, job_name: str, gang: Gang, gpu_type: str | None = None) -> dict[str, Any]:
+    """The campaign's Slurm settings and the run's gang (`launch:`) under submitit's
+    parameter names."""
+    extra = dict(settings.additional_parameters)
+    if gpu_type is not None:
+        if "constraint" in extra:
+            raise BackendError(
+                f"backend.additional_parameters.constraint: launch.gpu_type ({gpu_type}) is the job's constraint "
+                "already; remove one of them"
+            )
+        extra["constraint"] = gpu_type
+    params: dict[str, Any] = dict(
+        timeout_min=settings.time_min, nodes=gang.nodes, tasks_per_node=gang.tasks_per_node,
+        cpus_per_task=settings.cpus_per_task, slurm_job_name=job_name,
+        slurm_array_parallelism=settings.array_parallelism, slurm_signal_delay_s=settings.signal_delay_s,
+        slurm_setup=[*_environment(), *settings.setup], slurm_additional_parameters=extra,
+        # A task that dies or raises ends the step: no rank waits forever for a lost peer.
+        slurm_srun_args=["--kill-on-bad-exit=1"], stderr_to_stdout=True,
+    )
+    if gang.gpus_per_process:
+        params["slurm_gpus_per_task"] = gang.gpus_per_task
+    elif settings.gpus_per_node:
+        params["gpus_per_node"] = settings.gpus_per_node
+    if settings.mem_gb is not None:
+        params["mem_gb"] = settings.mem_gb
+    for key, value in (("slurm_partition", settings.partition), ("slurm_account", settings.account),
+                       ("slurm_qos", settings.qos)):
+        if value is not None:
+            params[key] = value
+    return params
+
+
+def _environment() -> list[str]:
+    """The worker runs this interpreter (submitit's command is sys.executable) with this
+    import path, whatever the job's login environment says."""
+    paths = [str(_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    pythonpath = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    # The mark opens each start's lines in the log (see `failed_task`).
+    return [f"export PYTHONPATH={shlex.quote(pythonpath)}", f'echo "{START_MARK} ${{SLURM_RESTART_COUNT:-0}}"']
 
 
 def prepare(executor: submitit.AutoExecutor, calls: list[tuple[Any, ...]]) -> Pending:
@@ -149,6 +204,8 @@ def _sbatch(pending: Pending, settings: Any) -> str:
             return match.group(1)
         raise BackendError(f"sbatch said it submitted the array but gave no job id: {proc.stdout.strip()!r}")
     line = answer[-1] if answer else f"sbatch exited {proc.returncode}"
+    if INVALID_ARRAY in line and len(pending.pickles) > 1:
+        raise ArrayRefused(line)
     kind = kind_of(line)
     if kind == "policy":
         # The submit limit reached, or the job's own size or time over a limit: Slurm says

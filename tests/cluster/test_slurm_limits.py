@@ -23,7 +23,13 @@ from tests.cluster.helpers import assert_clean_ledger, paced_campaign, runs_of, 
 from tests.conftest import run_cli
 from tests.helpers.campaigns import write_campaign
 from tests.helpers.queue_peak import QueuePeak
-from tests.helpers.slurm_cluster import LIMITS_MAX_SUBMIT, LIMITS_QOS, restart_limits_controller, set_qos
+from tests.helpers.slurm_cluster import (
+    LIMITS_MAX_SUBMIT,
+    LIMITS_QOS,
+    limits_max_array,
+    restart_limits_controller,
+    set_qos,
+)
 
 METRIC = "eval_accuracy"  # the paced program's
 
@@ -59,6 +65,23 @@ def test_a_campaign_larger_than_the_limits_runs_within_them_to_the_end(limits_sl
     planned = json.loads(run_cli("run", str(path), "--dry-run", "--json").stdout)
     assert "at most 7 jobs queued and running (QOS rcpf-limited MaxSubmitJobsPerUser = 8, less the 10% " \
            "queue_margin" in " ".join(planned["slurm_limits"])
+
+
+def test_arrays_refused_below_the_max_array_size_the_controller_reports_go_again_smaller(limits_slurm, tmp_path):
+    # slurm.conf says 11 and `scontrol show config` reports it, but slurmctld, not restarted,
+    # still refuses arrays past its 6: an array of 8 is refused, then sent as two of 4
+    set_qos(MaxSubmitJobsPerUser=15)  # the queue holds all 8 runs at once
+    with limits_max_array(11, restart=False):
+        path, campaign = limited_campaign(tmp_path, seeds=4)
+        proc = run_cli("run", str(path), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Slurm refused an array of 8 runs (sbatch: error: Batch job submission failed: Invalid job array " \
+           "specification) though it reports MaxArraySize = 11" in proc.stdout, proc.stdout
+    assert "sending arrays of at most 4 runs" in proc.stdout
+    assert_clean_ledger(campaign, n_keys=8, metric=METRIC)
+    _, runs = runs_of(campaign)
+    assert all(r.data.tags[TAG_ATTEMPTS] == "1" for r in runs)
+    assert sorted(array_sizes(runs).values()) == [4, 4]
 
 
 def test_a_limit_lifted_mid_campaign_is_used(limits_slurm, tmp_path, monkeypatch):

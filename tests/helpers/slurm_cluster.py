@@ -126,15 +126,24 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def limits_max_array(size: int) -> Iterator[None]:
-    """The limits cluster with MaxArraySize=`size` for a while, then as slurm.sh wrote it: its
-    slurm.conf rewritten and its controller restarted (`scontrol reconfigure` shows the new
-    value but slurmctld keeps checking arrays against the one it started with)."""
+def limits_max_array(size: int, restart: bool = True) -> Iterator[None]:
+    """The limits cluster's slurm.conf with MaxArraySize=`size` for a while, then as slurm.sh
+    wrote it. `restart`: its controller restarted, which enforces the new value; else only
+    `scontrol reconfigure`d, which reports the new value but keeps enforcing the one it
+    started with (what an operator who did not restart it leaves)."""
     written = LIMITS_CONF.read_text()
     LIMITS_CONF.write_text(re.sub(r"(?m)^MaxArraySize=\d+$", f"MaxArraySize={size}", written))
     try:
-        restart_limits_controller(down_s=0)
+        _apply(restart)
         yield
     finally:
         LIMITS_CONF.write_text(written)
+        _apply(restart)
+
+
+def _apply(restart: bool) -> None:
+    if restart:
         restart_limits_controller(down_s=0)
+    else:
+        subprocess.run(["scontrol", "reconfigure"], check=True, timeout=60, capture_output=True,
+                       env={**os.environ, "SLURM_CONF": str(LIMITS_CONF)})
