@@ -32,7 +32,6 @@ from rcpforge.analysis.load import (
     tag_values,
 )
 from rcpforge.trainers.contract.schema import TAG_PREFIX, TAG_ROLE
-from rcpforge.trainers.contract.uri import absent_sqlite_store  # noqa: F401 - the read commands ask it of load_sql
 
 SQL_SCHEMES = ("sqlite", "postgresql")
 _DEFAULT_WORKSPACE = "default"

@@ -270,8 +270,9 @@ def require_in_store(tracking_uri: str, campaign: str, then: str) -> None:
     no experiment of the campaign; asked without making either (MLflow would make the
     SQLite file, a database's tables, a server's experiment; and a mistyped store would
     then read as a campaign whose runs are lost)."""
-    from rcpforge.analysis.load_sql import absent_sqlite_store, campaign_in_store
+    from rcpforge.analysis.load_sql import campaign_in_store
     from rcpforge.trainers.contract.redact import redact_uri
+    from rcpforge.trainers.contract.uri import absent_sqlite_store
 
     if (db := absent_sqlite_store(tracking_uri)) is not None:
         raise RcpforgeError(f"no runs of campaign {campaign} at {db} (no such store yet): {then}")
