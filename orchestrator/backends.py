@@ -5,7 +5,7 @@ a local campaign never imports ray or submitit."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Collection, Iterator
 
 from rcpforge.cluster.backend import Backend, BackendError
 from rcpforge.orchestrator.ledger import LedgerEntry
@@ -139,7 +139,28 @@ def slurm_pending_reasons(ledger: dict[str, LedgerEntry], states: dict[str, str]
     return {key: reasons[job] for key, job in jobs.items() if job in reasons}
 
 
-def live_keys(ledger: dict[str, LedgerEntry]) -> set[str]:
+def live_of(states: dict[str, str]) -> set[str]:
+    """The keys of `slurm_states` whose job has neither ended nor been forgotten."""
     from rcpforge.cluster.slurm_states import ENDED
 
-    return {key for key, state in slurm_states(ledger).items() if state not in ENDED and state != "UNLISTED"}
+    return {key for key, state in states.items() if state not in ENDED and state != "UNLISTED"}
+
+
+def ledger_and_states(read: Callable[[], dict[str, LedgerEntry]], among: Collection[str] | None = None,
+                      ) -> tuple[dict[str, LedgerEntry], dict[str, str]]:
+    """The ledger (`read()`) and the Slurm states of its jobs (of the keys `among`, where
+    given), in the order in which the two agree.
+
+    A job records its run's outcome before it ends. A ledger read before Slurm is asked
+    can miss the outcome of a job that ends between the two, and the run then looks like
+    one whose job ended without an outcome: launched again, or marked failed over the
+    outcome it recorded (seen: a detached look submitted a run again that had converged a
+    moment before). So where a job has ended the ledger is read again, after Slurm
+    answered: it then holds every outcome that job will ever record."""
+    from rcpforge.cluster.slurm_states import ENDED
+
+    ledger = read()
+    states = slurm_states(ledger if among is None else {k: ledger[k] for k in among if k in ledger})
+    if any(state in ENDED or state == "UNLISTED" for state in states.values()):
+        ledger = read()
+    return ledger, states

@@ -23,7 +23,7 @@ from typing import Callable, Collection, Iterator
 from rcpforge.cluster.backend import Backend, BackendError, Job
 from rcpforge.orchestrator.adaptive import AdaptiveState, campaign_looks, look_specs
 from rcpforge.orchestrator.billing import SETTLE_WAIT_S, bill_slurm_runs
-from rcpforge.orchestrator.backends import backend_class, check_backend, live_keys, running_backend
+from rcpforge.orchestrator.backends import backend_class, check_backend, ledger_and_states, live_of, running_backend
 from rcpforge.orchestrator.execute import assignment_for, execute_run, has_outcome, note_requeue
 from rcpforge.orchestrator.failfast import FailFast
 from rcpforge.orchestrator.ledger import LedgerEntry, Plan, make_plan
@@ -123,10 +123,10 @@ def run_campaign(
                             campaign_tags(campaign.benchmark, campaign.submission_runs, campaign.reference))
         experiment_id = tracking.open_experiment(campaign.name, campaign.artifact_dir)
         bill_slurm_runs(campaign, tracking, experiment_id, 0.0, on_notice)  # runs ended since the last `run`
-        ledger = tracking.ledger(experiment_id)
+        ledger, states = ledger_and_states(lambda: tracking.ledger(experiment_id))
         max_attempts = campaign.backend.max_attempts
         specs, looked = desired_runs(campaign, ledger, retry_failed)
-        plan = make_plan(specs, ledger, max_attempts, retry_failed, live_keys(ledger))
+        plan = make_plan(specs, ledger, max_attempts, retry_failed, live_of(states))
         if on_plan:
             on_plan(plan)
         summary = CampaignSummary(plan=plan, adaptive=looked)
@@ -166,9 +166,9 @@ def _next_looks(run: _Launcher, campaign: Campaign, max_attempts: int, summary: 
     """Look after look: once every run asked for has an outcome, the looks say what next.
     Failed runs are retried within their attempts only: --retry-failed served the first."""
     while True:
-        ledger = run.tracking.ledger(run.experiment_id)
+        ledger, states = ledger_and_states(lambda: run.tracking.ledger(run.experiment_id))
         specs, looked = desired_runs(campaign, ledger)
-        plan = make_plan(specs, ledger, max_attempts, False, live_keys(ledger))
+        plan = make_plan(specs, ledger, max_attempts, False, live_of(states))
         summary.adaptive = looked
         if looked is not None and on_look:
             on_look(looked, plan)
@@ -374,8 +374,8 @@ class _Launcher:
         if time.monotonic() < self.next_check:
             return
         self.next_check = time.monotonic() + FOLLOW_POLL_S
-        ledger = self.tracking.ledger(self.experiment_id)
-        live = live_keys({k: ledger[k] for k in self.followed if k in ledger})
+        ledger, states = ledger_and_states(lambda: self.tracking.ledger(self.experiment_id), among=self.followed)
+        live = live_of(states)
         for key in [k for k in self.followed if k not in live]:
             spec, entry = self.followed.pop(key), ledger[key]
             if entry.status.is_outcome:

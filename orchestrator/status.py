@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rcpforge.orchestrator.adaptive import arm_of, campaign_looks, look_specs, stop_facts
-from rcpforge.orchestrator.backends import slurm_pending_reasons, slurm_states
+from rcpforge.orchestrator.backends import ledger_and_states, slurm_pending_reasons
 from rcpforge.orchestrator.cost import CellCost, add_dollars, compute_unit, estimates, usd_per_hour
 from rcpforge.orchestrator.failfast import reason_line
 from rcpforge.orchestrator.ledger import LedgerEntry
@@ -94,8 +94,7 @@ def _column(status: RunStatus, slurm_state: str | None) -> str:
 
 def campaign_status(campaign: Campaign) -> CampaignStatus:
     tracking = Tracking(campaign.tracking_uri, campaign.tracking.retry_s)
-    ledger = tracking.campaign_ledger(campaign.name)
-    states = slurm_states(ledger)
+    ledger, states = ledger_and_states(lambda: tracking.campaign_ledger(campaign.name))
     reasons = slurm_pending_reasons(ledger, states)
     cells: dict[tuple[str, str, int], CellStatus] = {}
     running = 0

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from rcpforge.orchestrator.backends import live_keys
+from rcpforge.orchestrator.backends import ledger_and_states, live_of
 from rcpforge.orchestrator.tracking import Tracking
 from rcpforge.sweeps.spec import load_campaign
 from rcpforge.trainers.contract.schema import TAG_ATTEMPTS, TAG_STATUS
@@ -79,8 +79,8 @@ def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_ba
     assert pending and all(r.info.status == "SCHEDULED" for r in pending)
     if fault_backend["kind"] == "slurm":
         # once their jobs are ended (CANCELLED), the stopped runs still count pending, not failed
-        wait_for(lambda: not live_keys(Tracking(campaign.tracking_uri).campaign_ledger(campaign.name)),
-                 "the cancelled jobs to end")
+        ledger = Tracking(campaign.tracking_uri).campaign_ledger
+        wait_for(lambda: not live_of(ledger_and_states(lambda: ledger(campaign.name))[1]), "the cancelled jobs to end")
     assert "pending and none running" in run_cli("status", str(path)).stdout
 
     # a run left running would write the same points as the rerun: the ledger shows it

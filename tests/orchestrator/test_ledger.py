@@ -58,3 +58,29 @@ def test_free_attempts_do_not_count_against_max_attempts():
     # 2 of its own left one; 3 of its own, none; a run stopped at its first attempt, all of them
     assert [s.run_key for s in plan.launch] == [specs[0].run_key, specs[2].run_key]
     assert [s.run_key for s in plan.gave_up] == [specs[1].run_key]
+
+
+def test_a_job_that_ends_while_the_ledger_is_read_is_not_taken_for_lost(monkeypatch):
+    """The race seen on a loaded machine: the ledger read (the run running), then its job
+    ends having recorded its outcome, then Slurm is asked (COMPLETED). Read in that order
+    the run looked lost and a detached look submitted it again; the ledger is read again
+    once Slurm has answered, and holds the outcome."""
+    from rcpforge.orchestrator import backends
+
+    spec = _specs()[0]
+    reads = iter([RunStatus.running, RunStatus.converged])  # before and after the job ends
+    monkeypatch.setattr(backends, "slurm_states", lambda ledger: {k: "COMPLETED" for k in ledger})
+
+    def read():
+        return {spec.run_key: LedgerEntry("run0", spec.run_key, next(reads), attempts=1, backend_job="slurm:7_0")}
+
+    ledger, states = backends.ledger_and_states(read)
+    assert ledger[spec.run_key].status is RunStatus.converged and states == {spec.run_key: "COMPLETED"}
+    plan = make_plan([spec], ledger, max_attempts=2, retry_failed=False, live=backends.live_of(states))
+    assert plan.done == 1 and not plan.launch
+
+    # a job still queued or running: one read is enough, and the run is followed
+    reads = iter([RunStatus.running])
+    monkeypatch.setattr(backends, "slurm_states", lambda ledger: {k: "RUNNING" for k in ledger})
+    ledger, states = backends.ledger_and_states(read)
+    assert backends.live_of(states) == {spec.run_key}

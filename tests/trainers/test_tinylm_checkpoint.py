@@ -12,9 +12,11 @@ import torch
 
 from rcpforge.sweeps.expand import expand
 from rcpforge.sweeps.spec import parse_campaign
-from rcpforge.trainers.contract import EvalPoint
+from rcpforge.trainers.contract import EvalPoint, Reporter
 from rcpforge.trainers.tinylm import checkpoint
-from rcpforge.trainers.tinylm.train import TinyLMTrainer
+from rcpforge.trainers.tinylm.distributed import DataParallel
+from rcpforge.trainers.tinylm.settings import TinyLMSettings
+from rcpforge.trainers.tinylm.train import TinyLMTrainer, _Run, evaluate
 from tests.helpers.campaigns import tiny_campaign
 
 
@@ -104,11 +106,25 @@ def test_a_checkpoint_written_before_the_one_package_move_resumes(tmp_path):
     folder = tmp_path / "cut"
     folder.mkdir()
     shutil.copy(PREMOVE / checkpoint.FILENAME, folder / checkpoint.FILENAME)
+    before = json.loads((PREMOVE / "whole_run_points.json").read_text())
+
+    # The restored model evaluates as the saved one did, to the last digit on the CPU that
+    # wrote it and on an AMD EPYC: an eval runs no stochastic rounding and no optimizer.
+    cfg = TinyLMSettings.model_validate({k: v for k, v in spec.trainer.items() if k != "kind"})
+    cpu = torch.device("cpu")
+    restored = _Run(spec, Reporter.of(Recorder(folder)), cfg, cpu, DataParallel(1, cpu))
+    restored.resume()
+    assert restored.tokens == before[3]["tokens"]
+    assert evaluate(restored.model, restored.data.eval)["eval_loss"] == pytest.approx(
+        before[3]["metrics"]["eval_loss"], rel=1e-6)
+
     second = Recorder(folder)
     TinyLMTrainer().train(spec, second)
-    before = json.loads((PREMOVE / "whole_run_points.json").read_text())
-    assert (folder / checkpoint.STARTS).read_text().split() == ["start", f"tokens={before[3]['tokens']}"]
+    assert (folder / checkpoint.STARTS).read_text().split()[-1] == f"tokens={before[3]['tokens']}"
     assert [p.tokens for p in second.points] == [p["tokens"] for p in before[4:]]
-    # equal on the CPU that wrote it; another CPU's FP32 kernels may move the last digits
+    # Training goes on as it did, equal on the CPU that wrote it. Another CPU's FP32
+    # kernels move a step's last digits and NVFP4's rounding magnifies them: 1.1% apart at
+    # the first eval after the restart and 3.6% at the fourth on an AMD EPYC. A run that
+    # lost its state would start again from 1.68 (the first eval's loss).
     for got, then in zip(second.points, before[4:], strict=True):
-        assert got.metrics["eval_loss"] == pytest.approx(then["metrics"]["eval_loss"], rel=0.02)
+        assert got.metrics["eval_loss"] == pytest.approx(then["metrics"]["eval_loss"], rel=0.08)
