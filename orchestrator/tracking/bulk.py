@@ -91,15 +91,14 @@ def start_sql(engine, run_id: str, tags: dict[str, str], start_ms: int | None) -
     end time), its attempt's tags, and on its first start its start time (a queued run
     was made when it was queued; MLflow's API has no call that moves a start time), where
     the client would make two calls and a third write. Idempotent, so it is retried whole.
-    `engine`: the store's SQLAlchemy engine (MLflow's store's, or a worker's own: direct.py)."""
-    from rcpforge.orchestrator.tracking.tables import RUNS, transaction
+    `engine`: the store's (MLflow's store's SQLAlchemy engine, or a worker's own: direct.py)."""
+    from rcpforge.orchestrator.tracking.tables import transaction
 
-    columns: dict[str, object] = {"status": "RUNNING", "end_time": None}
-    if start_ms is not None:
-        columns["start_time"] = start_ms
-    with transaction(engine) as conn:
-        conn.execute(RUNS.update().where(RUNS.c.run_uuid == run_id).values(columns))
-        set_tags(conn, run_id, tags)
+    first = {} if start_ms is None else {"start": start_ms}
+    with transaction(engine) as sql:
+        sql.run(f"UPDATE runs SET status = 'RUNNING', end_time = NULL{', start_time = :start' if first else ''} "
+                "WHERE run_uuid = :run", run=run_id, **first)
+        set_tags(sql, run_id, tags)
 
 
 def finish_sql(engine, run_id: str, metrics: list, params: list, tags: list, status: str, end_ms: int) -> None:
@@ -110,36 +109,40 @@ def finish_sql(engine, run_id: str, metrics: list, params: list, tags: list, sta
     fields (key, value; timestamp and step). A param already logged keeps its value, as
     MLflow keeps it (a different value is refused). Not idempotent (metric points are
     rows): `RunLog.finish` retries it only where the outcome is not already recorded."""
-    from rcpforge.orchestrator.tracking.tables import RUNS, transaction
+    from rcpforge.orchestrator.tracking.tables import transaction
 
-    with transaction(engine) as conn:
-        add_params(conn, run_id, {p.key: p.value for p in params})
-        add_points(conn, run_id, metrics)
-        set_tags(conn, run_id, {t.key: t.value for t in tags})
-        conn.execute(RUNS.update().where(RUNS.c.run_uuid == run_id).values(status=status, end_time=end_ms))
+    with transaction(engine) as sql:
+        add_params(sql, run_id, {p.key: p.value for p in params})
+        add_points(sql, run_id, metrics)
+        set_tags(sql, run_id, {t.key: t.value for t in tags})
+        sql.run("UPDATE runs SET status = :status, end_time = :end WHERE run_uuid = :run",
+                status=status, end=end_ms, run=run_id)
 
 
-def add_params(conn, run_id: str, wanted: dict[str, str]) -> None:
-    """Hyperparameters not logged yet; one logged with another value is refused."""
-    from sqlalchemy import insert, select
+def add_params(sql, run_id: str, wanted: dict[str, str]) -> None:
+    """Hyperparameters not logged yet; one logged with another value is refused. `sql`:
+    a transaction's statements (tables.py)."""
+    from rcpforge.orchestrator.tracking.tables import among
 
-    from rcpforge.orchestrator.tracking.tables import PARAMS
-
-    held = dict(conn.execute(select(PARAMS.c.key, PARAMS.c.value).where(
-        PARAMS.c.run_uuid == run_id, PARAMS.c.key.in_(list(wanted)))).all()) if wanted else {}
+    if not wanted:
+        return
+    keys, named = among("k", wanted)
+    held = dict(sql.rows(f'SELECT "key", "value" FROM params WHERE run_uuid = :run AND "key" {keys}',
+                         run=run_id, **named))
     changed = [k for k, v in held.items() if v != wanted[k]]
     if changed:
         raise ParamConflict(f"run {run_id} has param {changed[0]}={held[changed[0]]!r}; refused the value "
                             f"{wanted[changed[0]]!r}")
-    if new_params := [{"run_uuid": run_id, "key": k, "value": v} for k, v in wanted.items() if k not in held]:
-        conn.execute(insert(PARAMS), new_params)
+    sql.many('INSERT INTO params (run_uuid, "key", "value") VALUES (:run, :key, :value)',
+             [{"run": run_id, "key": k, "value": v} for k, v in wanted.items() if k not in held])
 
 
-def add_points(conn, run_id: str, metrics: list) -> None:
+_POINT = ("key", "value", "timestamp", "step", "is_nan")
+
+
+def add_points(sql, run_id: str, metrics: list) -> None:
     """Metric points as rows, and each key's latest-metric row moved to its newest point."""
-    from sqlalchemy import insert, select
-
-    from rcpforge.orchestrator.tracking.tables import LATEST_METRICS, METRICS, stored_value
+    from rcpforge.orchestrator.tracking.tables import among, stored_value
 
     points: dict[tuple, None] = {}  # duplicates dropped, as log_batch drops them
     for metric in metrics:
@@ -147,31 +150,35 @@ def add_points(conn, run_id: str, metrics: list) -> None:
         points.setdefault((metric.key, value, int(metric.timestamp), int(metric.step), is_nan))
     if not points:
         return
-    names = ("key", "value", "timestamp", "step", "is_nan")
-    conn.execute(insert(METRICS), [{"run_uuid": run_id, **dict(zip(names, p, strict=True))} for p in points])
-    shown = {row.key: row for row in conn.execute(select(LATEST_METRICS).where(
-        LATEST_METRICS.c.run_uuid == run_id, LATEST_METRICS.c.key.in_(sorted({p[0] for p in points}))))}
-    for key, value, stamp, step, is_nan in _latest(list(points)):
-        values = {"value": value, "timestamp": stamp, "step": step, "is_nan": is_nan}
-        held_row = shown.get(key)
-        if held_row is None:
-            conn.execute(insert(LATEST_METRICS), [{"run_uuid": run_id, "key": key, **values}])
-        elif (step, stamp, value) > (held_row.step, held_row.timestamp, held_row.value):
-            conn.execute(LATEST_METRICS.update().where(LATEST_METRICS.c.run_uuid == run_id,
-                                                       LATEST_METRICS.c.key == key).values(values))
+    columns = 'run_uuid, "key", "value", "timestamp", step, is_nan'
+    values = "(:run, :key, :value, :timestamp, :step, :is_nan)"
+    sql.many(f"INSERT INTO metrics ({columns}) VALUES {values}",
+             [{"run": run_id, **dict(zip(_POINT, p, strict=True))} for p in points])
+    keys, named = among("k", sorted({p[0] for p in points}))
+    shown = {key: (step, stamp, value) for key, value, stamp, step in sql.rows(
+        f'SELECT "key", "value", "timestamp", step FROM latest_metrics WHERE run_uuid = :run AND "key" {keys}',
+        run=run_id, **named)}
+    for point in _latest(list(points)):
+        row = {"run": run_id, **dict(zip(_POINT, point, strict=True))}
+        key, value, stamp, step, _ = point
+        if key not in shown:
+            sql.run(f"INSERT INTO latest_metrics ({columns}) VALUES {values}", **row)
+        elif (step, stamp, value) > shown[key]:
+            sql.run('UPDATE latest_metrics SET "value" = :value, "timestamp" = :timestamp, step = :step, '
+                    'is_nan = :is_nan WHERE run_uuid = :run AND "key" = :key', **row)
 
 
-def set_tags(conn, run_id: str, tags: dict[str, str]) -> None:
+def set_tags(sql, run_id: str, tags: dict[str, str]) -> None:
     """Tags set on a run (replacing what they held): two statements, not an ORM merge
     (a read and a write) per tag."""
-    from sqlalchemy import delete, insert
-
-    from rcpforge.orchestrator.tracking.tables import TAGS
+    from rcpforge.orchestrator.tracking.tables import among
 
     if not tags:
         return
-    conn.execute(delete(TAGS).where(TAGS.c.run_uuid == run_id, TAGS.c.key.in_(list(tags))))
-    conn.execute(insert(TAGS), [{"run_uuid": run_id, "key": k, "value": v} for k, v in tags.items()])
+    keys, named = among("k", tags)
+    sql.run(f'DELETE FROM tags WHERE run_uuid = :run AND "key" {keys}', run=run_id, **named)
+    sql.many('INSERT INTO tags (run_uuid, "key", "value") VALUES (:run, :key, :value)',
+             [{"run": run_id, "key": k, "value": v} for k, v in tags.items()])
 
 
 def set_tag_sql(store, pairs: list[tuple[str, str]], key: str) -> None:

@@ -1,6 +1,6 @@
 """A worker's own run on a database store (SQLite, PostgreSQL, MySQL), written without
 MLflow: the statements of the database store's write strategy (`bulk.py`) on MLflow's
-own tables (`tables.py`), through SQLAlchemy alone.
+own tables (`tables.py`), through Python's sqlite3 on a SQLite file, else SQLAlchemy.
 
 Why: a worker in a process of its own (a Slurm job, a Ray worker) otherwise imports
 MLflow and its SQL store, about 2 s of CPU, to write a few rows: most of an instant run's
@@ -36,16 +36,23 @@ _ENGINES: dict[tuple[str, int], Any] = {}
 
 
 def _engine(uri: str) -> Any:
-    """One engine (and its pool of connections) per store and process, as MLflow keeps one
-    store per URI: a worker process that runs many runs opens no connection per run. Keyed
-    by the process too: a connection must not be shared across a fork."""
+    """One engine per store and process, as MLflow keeps one store per URI: a worker
+    process that runs many runs opens no connection per run. A SQLite file through
+    Python's sqlite3 (tables.py `SqliteFile`: no SQLAlchemy import), any other database
+    through an SQLAlchemy engine and its pool, keyed by the process too: a connection
+    must not be shared across a fork."""
     import os
 
-    from sqlalchemy import create_engine
+    from rcpforge.orchestrator.tracking.tables import sqlite_file
 
     key = (uri, os.getpid())
     if key not in _ENGINES:
-        _ENGINES[key] = create_engine(uri, pool_pre_ping=True)
+        engine = sqlite_file(uri)
+        if engine is None:
+            from sqlalchemy import create_engine
+
+            engine = create_engine(uri, pool_pre_ping=True)
+        _ENGINES[key] = engine
     return _ENGINES[key]
 
 
@@ -73,38 +80,31 @@ class DirectStore:
         self.engine = _engine(uri)
 
     def get_metric_history(self, run_id: str, key: str) -> list[Metric]:
-        from sqlalchemy import select
+        from rcpforge.orchestrator.tracking.tables import transaction
 
-        from rcpforge.orchestrator.tracking.tables import METRICS, transaction
-
-        with transaction(self.engine) as conn:
-            rows = conn.execute(select(METRICS.c.key, METRICS.c.value, METRICS.c.timestamp, METRICS.c.step)
-                                .where(METRICS.c.run_uuid == run_id, METRICS.c.key == key)).all()
+        with transaction(self.engine) as sql:
+            rows = sql.rows('SELECT "key", "value", "timestamp", step FROM metrics WHERE run_uuid = :run '
+                            'AND "key" = :key', run=run_id, key=key)
         return [Metric(*row) for row in rows]
 
     def get_run(self, run_id: str) -> _Run:
         """The run as far as `RunLog` reads it: its metrics' latest values, its tags,
         its end time."""
-        from sqlalchemy import select
+        from rcpforge.orchestrator.tracking.tables import transaction
 
-        from rcpforge.orchestrator.tracking.tables import LATEST_METRICS, RUNS, TAGS, transaction
-
-        with transaction(self.engine) as conn:
-            ended = conn.execute(select(RUNS.c.end_time).where(RUNS.c.run_uuid == run_id)).first()
-            if ended is None:
+        with transaction(self.engine) as sql:
+            ended = sql.rows("SELECT end_time FROM runs WHERE run_uuid = :run", run=run_id)
+            if not ended:
                 raise LookupError(f"run {run_id} is not in the tracking store")
-            metrics = dict(conn.execute(select(LATEST_METRICS.c.key, LATEST_METRICS.c.value)
-                                        .where(LATEST_METRICS.c.run_uuid == run_id)).all())
-            tags = dict(conn.execute(select(TAGS.c.key, TAGS.c.value).where(TAGS.c.run_uuid == run_id)).all())
-        return _Run(_RunInfo(ended[0]), _RunData(metrics, tags))
+            metrics = dict(sql.rows('SELECT "key", "value" FROM latest_metrics WHERE run_uuid = :run', run=run_id))
+            tags = dict(sql.rows('SELECT "key", "value" FROM tags WHERE run_uuid = :run', run=run_id))
+        return _Run(_RunInfo(ended[0][0]), _RunData(metrics, tags))
 
     def delete_tag(self, run_id: str, key: str) -> None:
-        from sqlalchemy import delete
+        from rcpforge.orchestrator.tracking.tables import transaction
 
-        from rcpforge.orchestrator.tracking.tables import TAGS, transaction
-
-        with transaction(self.engine) as conn:
-            conn.execute(delete(TAGS).where(TAGS.c.run_uuid == run_id, TAGS.c.key == key))
+        with transaction(self.engine) as sql:
+            sql.run('DELETE FROM tags WHERE run_uuid = :run AND "key" = :key', run=run_id, key=key)
 
     def log_batch(self, run_id: str, metrics: Any = (), params: Any = (), tags: Any = ()) -> None:
         """One transaction; points the run already holds are not written again (a retry
@@ -112,21 +112,20 @@ class DirectStore:
         from rcpforge.orchestrator.tracking.bulk import add_params, add_points, set_tags
         from rcpforge.orchestrator.tracking.tables import transaction
 
-        with transaction(self.engine) as conn:
-            add_params(conn, run_id, {p.key: p.value for p in params})
-            add_points(conn, run_id, _not_held(conn, run_id, list(metrics)))
-            set_tags(conn, run_id, {t.key: t.value for t in tags})
+        with transaction(self.engine) as sql:
+            add_params(sql, run_id, {p.key: p.value for p in params})
+            add_points(sql, run_id, _not_held(sql, run_id, list(metrics)))
+            set_tags(sql, run_id, {t.key: t.value for t in tags})
 
 
-def _not_held(conn: Any, run_id: str, metrics: list) -> list:
+def _not_held(sql: Any, run_id: str, metrics: list) -> list:
     """The points of `metrics` the run does not hold yet (by key, step and timestamp)."""
-    from sqlalchemy import select
-
-    from rcpforge.orchestrator.tracking.tables import METRICS
+    from rcpforge.orchestrator.tracking.tables import among
 
     if not metrics:
         return metrics
-    held = set(conn.execute(select(METRICS.c.key, METRICS.c.step, METRICS.c.timestamp).where(
-        METRICS.c.run_uuid == run_id, METRICS.c.key.in_(sorted({m.key for m in metrics})),
-        METRICS.c.step.in_(sorted({int(m.step) for m in metrics})))).all())
+    keys, named_keys = among("k", sorted({m.key for m in metrics}))
+    steps, named_steps = among("s", sorted({int(m.step) for m in metrics}))
+    held = set(sql.rows(f'SELECT "key", step, "timestamp" FROM metrics WHERE run_uuid = :run AND "key" {keys} '
+                        f"AND step {steps}", run=run_id, **named_keys, **named_steps))
     return [m for m in metrics if (m.key, int(m.step), int(m.timestamp)) not in held]

@@ -72,7 +72,8 @@ def test_a_run_written_without_mlflow_reads_back_as_one_written_through_it(tmp_p
 
 
 # A worker's modules (a Slurm job's: the job's entry point and the run it executes), and what
-# they must not pull in: MLflow (2 s of CPU a process) and the analysis' pyarrow (0.5 s).
+# they must not pull in: MLflow (2 s of CPU a process), the analysis' pyarrow (0.5 s) and,
+# on a SQLite store, SQLAlchemy (0.2 s: Python's sqlite3 writes the file).
 _WORKER = """
 import sys
 from pathlib import Path
@@ -84,11 +85,11 @@ log = RunLog(uri, run_id, "eval_loss", Path(folder), retry_s=30, artifact_uri=ar
 log.start(1)
 log.eval_point(EvalPoint(tokens=64, samples=16, metrics={"eval_loss": 1.5}))
 log.finish(RunResult(status=RunStatus.not_converged, tokens_trained=64, wall_s=0.1))
-print(sorted(m for m in sys.modules if m.split(".")[0] in ("mlflow", "pyarrow", "pandas")))
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("mlflow", "pyarrow", "pandas", "sqlalchemy")))
 """
 
 
-def test_a_worker_on_a_database_store_never_imports_mlflow_or_pyarrow(tmp_path):
+def test_a_worker_on_a_sqlite_store_never_imports_mlflow_pyarrow_or_sqlalchemy(tmp_path):
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     client = MlflowClient(tracking_uri=uri)
     exp = client.create_experiment("c", artifact_location=(tmp_path / "art").as_uri())
@@ -114,3 +115,18 @@ def test_points_a_lost_answer_already_wrote_are_not_written_again(tmp_path):
     assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss")) == [
         (64, 1.0), (128, 0.5), (192, 0.25)]
     assert client.get_run(run_id).data.metrics["loss"] == 0.25
+
+
+def test_one_statement_text_serves_every_database():
+    """The statements' double-quoted identifiers become MySQL's backquotes (its double
+    quotes are strings), and a list binds as named parameters on every database."""
+    from rcpforge.orchestrator.tracking.tables import Sql, among
+
+    ran = []
+    sql = Sql(lambda text, params: ran.append((text, params)) or [], lambda text, rows: ran.append((text, rows)),
+              quote="`")
+    keys, named = among("k", ["lr", "seed"])
+    sql.run(f'DELETE FROM tags WHERE run_uuid = :run AND "key" {keys}', run="r", **named)
+    sql.many('INSERT INTO tags (run_uuid, "key", "value") VALUES (:run, :key, :value)', [])  # nothing to insert
+    assert ran == [("DELETE FROM tags WHERE run_uuid = :run AND `key` IN (:k0, :k1)",
+                    {"run": "r", "k0": "lr", "k1": "seed"})]

@@ -34,6 +34,9 @@ class TrackingUnavailable(RuntimeError):
 
 # Python errors that say the call itself is wrong (a bug, bad data), never the store's state.
 _PROGRAMMING = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, NotImplementedError)
+# A database's refusal of the data or the statement, by the names the DB-API gives them:
+# sqlite3's and psycopg2's own (and their subclasses), and SQLAlchemy's wrappers alike.
+_REFUSED = {"IntegrityError", "DataError", "ProgrammingError"}
 
 
 def _transient(err: Exception) -> bool:
@@ -41,15 +44,13 @@ def _transient(err: Exception) -> bool:
     error, and not a database's refusal of the data (a constraint, a bad statement),
     which MLflow's SQL store reports as INTERNAL_ERROR like a lost connection; the
     cause is in the exception's chain."""
-    from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
-
     if isinstance(err, TrackingUnavailable) or getattr(err, "error_code", None) in _PERMANENT:
         return False
     seen: set[int] = set()
     cause: BaseException | None = err
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if isinstance(cause, (*_PROGRAMMING, IntegrityError, DataError, ProgrammingError)):
+        if isinstance(cause, _PROGRAMMING) or any(c.__name__ in _REFUSED for c in type(cause).__mro__):
             return False
         cause = cause.__cause__ or cause.__context__
     return True
