@@ -47,7 +47,7 @@ def _engine(uri: str) -> Any:
 
     key = (uri, os.getpid())
     if key not in _ENGINES:
-        engine = sqlite_file(uri)
+        engine: Any = sqlite_file(uri)
         if engine is None:
             from sqlalchemy import create_engine
 
