@@ -73,6 +73,22 @@ def summary(records: list[dict], session: dict | None, top: int) -> list[str]:
     lines.append(f"the {top} slowest files (wall s, CPU s, tests):")
     for name, (w, c, n) in sorted(files.items(), key=lambda item: -item[1][0])[:top]:
         lines.append(f"  {w:7.1f} {c:7.1f} {n:5d}  {name}")
+    return lines + machine_cost(records, top)
+
+
+def machine_cost(records: list[dict], top: int) -> list[str]:
+    """The files that kept the machine busiest while they ran: in a serial run (`-n 0`)
+    a test's whole cost, its servers, Slurm jobs, Ray workers and CLI processes with it;
+    side by side, the other workers' too (not a cost then)."""
+    if not records or "machine_busy_s" not in records[0]:
+        return []  # records from before the field
+    busy: dict[str, float] = defaultdict(float)
+    for r in records:
+        busy[r["file"]] += r["machine_busy_s"]
+    total = sum(busy.values())
+    lines = [f"the {top} files that kept the machine busiest ({total:.0f} s in all; busy CPU s, share):"]
+    for name, b in sorted(busy.items(), key=lambda item: -item[1])[:top]:
+        lines.append(f"  {b:7.1f} {b / total:5.1%}  {name}")
     return lines
 
 

@@ -19,12 +19,10 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from rcpforge.cluster.local import visible_gpu_names
 from rcpforge.orchestrator.stall import Stalled, StallGuard
 from rcpforge.orchestrator.tracking import DEFAULT_RETRY_S, RunLog, run_params
-from rcpforge.sweeps.spec import Campaign
 from rcpforge.trainers.contract import EvalPoint, Reporter, RunResult, RunSpec, RunStatus, StopRun
 from rcpforge.trainers.contract.gang import gang_task
 from rcpforge.trainers.contract.mllog.read import facts_tags, run_facts, with_warning
@@ -37,6 +35,9 @@ from rcpforge.trainers.contract.schema import (
     TAG_WARNING,
 )
 from rcpforge.trainers.registry import get_trainer
+
+if TYPE_CHECKING:  # the campaign's schema is the launcher's: a worker's job does not import it (yaml, pydantic models)
+    from rcpforge.sweeps.spec import Campaign
 
 
 @dataclass
@@ -168,6 +169,8 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     if TAG_WARNING in tags and result.status is not RunStatus.failed:  # shown on the run's console line too
         note = "; ".join(filter(None, [result.error, "warning: " + tags[TAG_WARNING]]))
         result = result.model_copy(update={"error": note})
+    from rcpforge.cluster.local import visible_gpu_names
+
     if job.gpus_per_process and (names := visible_gpu_names()):  # a cell's runs on mixed hardware get flagged
         tags[TAG_ACCELERATOR] = " + ".join(sorted(set(names)))
     log.log_artifact(context.output_dir / RESULT_FILE)

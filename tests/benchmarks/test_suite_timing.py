@@ -40,3 +40,14 @@ def test_no_records_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
         f"error: no timing records at {tmp_path / 'none'}.*: run the tests with RCPF_TEST_TIMING={tmp_path / 'none'}"]
+
+
+def test_a_serial_runs_files_are_listed_by_what_they_kept_the_machine_busy_with(tmp_path):
+    base = tmp_path / "t.jsonl"
+    lines = [json.loads(_record("tests/a.py::x", 10, 1)), json.loads(_record("tests/b.py::y", 5, 1))]
+    lines[0]["machine_busy_s"], lines[1]["machine_busy_s"] = 4.0, 12.0  # b's subprocesses did the work
+    Path(f"{base}.main").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(base)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    listing = proc.stdout.split("kept the machine busiest (16 s in all; busy CPU s, share):\n")[1].splitlines()
+    assert listing == ["     12.0 75.0%  tests/b.py", "      4.0 25.0%  tests/a.py"]

@@ -1,8 +1,10 @@
 """Where the suite's time goes: with RCPF_TEST_TIMING=PATH set, every test process (the
 controller and each pytest-xdist worker) appends one JSON line per test to PATH.<worker>:
 its wall time (setup, call and teardown), the CPU time its process and reaped children
-spent in it, the services it used (fixtures) and its worker; and the whole machine's busy
-CPU seconds over the session (from /proc/stat). benchmarks/suite_timing.py sums them per
+spent in it, the whole machine's busy CPU seconds while it ran (in a serial run, `-n 0`,
+its whole cost: its servers, Slurm jobs, Ray workers and CLI processes too), the services
+it used (fixtures) and its worker; and the machine's busy CPU seconds over the session
+(from /proc/stat). benchmarks/suite_timing.py sums them per
 file and per kind of time. Off unless set: a plain `make test` writes nothing."""
 
 from __future__ import annotations
@@ -44,10 +46,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if out is None:
         yield
         return
-    start, cpu = time.time(), _cpu_s()
+    start, cpu, busy = time.time(), _cpu_s(), machine_busy_s()
     yield
     record = {"test": item.nodeid, "file": item.nodeid.split("::")[0], "start": start,
-              "wall_s": time.time() - start, "cpu_s": _cpu_s() - cpu,
+              "wall_s": time.time() - start, "cpu_s": _cpu_s() - cpu, "machine_busy_s": machine_busy_s() - busy,
               "services": [s for s in SERVICES if s in getattr(item, "fixturenames", ())],
               "group": next((m.args[0] for m in item.iter_markers("xdist_group") if m.args), None),
               "worker": out.suffix.lstrip(".")}

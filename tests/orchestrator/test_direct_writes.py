@@ -72,8 +72,9 @@ def test_a_run_written_without_mlflow_reads_back_as_one_written_through_it(tmp_p
 
 
 # A worker's modules (a Slurm job's: the job's entry point and the run it executes), and what
-# they must not pull in: MLflow (2 s of CPU a process), the analysis' pyarrow (0.5 s) and,
-# on a SQLite store, SQLAlchemy (0.2 s: Python's sqlite3 writes the file).
+# they must not pull in: MLflow (2 s of CPU a process), the analysis' pyarrow (0.5 s),
+# on a SQLite store SQLAlchemy (0.2 s: Python's sqlite3 writes the file), and the campaign
+# file's schema and its YAML (0.13 s: the launcher's, not the job's).
 _WORKER = """
 import sys
 from pathlib import Path
@@ -85,7 +86,8 @@ log = RunLog(uri, run_id, "eval_loss", Path(folder), retry_s=30, artifact_uri=ar
 log.start(1)
 log.eval_point(EvalPoint(tokens=64, samples=16, metrics={"eval_loss": 1.5}))
 log.finish(RunResult(status=RunStatus.not_converged, tokens_trained=64, wall_s=0.1))
-print(sorted(m for m in sys.modules if m.split(".")[0] in ("mlflow", "pyarrow", "pandas", "sqlalchemy")))
+print(sorted(m for m in sys.modules
+             if m.split(".")[0] in ("mlflow", "pyarrow", "pandas", "sqlalchemy", "yaml") or m == "rcpforge.sweeps.spec"))
 """
 
 
