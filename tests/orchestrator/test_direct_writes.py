@@ -86,8 +86,8 @@ log = RunLog(uri, run_id, "eval_loss", Path(folder), retry_s=30, artifact_uri=ar
 log.start(1)
 log.eval_point(EvalPoint(tokens=64, samples=16, metrics={"eval_loss": 1.5}))
 log.finish(RunResult(status=RunStatus.not_converged, tokens_trained=64, wall_s=0.1))
-print(sorted(m for m in sys.modules
-             if m.split(".")[0] in ("mlflow", "pyarrow", "pandas", "sqlalchemy", "yaml") or m == "rcpforge.sweeps.spec"))
+heavy = ("mlflow", "pyarrow", "pandas", "sqlalchemy", "yaml")
+print(sorted(m for m in sys.modules if m.split(".")[0] in heavy or m == "rcpforge.sweeps.spec"))
 """
 
 
