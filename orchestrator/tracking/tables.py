@@ -15,7 +15,6 @@ a database store (`direct.py`), the same statements for both."""
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -63,23 +62,22 @@ class Sql:
 
 
 class SqliteFile:
-    """A SQLite store opened with Python's sqlite3: one connection per process (never
-    shared across a fork), set up as MLflow's own SQLite sessions are (foreign keys
-    enforced, a writer waiting up to 20 s for another's lock: many workers write one file)."""
+    """A SQLite store opened with Python's sqlite3, one connection, opened when first used
+    and set up as MLflow's own SQLite sessions are (foreign keys enforced, a writer waiting
+    up to 20 s for another's lock: many workers write one file). One per process: direct.py
+    keys its engines by the process, so a connection is never shared across a fork."""
 
     def __init__(self, path: str):
         self.path = path
-        self._connections: dict[int, Any] = {}
+        self._conn: Any = None
 
     def connection(self) -> Any:
         import sqlite3
 
-        pid = os.getpid()
-        if pid not in self._connections:
-            conn = sqlite3.connect(self.path, timeout=20.0, isolation_level=None)  # transactions: ours
-            conn.execute("PRAGMA foreign_keys = ON")
-            self._connections = {pid: conn}
-        return self._connections[pid]
+        if self._conn is None:
+            self._conn = sqlite3.connect(self.path, timeout=20.0, isolation_level=None)  # transactions: ours
+            self._conn.execute("PRAGMA foreign_keys = ON")
+        return self._conn
 
 
 def sqlite_file(uri: str) -> SqliteFile | None:
