@@ -18,9 +18,11 @@ from tests.orchestrator.test_failfast import failing_campaign
 
 
 def test_configuration_error_cancels_the_queued_jobs(slurm, tmp_path):
-    # one job of the array at a time: the others wait in the queue when the first fails
+    # one job of the array at a time: the others wait in the queue when the first fails.
+    # Slurm starts the next task the moment the first ends, before the campaign has read
+    # its error: that run (mode `first`) waits 30 s before its own, and is cancelled there.
     backend = {"kind": "slurm", "time_min": 5, "array_parallelism": 1, "max_attempts": 2}
-    path = write_campaign(tmp_path, failing_campaign("epochs", backend=backend))
+    path = write_campaign(tmp_path, failing_campaign("first", backend=backend))
     proc = run_cli("run", str(path), timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "stopped on a configuration error" in proc.stderr

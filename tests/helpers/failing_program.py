@@ -6,6 +6,9 @@ MODE `epochs`: three evals with epoch_num only (the samples so far), then run_st
 success: a run of a benchmark the checker counts in samples_count breaks the unit rule.
 `late`: seed 0 as `epochs`; any other seed first waits 30 s (a run still going, holding
 its slot, when seed 0's error stops the campaign).
+`first`: as `epochs`; the campaign's first run to start (it makes the marker `first`
+beside OUTPUT_DIR) goes on at once, every later one first waits 30 s (a run a scheduler
+started the moment the first ended is still going when that one's error stops the campaign).
 `early`: one line on stderr naming its pid and folder, exit 3 before any MLLOG line.
 `crash`: MLLOG lines, then exit 1 mid-run on its first attempt (no marker in OUTPUT_DIR)
 and, for seed 0, on every attempt; the next attempt of any other seed converges.
@@ -35,6 +38,11 @@ def main() -> None:
         sys.exit(3)
     if mode == "late" and seed != 0:
         time.sleep(30)
+    if mode == "first":
+        try:
+            os.close(os.open(out.parent / "first", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            time.sleep(30)
     log("submission_benchmark", benchmark)
     log("global_batch_size", bs)
     log("seed", seed)
