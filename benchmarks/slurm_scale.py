@@ -14,12 +14,16 @@ runs as many jobs at once as the machine has cores).
 
 Printed: wall time, runs per minute, the most jobs in `squeue` at once (polled every
 0.2 s), and for rcpforge the orchestrator's CPU time and peak memory (this process's
-rusage: the Slurm jobs are other processes), then the ratio of the wall times.
+rusage: the Slurm jobs are other processes), then the ratio of the wall times. Where
+accounting answers (`make slurm-up-accounting`), each part's jobs as sacct saw them: the mean
+time a job ran (start to end) and the time a CPU of the cluster stood idle between jobs
+(its CPUs x the wall time, less the jobs' run times, a job): where the wall times differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import resource
 import subprocess
@@ -80,6 +84,25 @@ def time_submitit(runs: int, limit: int, folder: Path) -> dict:
     return {"wall_s": wall, "peak_queued": queue.peak}
 
 
+def job_figures(since: datetime.datetime, wall_s: float, cpus: int) -> str:
+    """The jobs submitted since `since`, as accounting saw them (empty where it does not
+    answer). Start and end are whole seconds: means over many jobs only."""
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%S")
+    proc = subprocess.run(["sacct", "-n", "-P", "-S", stamp, "-X", "-o", "Submit,Start,End,State"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return ""
+    ran = []
+    for line in proc.stdout.splitlines():
+        submit, start, end, state = line.split("|")
+        if submit >= stamp and state.startswith("COMPLETED"):
+            ran.append((datetime.datetime.fromisoformat(end) - datetime.datetime.fromisoformat(start)).total_seconds())
+    if not ran:
+        return ""
+    idle = (cpus * wall_s - sum(ran)) / len(ran)
+    return f"{len(ran)} jobs: each ran {sum(ran) / len(ran):.2f} s, a CPU idle {idle:.2f} s between jobs (means)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
@@ -98,7 +121,9 @@ def main() -> None:
     print(f"{args.runs} instant runs, at most {args.limit} jobs queued, dev Slurm of {cpus}, "
           f"{os.cpu_count()} cores here")
     found = {}
+    cluster_cpus = int(cpus.split(" x ")[0]) * int(cpus.split(" x ")[1].split()[0])
     for part in parts:
+        since = datetime.datetime.now().replace(microsecond=0)
         with tempfile.TemporaryDirectory(dir=Path.home()) as folder:  # a folder the Slurm jobs see
             found[part] = (time_rcpforge if part == "rcpforge" else time_submitit)(args.runs, args.limit, Path(folder))
         figures = found[part]
@@ -108,6 +133,8 @@ def main() -> None:
             line += (f"  orchestrator CPU {figures['orchestrator_cpu_s']:.1f} s, "
                      f"peak memory {figures['orchestrator_peak_rss_mb']:.0f} MB")
         print(line, flush=True)
+        if jobs := job_figures(since, figures["wall_s"], cluster_cpus):
+            print(f"{'':9s} {jobs}", flush=True)
     if {"rcpforge", "submitit"} <= found.keys():
         print(f"ratio rcpforge / submitit wall time: {found['rcpforge']['wall_s'] / found['submitit']['wall_s']:.2f}")
 

@@ -90,8 +90,10 @@ def test_a_slurm_campaigns_runs_cost_what_accounting_billed(accounting, tmp_path
         assert run.data.tags[TAG_BILLED] == f"sacct {job}: AllocTRES cpu={cpus} x ElapsedRaw {elapsed} s"
         history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "core_hours")}
         assert run.data.metrics["core_hours"] == history[1] == cpus * elapsed / 3600  # the latest: the billed one
-        # the job's whole allocation (the job started, imported, reported), not the instant run's training
-        assert elapsed >= 1 and history[1] > history[0]
+        # Step 0 is the run's own measure (its 0.1 s of paced training, well under 5 s on a
+        # loaded machine); step 1 sacct's whole job in whole seconds, which an idle machine's
+        # job of under a second reads as 0: only that it is sacct's figure is certain.
+        assert set(history) == {0, 1} and 0 < history[0] < 5 / 3600, history
     again = run_cli("run", str(path))  # nothing left to bill: no line, no second value
     assert again.returncode == 0 and "billing:" not in again.stdout, again.stdout
     assert all(len(client.get_metric_history(r.info.run_id, "core_hours")) == 2 for r in runs)
