@@ -56,6 +56,10 @@ from rcpforge.trainers.contract.gang import Gang
 # file before it counts as lost: the worker writes the result just before it exits. Counted
 # in time too: one wait's last poll and the next wait's first come a moment apart.
 _GRACE_POLLS = 3
+# How often squeue is asked about the jobs out while none is suspected lost: each ask is
+# an RPC the controller answers under its job lock, as every other user's are, and a
+# result file says a job's end sooner (RCPF_SLURM_STATES_EVERY_S sets another).
+STATES_EVERY_S = float(os.environ.get("RCPF_SLURM_STATES_EVERY_S", "3"))
 # How often the cluster's limits are read again while a campaign runs: an operator who
 # lifts a limit (`sacctmgr modify qos ...`) sees the campaign use the room within this
 # (RCPF_SLURM_LIMITS_REFRESH_S sets another, as the tests do).
@@ -132,6 +136,8 @@ class SlurmBackend(Backend):
         # Jobs whose result is in but that Slurm still lists (their step and epilog end a
         # moment later): the queue limits count them until they leave.
         self._leaving: set[str] = set()
+        self._states_due = 0.0  # when squeue is next asked about the jobs (`_poll`)
+        self._topping_up = False  # the queue is being filled to its limit (`free_slots`)
         # Slurm job id -> when its gang's other tasks must have ended, once task 0 returned.
         self._finishing: dict[str, float] = {}
 
@@ -159,7 +165,20 @@ class SlurmBackend(Backend):
         gpus, per_job = self.limits.gpu_window, self._gpus_per_job(gang)
         if gpus is not None and per_job:
             rooms.append((gpus[0] - self._gpus_held()) // per_job)
-        return None if not rooms else max(0, min(rooms))
+        if not rooms:
+            return None
+        room = max(0, min(rooms))
+        # A queue full but for a few places is topped up once a tenth of it is free, while
+        # jobs are out, and then to the top: one array of many runs, not an sbatch (an
+        # RPC the controller answers) for each run that ended.
+        if queue is not None and self.in_flight():
+            if room >= queue[0] // 10:
+                self._topping_up = True
+            elif not self._topping_up:
+                return 0
+        if room == 0:
+            self._topping_up = False
+        return room
 
     def _gpus_per_job(self, gang: Gang) -> int:
         if gang.gpus_per_process:
@@ -262,17 +281,26 @@ class SlurmBackend(Backend):
         return []
 
     def _poll(self) -> list[Done]:
+        """The jobs whose result is in, and those Slurm ended without one (lost). Slurm is
+        asked (one squeue for every job out and every job leaving) every STATES_EVERY_S,
+        or at every poll while a job is suspected lost; the states are read before the
+        result files, so a job that ended with its result is never taken for lost."""
         done: list[Done] = []
         states: dict[str, str] | None = None
-        asked = False
+        suspect = any(out.lost_polls for out in self._jobs.values())
+        if (self._jobs or self._leaving) and (suspect or time.monotonic() >= self._states_due):
+            self._states_due = time.monotonic() + STATES_EVERY_S
+            asked = [o.handle.job_id for o in self._jobs.values()] + sorted(self._leaving)
+            states = asked_job_states(asked)
+            if states is not None:
+                gone = (*ENDED, "UNLISTED")
+                self._leaving = {j for j in self._leaving if states.get(j, "UNLISTED").split()[0] not in gone}
         for task_id, out in list(self._jobs.items()):
             if out.reporter.paths.result_pickle.exists():
                 done.append(self._collect(task_id, out))
                 continue
-            if not asked:
-                states, asked = asked_job_states([o.handle.job_id for o in self._jobs.values()]), True
             if states is None:
-                continue  # squeue gave no answer: no news of any job
+                continue  # not asked this poll, or squeue gave no answer: no news of this job
             state = states.get(out.handle.job_id, "UNLISTED").split()[0]
             if state not in ENDED and state != "UNLISTED":
                 out.lost_polls = 0
@@ -286,16 +314,7 @@ class SlurmBackend(Backend):
                 drop_sealed(self.folder, [task_id])
                 done.append(Done(task_id, error=_lost_error(out, state)))
         self._stop_stragglers()
-        self._forget_left()
         return done
-
-    def _forget_left(self) -> None:
-        if not self._leaving:
-            return
-        states = asked_job_states(sorted(self._leaving))
-        if states is not None:
-            gone = (*ENDED, "UNLISTED")
-            self._leaving = {j for j in self._leaving if states.get(j, "UNLISTED").split()[0] not in gone}
 
     def _collect(self, task_id: str, out: _Out) -> Done:
         del self._jobs[task_id]

@@ -122,3 +122,22 @@ def test_ranks_still_running_once_task_0_returned_are_stopped_after_the_grace(ba
     # the backend cancels the job once the grace is over, at a later wait
     wait_for(lambda: backend.wait(timeout=1.0) == [] and not alive(lingering[0]), "the lingering rank stopped",
              limit_s=60)
+
+
+@pytest.mark.parametrize("gang", [Gang(), Gang(nodes=1, processes_per_node=2)])
+def test_a_one_node_gang_meets_at_the_loopback_address_without_asking_the_controller(gang, tmp_path, monkeypatch):
+    from rcpforge.cluster import slurm_gang
+
+    for name, value in {"SLURM_JOB_ID": "41", "SLURM_PROCID": "0", "SLURM_NTASKS": str(gang.tasks), "SLURM_NODEID": "0",
+                        "SLURM_LOCALID": "0", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "n1",
+                        "SUBMITIT_EXECUTOR": "slurm", "SUBMITIT_FOLDER": str(tmp_path)}.items():
+        monkeypatch.setenv(name, value)
+
+    def no_scontrol(*args):
+        raise AssertionError(f"scontrol {' '.join(args)} asked for a one-node job")
+
+    monkeypatch.setattr(slurm_gang, "_scontrol", no_scontrol)
+    env = slurm_gang.rendezvous_env(gang)
+    assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+    # the other tasks of the node read task 0's address from the file; a job of one task has none to tell
+    assert len(list(tmp_path.glob("*_rendezvous.txt"))) == (gang.tasks > 1)

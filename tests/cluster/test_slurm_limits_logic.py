@@ -9,6 +9,7 @@ import pytest
 
 from rcpforge.cluster.slurm_limits import Limit, SlurmLimits, gpus_of, parse_config
 from rcpforge.cluster.slurm_submit import kind_of, refusal
+from rcpforge.trainers.contract.gang import Gang
 
 CONFIG = """Configuration data as of 2026-12-07T01:00:00
 AccountingStorageEnforce = associations,limits,qos
@@ -96,3 +97,59 @@ def test_the_window_counts_jobs_and_the_gpus_they_ask_for(tmp_path, monkeypatch)
     assert backend.free_slots(gang) == 1
     limits.gpus.clear()
     assert backend.free_slots(gang) == 2  # then the queue's 3 jobs, one of them in flight
+
+
+def test_a_nearly_full_queue_is_topped_up_a_tenth_at_a_time(tmp_path, monkeypatch):
+    from rcpforge.cluster import slurm_backend
+    from rcpforge.cluster.backend import Job
+    from rcpforge.orchestrator.backends import make_backend
+    from rcpforge.sweeps.spec import parse_campaign
+    from tests.helpers.backend_jobs import echo
+    from tests.helpers.campaigns import tiny_campaign
+
+    monkeypatch.setattr(slurm_backend, "preflight", lambda partition: None)
+    monkeypatch.setattr(slurm_backend, "limits_of", lambda settings: SlurmLimits(
+        queue=[Limit(100, "backend.max_queued", own=True)]))
+    backend = make_backend(parse_campaign(tiny_campaign(backend={"kind": "slurm"}), tmp_path))
+    gang = Gang()
+    assert backend.free_slots(gang) == 100  # nothing out: all of it
+    for i in range(100):  # the first fill goes to the top
+        assert backend.free_slots(gang) == 100 - i
+        backend.submit(Job(f"r{i}", echo, (i,), gang=gang))
+    assert backend.free_slots(gang) == 0
+    for _ in range(9):
+        backend._queued.pop()  # noqa: SLF001 - a run's job ended
+        assert backend.free_slots(gang) == 0  # fewer places than a tenth: wait for more
+    backend._queued.pop()  # noqa: SLF001
+    assert backend.free_slots(gang) == 10
+    backend.submit(Job("again", echo, (0,), gang=gang))
+    assert backend.free_slots(gang) == 9  # and once begun, to the top
+
+
+def test_squeue_is_asked_every_few_seconds_and_at_every_poll_while_a_job_may_be_lost(tmp_path, monkeypatch):
+    from rcpforge.cluster import slurm_backend
+    from rcpforge.orchestrator.backends import make_backend
+    from rcpforge.sweeps.spec import parse_campaign
+    from tests.helpers.campaigns import tiny_campaign
+
+    monkeypatch.setattr(slurm_backend, "preflight", lambda partition: None)
+    asked: list[list[str]] = []
+    states = {"7_0": "RUNNING", "7_1": "RUNNING"}
+    monkeypatch.setattr(slurm_backend, "asked_job_states", lambda ids: asked.append(ids) or dict(states))
+    backend = make_backend(parse_campaign(tiny_campaign(backend={"kind": "slurm"}), tmp_path))
+    backend.poll_s = 0.0
+    for task, job in (("a", "7_0"), ("b", "7_1")):
+        paths = SimpleNamespace(result_pickle=tmp_path / f"{job}.pkl", stdout=tmp_path / f"{job}.log")
+        reporter = SimpleNamespace(job_id=job, paths=paths)
+        handle = SimpleNamespace(job_id=job, task=lambda n, reporter=reporter: reporter)
+        backend._jobs[task] = slurm_backend._Out(handle, Gang())  # noqa: SLF001
+    backend._leaving.add("6_3")  # noqa: SLF001 - a job whose result is in, still listed
+    assert backend._poll() == [] and asked == [["7_0", "7_1", "6_3"]]  # noqa: SLF001 - one squeue for all
+    assert backend._poll() == [] and len(asked) == 1  # noqa: SLF001 - not again within STATES_EVERY_S
+    assert backend._leaving == set()  # noqa: SLF001 - squeue no longer lists it
+    backend._states_due = 0.0  # noqa: SLF001 - the next ask is due
+    states["7_1"] = "COMPLETED"  # ended, and no result file: maybe lost
+    backend._poll()  # noqa: SLF001
+    done = backend._poll() or backend._poll()  # noqa: SLF001 - asked at every poll now: lost on the 3rd
+    assert len(asked) == 4 and [d.task_id for d in done] == ["b"]
+    assert "ended COMPLETED without a result" in (done[0].error or "")
