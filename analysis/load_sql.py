@@ -32,14 +32,14 @@ from rcpforge.analysis.load import (
     tag_values,
 )
 from rcpforge.trainers.contract.schema import TAG_PREFIX, TAG_ROLE
+from rcpforge.trainers.contract.uri import scheme_of
 
 SQL_SCHEMES = ("sqlite", "postgresql")
 _DEFAULT_WORKSPACE = "default"
 
 
 def is_sql_uri(uri: str) -> bool:
-    scheme = uri.split(":", 1)[0].split("+", 1)[0]
-    return scheme in SQL_SCHEMES
+    return scheme_of(uri) in SQL_SCHEMES
 
 
 def load_campaign_runs(tracking_uri: str, campaign: str, role: str = "campaign") -> pa.Table:

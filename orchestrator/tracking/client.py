@@ -37,10 +37,10 @@ def check_tracking_uri(uri: str) -> None:
     that is not installed, a SQLite file whose folder cannot be made or written. MLflow
     answers each with a long traceback, or retries opening the file for minutes."""
     from rcpforge.trainers.contract.redact import redact_uri
-    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, uri_form_problem
+    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, scheme_of, uri_form_problem
 
     problem = uri_form_problem(uri)
-    if problem is None and uri.split(":", 1)[0].split("+", 1)[0].lower() in DATABASE_SCHEMES:
+    if problem is None and scheme_of(uri) in DATABASE_SCHEMES:
         problem = _database_problem(uri)
     if problem is not None:
         raise TrackingUriError(problem if problem.startswith(repr(redact_uri(uri))) else
@@ -104,9 +104,9 @@ def probe_store(uri: str, retry_s: float | None = None) -> None:
     TrackingUnavailable naming it, the wait and the fix. (MLflow itself retries a database
     connection for about 100 s, then prints its traceback.) A SQLite file needs no probe."""
     from rcpforge.trainers.contract.redact import redact_uri
-    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, SERVER_SCHEMES
+    from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, SERVER_SCHEMES, scheme_of
 
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    scheme = scheme_of(uri)
     retry_s = READ_RETRY_S if retry_s is None else retry_s
     if scheme in DATABASE_SCHEMES and scheme != "sqlite":
         _probe_database(uri, retry_s)

@@ -18,7 +18,7 @@ from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any
 
-from rcpforge.trainers.contract.uri import DATABASE_SCHEMES
+from rcpforge.trainers.contract.uri import DATABASE_SCHEMES, scheme_of
 
 Metric = namedtuple("Metric", "key value timestamp step")
 Param = namedtuple("Param", "key value")
@@ -28,8 +28,7 @@ RunTag = namedtuple("RunTag", "key value")
 def writes_directly(uri: str, artifact_uri: str | None) -> bool:
     """Whether a worker writes its run without MLflow: a database store, and the run's
     artifact folder local (known to the launcher)."""
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
-    return scheme in DATABASE_SCHEMES and bool(artifact_uri) and str(artifact_uri).startswith("file:")
+    return scheme_of(uri) in DATABASE_SCHEMES and bool(artifact_uri) and str(artifact_uri).startswith("file:")
 
 
 _ENGINES: dict[tuple[str, int], Any] = {}

@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 from mlflow import MlflowClient
 
 from rcpforge.orchestrator.tracking import RunLog
@@ -77,6 +78,8 @@ def test_a_run_written_without_mlflow_reads_back_as_one_written_through_it(tmp_p
 # file's schema and its YAML (0.13 s: the launcher's, not the job's).
 _WORKER = """
 import sys
+
+import pytest
 from pathlib import Path
 import rcpforge.cluster.slurm_backend, rcpforge.orchestrator.execute
 from rcpforge.orchestrator.tracking import RunLog
@@ -132,3 +135,20 @@ def test_one_statement_text_serves_every_database():
     sql.many('INSERT INTO tags (run_uuid, "key", "value") VALUES (:run, :key, :value)', [])  # nothing to insert
     assert ran == [("DELETE FROM tags WHERE run_uuid = :run AND `key` IN (:k0, :k1)",
                     {"run": "r", "k0": "lr", "k1": "seed"})]
+
+
+@pytest.mark.parametrize(("uri", "preloads_mlflow"), [("sqlite:///{dir}/m.db", False),
+                                                       ("postgresql+psycopg2://u@h/db", False),
+                                                       ("http://127.0.0.1:5000", True)])
+def test_the_local_workers_fork_server_imports_mlflow_only_where_workers_write_through_it(
+        uri, preloads_mlflow, tmp_path, monkeypatch):
+    from rcpforge.cluster import local
+    from rcpforge.orchestrator.backends import _start_local_workers_server
+    from rcpforge.sweeps.spec import parse_campaign
+    from tests.helpers.campaigns import tiny_campaign
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(local, "start_worker_server", lambda preload=(): asked.append(list(preload)))
+    campaign = parse_campaign({**tiny_campaign(), "tracking": {"uri": uri.format(dir=tmp_path)}}, tmp_path)
+    _start_local_workers_server(campaign)
+    assert ("mlflow" in asked[0]) is preloads_mlflow and "rcpforge.trainers.tinylm" in " ".join(asked[0]), asked

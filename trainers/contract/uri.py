@@ -14,6 +14,12 @@ SERVER_SCHEMES = ("http", "https")
 _FORMS = "sqlite:///PATH.db for a file, http(s)://HOST:PORT for an MLflow server, postgresql://USER@HOST/DB"
 
 
+def scheme_of(uri: str) -> str:
+    """A URI's scheme without its driver, in lower case: `postgresql+psycopg2://...` ->
+    `postgresql`."""
+    return uri.split(":", 1)[0].split("+", 1)[0].lower()
+
+
 def uri_form_problem(uri: str) -> str | None:
     """What is wrong with a tracking URI as written (no store is touched), with the fix;
     None for a well-formed one. MLflow itself answers a typo with a long traceback, or
