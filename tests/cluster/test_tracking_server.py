@@ -12,21 +12,22 @@ from mlflow import MlflowClient
 
 from rcpforge.sweeps.spec import load_campaign
 from tests.cluster import pg_audit
-from tests.cluster.helpers import assert_clean_ledger
+from tests.cluster.helpers import assert_clean_ledger, paced_campaign
 from tests.conftest import run_cli
-from tests.helpers.campaigns import tiny_campaign, write_campaign
+from tests.helpers.campaigns import write_campaign
 
 RUNS = 2  # one seed on each of the tiny campaign's two batch sizes
 
 
 def _run(tmp_path, name: str, backend: dict, uri: str):
-    data = tiny_campaign(name=name, recipes=["bf16"], seeds=1, backend=backend, tracking={"uri": uri})
+    # An instant program, no training: what is tested is where the workers' records go.
+    data = {**paced_campaign(backend, evals=3, sleep=0.0), "name": name, "tracking": {"uri": uri}}
     path = write_campaign(tmp_path, data)
     proc = run_cli("run", str(path), "--backend", backend["kind"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"launched {RUNS} runs; {RUNS} converged" in proc.stdout, proc.stdout
     campaign = load_campaign(path)
-    assert_clean_ledger(campaign, n_keys=RUNS)
+    assert_clean_ledger(campaign, n_keys=RUNS, metric="eval_accuracy")
     return campaign
 
 

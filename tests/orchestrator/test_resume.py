@@ -14,14 +14,15 @@ from mlflow import MlflowClient
 
 from rcpforge.sweeps.spec import load_campaign
 from rcpforge.trainers.contract.schema import TAG_BATCH_SIZE, TAG_RECIPE, TAG_RUN_KEY, TAG_SEED, TAG_STATUS
-from tests.cluster.helpers import runs_of
+from tests.cluster.helpers import paced_campaign, runs_of
 from tests.conftest import ROOT, run_cli
 from tests.helpers.campaigns import tiny_campaign, write_campaign
 from tests.helpers.store import run_statuses
 
 
 def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
-    data = tiny_campaign(recipes=["bf16"], seeds=2)  # 4 runs, 2 workers: 2 done, 2 mid-flight
+    # 4 runs of the instant paced program (about 2 s each), 2 workers: 2 done, 2 mid-flight
+    data = paced_campaign({"kind": "local", "workers": 2}, evals=6, sleep=0.3, seeds=2)
     path = write_campaign(tmp_path, data)
     campaign = load_campaign(path)
     proc = subprocess.Popen(
@@ -57,7 +58,7 @@ def test_sigkill_of_the_orchestrator_then_resume(tmp_path):
         key = run.data.tags[TAG_RUN_KEY]
         if key in done_before:
             assert run.info.run_id == done_before[key]
-        steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval_excess_loss")]
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval_accuracy")]
         assert len(steps) == len(set(steps)), f"duplicated eval points in {run.info.run_name}"
         assert len(client.get_metric_history(run.info.run_id, "tokens_to_target")) == 1
 
