@@ -49,8 +49,8 @@ def _die_with_the_orchestrator(lifeline: Connection) -> None:
 # Workers are forked from multiprocessing's fork server, a clean process that imports
 # once what every run needs (`start_worker_server`'s modules: the run's executor, the
 # trainer's framework, MLflow's client off a database store) instead of each spawned worker
-# importing it again: 4-5 s
-# of CPU a worker for the tiny LM, paid again for every worker that replaces a dead one.
+# importing it again: 4-5 s of CPU a worker for the tiny LM, paid again for every worker
+# that replaces a dead one.
 # A forked worker sees the server's environment, not the orchestrator's: each job carries
 # the orchestrator's (as a spawned worker would have read it); its folder and sys.path
 # come with multiprocessing's own preparation of the child.
