@@ -2,6 +2,7 @@
 user writes by hand: plain submitit `map_array` in chunks, waiting for each chunk.
 
     PYTHONPATH=. python benchmarks/slurm_scale.py [--runs 2000] [--limit 200] [--parts rcpforge,submitit]
+        [--partition debug]
 
 rcpforge: one `run_campaign` in this process (the orchestrator), the no-op trainer
 (benchmarks/noop_trainer.py) on `backend: slurm` with `max_queued: <limit>` (the campaign's
@@ -12,12 +13,19 @@ waited for before the next (submitit has no limit of its own: its docs leave chu
 the user). Both on the same cluster (`sinfo` shows how many CPUs it has; the dev Slurm
 runs as many jobs at once as the machine has cores).
 
+Instant jobs on the dev Slurm's `debug` partition (one job a CPU) measure its scheduler
+more than either part: a freed CPU waits for the next scheduling pass (about one a second,
+and a backfill pass every 2 s), so a part's wall time turns on where its jobs' few tenths
+of a second fall between passes. `--partition preemptible-requeue` (four jobs a CPU) keeps
+eight jobs running on the two CPUs, so that the jobs' own cost decides.
+
 Printed: wall time, runs per minute, the most jobs in `squeue` at once (polled every
 0.2 s), and for rcpforge the orchestrator's CPU time and peak memory (this process's
 rusage: the Slurm jobs are other processes), then the ratio of the wall times. Where
 accounting answers (`make slurm-up-accounting`), each part's jobs as sacct saw them: the mean
-time a job ran (start to end) and the time a CPU of the cluster stood idle between jobs
-(its CPUs x the wall time, less the jobs' run times, a job): where the wall times differ.
+time a job ran (start to end) and the time a job slot of the partition stood idle between
+jobs (its CPUs x the jobs a CPU takes x the wall time, less the jobs' run times, a job):
+where the wall times differ.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -36,21 +45,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.helpers.queue_peak import QueuePeak  # noqa: E402
 
 
-def campaign_data(runs: int, limit: int) -> dict:
+def campaign_data(runs: int, limit: int, partition: str) -> dict:
     """orchestration_overhead.py's no-op campaign, on Slurm within `limit` jobs queued."""
     from benchmarks.orchestration_overhead import campaign_data as noop_campaign
 
-    data = noop_campaign(runs, {"kind": "slurm", "time_min": 10, "max_queued": limit})
+    data = noop_campaign(runs, {"kind": "slurm", "time_min": 10, "max_queued": limit, "partition": partition})
     data["name"] = f"slurm-scale-{runs}"
     return data
 
 
-def time_rcpforge(runs: int, limit: int, folder: Path) -> dict:
+def time_rcpforge(runs: int, limit: int, partition: str, folder: Path) -> dict:
     from rcpforge.orchestrator.campaign import run_campaign
     from rcpforge.orchestrator.tracking import Tracking
     from rcpforge.sweeps.spec import parse_campaign
 
-    campaign = parse_campaign(campaign_data(runs, limit), folder)
+    campaign = parse_campaign(campaign_data(runs, limit, partition), folder)
     Tracking(campaign.tracking_uri).client.search_experiments()  # the store's schema, outside the timing
     cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     with QueuePeak() as queue:
@@ -68,11 +77,11 @@ def _instant(i: int) -> int:
     return i
 
 
-def time_submitit(runs: int, limit: int, folder: Path) -> dict:
+def time_submitit(runs: int, limit: int, partition: str, folder: Path) -> dict:
     import submitit
 
     executor = submitit.SlurmExecutor(folder=str(folder / "submitit"))
-    executor.update_parameters(time=10, ntasks_per_node=1, cpus_per_task=1)
+    executor.update_parameters(time=10, ntasks_per_node=1, cpus_per_task=1, partition=partition)
     with QueuePeak() as queue:
         start = time.perf_counter()
         done = 0
@@ -84,7 +93,14 @@ def time_submitit(runs: int, limit: int, folder: Path) -> dict:
     return {"wall_s": wall, "peak_queued": queue.peak}
 
 
-def job_figures(since: datetime.datetime, wall_s: float, cpus: int) -> str:
+def job_slots(partition: str, cpus: int) -> int:
+    """The jobs the partition runs at once: its CPUs, times N where it shares each (OverSubscribe=FORCE:N)."""
+    text = subprocess.run(["scontrol", "show", "partition", partition], capture_output=True, text=True).stdout
+    found = re.search(r"OverSubscribe=(?:FORCE|YES):(\d+)", text)
+    return cpus * (int(found.group(1)) if found else 1)
+
+
+def job_figures(since: datetime.datetime, wall_s: float, slots: int) -> str:
     """The jobs submitted since `since`, as accounting saw them (empty where it does not
     answer). Start and end are whole seconds: means over many jobs only."""
     stamp = since.strftime("%Y-%m-%dT%H:%M:%S")
@@ -99,8 +115,8 @@ def job_figures(since: datetime.datetime, wall_s: float, cpus: int) -> str:
             ran.append((datetime.datetime.fromisoformat(end) - datetime.datetime.fromisoformat(start)).total_seconds())
     if not ran:
         return ""
-    idle = (cpus * wall_s - sum(ran)) / len(ran)
-    return f"{len(ran)} jobs: each ran {sum(ran) / len(ran):.2f} s, a CPU idle {idle:.2f} s between jobs (means)"
+    idle = (slots * wall_s - sum(ran)) / len(ran)
+    return f"{len(ran)} jobs: each ran {sum(ran) / len(ran):.2f} s, a slot idle {idle:.2f} s between jobs (means)"
 
 
 def main() -> None:
@@ -109,6 +125,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=200, help="jobs queued at once (rcpforge's max_queued, "
                                                                  "the baseline's chunk)")
     parser.add_argument("--parts", default="rcpforge,submitit")
+    parser.add_argument("--partition", default="debug", help="the Slurm partition of both parts' jobs")
     args = parser.parse_args()
     parts = args.parts.split(",")
     if args.runs < 2 or args.runs % 2:
@@ -119,13 +136,14 @@ def main() -> None:
         parser.error(f"--parts: rcpforge, submitit or both (comma-separated); got {', '.join(unknown)}")
     cpus = subprocess.run(["sinfo", "-h", "-o", "%D x %c CPUs"], capture_output=True, text=True).stdout.split("\n")[0]
     print(f"{args.runs} instant runs, at most {args.limit} jobs queued, dev Slurm of {cpus}, "
-          f"{os.cpu_count()} cores here")
+          f"partition {args.partition}, {os.cpu_count()} cores here")
     found = {}
-    cluster_cpus = int(cpus.split(" x ")[0]) * int(cpus.split(" x ")[1].split()[0])
+    slots = job_slots(args.partition, int(cpus.split(" x ")[0]) * int(cpus.split(" x ")[1].split()[0]))
     for part in parts:
         since = datetime.datetime.now().replace(microsecond=0)
         with tempfile.TemporaryDirectory(dir=Path.home()) as folder:  # a folder the Slurm jobs see
-            found[part] = (time_rcpforge if part == "rcpforge" else time_submitit)(args.runs, args.limit, Path(folder))
+            timed = time_rcpforge if part == "rcpforge" else time_submitit
+            found[part] = timed(args.runs, args.limit, args.partition, Path(folder))
         figures = found[part]
         line = (f"{part:9s} wall {figures['wall_s']:8.1f} s  {args.runs / figures['wall_s'] * 60:7.1f} runs/min  "
                 f"peak queued {figures['peak_queued']:5d}")
@@ -133,7 +151,7 @@ def main() -> None:
             line += (f"  orchestrator CPU {figures['orchestrator_cpu_s']:.1f} s, "
                      f"peak memory {figures['orchestrator_peak_rss_mb']:.0f} MB")
         print(line, flush=True)
-        if jobs := job_figures(since, figures["wall_s"], cluster_cpus):
+        if jobs := job_figures(since, figures["wall_s"], slots):
             print(f"{'':9s} {jobs}", flush=True)
     if {"rcpforge", "submitit"} <= found.keys():
         print(f"ratio rcpforge / submitit wall time: {found['rcpforge']['wall_s'] / found['submitit']['wall_s']:.2f}")

@@ -171,13 +171,9 @@ class SlurmBackend(Backend):
         # A queue full but for a few places is topped up once a tenth of it is free, while
         # jobs are out, and then to the top: one array of many runs, not an sbatch (an
         # RPC the controller answers) for each run that ended.
-        if queue is not None and self.in_flight():
-            if room >= queue[0] // 10:
-                self._topping_up = True
-            elif not self._topping_up:
-                return 0
-        if room == 0:
-            self._topping_up = False
+        if queue is not None and self.in_flight() and not self._topping_up and room < queue[0] // 10:
+            return 0
+        self._topping_up = room > 0
         return room
 
     def _gpus_per_job(self, gang: Gang) -> int:
