@@ -169,10 +169,11 @@ def execute_run(job: RunAssignment, watch: Callable[[EvalPoint], None] | None = 
     if TAG_WARNING in tags and result.status is not RunStatus.failed:  # shown on the run's console line too
         note = "; ".join(filter(None, [result.error, "warning: " + tags[TAG_WARNING]]))
         result = result.model_copy(update={"error": note})
-    from rcpforge.cluster.local import visible_gpu_names
+    if job.gpus_per_process:  # a cell's runs on mixed hardware get flagged
+        from rcpforge.cluster.local import visible_gpu_names  # a CPU run's job does without it
 
-    if job.gpus_per_process and (names := visible_gpu_names()):  # a cell's runs on mixed hardware get flagged
-        tags[TAG_ACCELERATOR] = " + ".join(sorted(set(names)))
+        if names := visible_gpu_names():
+            tags[TAG_ACCELERATOR] = " + ".join(sorted(set(names)))
     log.log_artifact(context.output_dir / RESULT_FILE)
     log.finish(result, {**cost_of(job, result), **measured}, tags, run_params(spec))
     return result.model_dump(mode="json")
