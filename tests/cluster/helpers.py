@@ -97,15 +97,17 @@ def run_folder(campaign, run) -> Path:
 PACED_PROGRAM = ROOT / "tests" / "helpers" / "paced_program.py"
 
 
-def paced_campaign(backend: dict, *, evals: int = 12, sleep: float = 0.25, seeds: int = 1) -> dict:
+def paced_campaign(backend: dict, *, evals: int = 12, sleep: float = 0.25, seeds: int = 1,
+                   hold: Path | None = None) -> dict:
     """The tiny campaign on an instant command trainer (tests/helpers/paced_program.py):
-    `evals` evals `sleep` s apart per run, no training."""
+    `evals` evals `sleep` s apart per run, no training; with `hold`, each run's last eval
+    waits until that file exists."""
     from tests.helpers.campaigns import tiny_campaign
 
     data = tiny_campaign(recipes=["bf16"], seeds=seeds, backend=backend)
     data["trainer"] = {"kind": "command", "metric_key": "eval_accuracy", "unit": "samples",
                        "argv": ["{python}", str(PACED_PROGRAM), str(evals), str(sleep), "{batch_size}", "{seed}",
-                                "{benchmark}"]}
+                                "{benchmark}", *([str(hold)] if hold else [])]}
     data["target"] = {"metric": "eval_accuracy", "mode": "max", "value": 1.0}
     data["budget"] = {"max_tokens": 1_000_000, "eval_every_tokens": 16}
     data["hparams"] = {bs: {} for bs in data["batch_sizes"]}

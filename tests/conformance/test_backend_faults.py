@@ -63,7 +63,10 @@ def test_orchestrator_sigkilled_mid_campaign_then_restarted(fault_backend, tmp_p
 
 
 def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_backend, tmp_path):
-    path = write_campaign(tmp_path, paced_campaign(fault_backend))
+    # no run may finish before the Ctrl-C is handled, however slow the machine: the last
+    # eval of each waits for `release`, made before the rerun
+    release = tmp_path / "release"
+    path = write_campaign(tmp_path, paced_campaign(fault_backend, hold=release))
     campaign = load_campaign(path)
     runs_of(campaign)
     proc = start_cli("run", str(path), interruptible=True)
@@ -84,6 +87,7 @@ def test_ctrl_c_cancels_the_runs_in_flight_and_a_rerun_finishes_cleanly(fault_ba
     assert "pending and none running" in run_cli("status", str(path)).stdout
 
     # a run left running would write the same points as the rerun: the ledger shows it
+    release.write_text("go")
     again = run_cli("run", str(path))
     assert again.returncode == 0, again.stdout + again.stderr
     assert_clean_ledger(campaign, n_keys=2, metric=METRIC)
