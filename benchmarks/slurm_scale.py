@@ -134,6 +134,13 @@ def main() -> None:
         parser.error(f"--limit: the jobs queued at once, 1 or more; got {args.limit}")
     if unknown := [p for p in parts if p not in ("rcpforge", "submitit")]:
         parser.error(f"--parts: rcpforge, submitit or both (comma-separated); got {', '.join(unknown)}")
+    from rcpforge.cluster.backend import BackendError
+    from rcpforge.cluster.slurm_states import preflight
+
+    try:
+        preflight(args.partition)  # the cluster is up and has the partition
+    except BackendError as err:
+        parser.error(f"--partition: {str(err).removeprefix('backend.partition: ')}")
     cpus = subprocess.run(["sinfo", "-h", "-o", "%D x %c CPUs"], capture_output=True, text=True).stdout.split("\n")[0]
     print(f"{args.runs} instant runs, at most {args.limit} jobs queued, dev Slurm of {cpus}, "
           f"partition {args.partition}, {os.cpu_count()} cores here")
