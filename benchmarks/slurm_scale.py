@@ -25,7 +25,8 @@ rusage: the Slurm jobs are other processes), then the ratio of the wall times. W
 accounting answers (`make slurm-up-accounting`), each part's jobs as sacct saw them: the mean
 time a job ran (start to end) and the time a job slot of the partition stood idle between
 jobs (its CPUs x the jobs a CPU takes x the wall time, less the jobs' run times, a job):
-where the wall times differ.
+where the wall times differ. And each part's jobs' own CPU: every job's Python writes its
+`getrusage` at exit (benchmarks/job_cpu/sitecustomize.py, put on the jobs' Python path).
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ def job_figures(since: datetime.datetime, wall_s: float, slots: int) -> str:
     return f"{len(ran)} jobs: each ran {sum(ran) / len(ran):.2f} s, a slot idle {idle:.2f} s between jobs (means)"
 
 
+def jobs_cpu(folder: Path) -> str:
+    """The mean CPU of the jobs' Python processes that wrote to `folder`."""
+    used = [float(path.read_text()) for path in folder.iterdir()]
+    return f"their Python: {sum(used) / len(used):.3f} s of CPU a job (mean of {len(used)})" if used else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
@@ -146,11 +153,17 @@ def main() -> None:
           f"partition {args.partition}, {os.cpu_count()} cores here")
     found = {}
     slots = job_slots(args.partition, int(cpus.split(" x ")[0]) * int(cpus.split(" x ")[1].split()[0]))
+    # The jobs inherit this environment (sbatch exports it): each writes its CPU to a folder.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent / "job_cpu"),
+                                                              os.environ.get("PYTHONPATH")]))
     for part in parts:
         since = datetime.datetime.now().replace(microsecond=0)
         with tempfile.TemporaryDirectory(dir=Path.home()) as folder:  # a folder the Slurm jobs see
+            os.environ["RCPF_JOB_CPU_DIR"] = str(Path(folder) / "cpu")
+            Path(folder, "cpu").mkdir()
             timed = time_rcpforge if part == "rcpforge" else time_submitit
             found[part] = timed(args.runs, args.limit, args.partition, Path(folder))
+            cpu_line = jobs_cpu(Path(folder) / "cpu")
         figures = found[part]
         line = (f"{part:9s} wall {figures['wall_s']:8.1f} s  {args.runs / figures['wall_s'] * 60:7.1f} runs/min  "
                 f"peak queued {figures['peak_queued']:5d}")
@@ -160,6 +173,8 @@ def main() -> None:
         print(line, flush=True)
         if jobs := job_figures(since, figures["wall_s"], slots):
             print(f"{'':9s} {jobs}", flush=True)
+        if cpu_line:
+            print(f"{'':9s} {cpu_line}", flush=True)
     if {"rcpforge", "submitit"} <= found.keys():
         print(f"ratio rcpforge / submitit wall time: {found['rcpforge']['wall_s'] / found['submitit']['wall_s']:.2f}")
 
