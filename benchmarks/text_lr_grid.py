@@ -46,14 +46,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("campaign", type=Path, help="the grid's campaign file (its store beside it)")
     args = parser.parse_args()
-    campaign = rcpforge.load(args.campaign)
-    curves = campaign.curves("eval_loss")
+    try:
+        curves = rcpforge.load(args.campaign).curves("eval_loss")
+    except rcpforge.RcpforgeError as err:
+        parser.error(f"campaign: {err}")
+    if curves.empty:
+        parser.error(f"campaign: no eval_loss points in its store yet: run `rcpforge run {args.campaign}`")
     budget = yaml.safe_load(args.campaign.read_text())["budget"]["max_tokens"]
     quarter = budget // 4
     name = re.compile(r"w(\d+)_lr([0-9.]+)")
     runs = {}
     for (model, batch), curve in curves.groupby(["model", "batch_size"]):
-        width, lr = name.fullmatch(model).groups()
+        if not (named := name.fullmatch(model)):
+            parser.error(f"campaign: model {model!r} is not named w<d_model>_lr<rate>, as the grid's models are")
+        width, lr = named.groups()
         runs[(int(width), int(batch), float(lr))] = curve.sort_values("tokens")
     print(f"{len(runs)} runs, budget {budget:,} tokens; eval loss (nats per byte) at")
     print(f"{'width':>5} {'batch':>5} {'lr':>7} " + " ".join(f"{c:>10,}" for c in CHECKPOINTS) + f" {'best':>7}")
