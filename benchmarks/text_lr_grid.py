@@ -1,12 +1,12 @@
 """The target, budget and learning rates of sweeps/examples/scale_text.yaml, from the BF16
-curves of benchmarks/campaigns/text_lr_grid.yaml (issue 50), by the rule fixed in
-docs/scale-text-workload.md before the grid ran:
+curves of benchmarks/campaigns/text_lr_grid.yaml (issue 50), by this rule, written here
+before the grid's curves were read (docs/scale-text-workload.md):
 
 - the target is the lowest eval loss, on a 0.05 nat grid, that every width reaches at
   both batch sizes within a quarter of the budget, each at its best learning rate (so a
   recipe needing up to 4x BF16's tokens still converges within the budget);
 - each width's learning rate at each batch size is the one with the fewest tokens to that
-  target; on a tie, the larger.
+  target; on a tie, the larger (it must be inside the grid: widen the grid where it is not).
 
     rcpforge run benchmarks/campaigns/text_lr_grid.yaml          # in a folder of its own
     PYTHONPATH=. python benchmarks/text_lr_grid.py benchmarks/campaigns/text_lr_grid.yaml
